@@ -1,0 +1,703 @@
+# cython: language_level=3
+"""mmap-backed segment files (DLedger's MmapFile / MmapFileList) and the entry log hot path.
+
+Everything that runs once per entry (bounds checks, header encode, CRC, memcpy, index unit)
+is C here, so appending one 100-byte entry costs well under a microsecond; the Python store
+around it (`dledger.store.file`) does recovery, checkpoints, flush scheduling and retention.
+The GIL is released around large copies, CRCs and msync.
+"""
+
+import mmap as _mmap
+import os
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+
+cnp.import_array()
+
+cdef extern from "dl_format.h" nogil:
+    int DL_CURRENT_MAGIC
+    int DL_BLANK_MAGIC
+    int DL_BODY_OFFSET
+    int DL_INDEX_UNIT
+    int DL_MIN_BLANK_LEN
+    uint32_t dl_get32(const unsigned char *p)
+    uint64_t dl_get64(const unsigned char *p)
+    void dl_write_header(unsigned char *p, int32_t magic, int32_t size, int64_t index,
+                         int64_t term, int64_t pos, int32_t channel, int32_t chain_crc,
+                         int32_t body_crc, int32_t body_size)
+    void dl_write_index(unsigned char *p, int32_t magic, int64_t pos, int32_t size,
+                        int64_t index, int64_t term)
+    void dl_write_blank(unsigned char *p, int32_t length)
+
+cdef extern from "crc32_impl.h" nogil:
+    uint32_t dl_crc32(uint32_t crc, const unsigned char *buf, size_t length)
+
+cdef extern from "<sys/mman.h>" nogil:
+    int msync(void *addr, size_t length, int flags)
+    int MS_SYNC
+
+cdef extern from "<unistd.h>" nogil:
+    long sysconf(int name)
+    int _SC_PAGESIZE
+
+cdef extern from "<errno.h>":
+    int errno
+
+# Copies at least this large drop the GIL; below it the release costs more than the copy.
+cdef Py_ssize_t NOGIL_COPY = 65536
+cdef int64_t PAGE = 4096
+
+
+def offset_to_file_name(int64_t offset):
+    """DLedger's offset2FileName: the start offset zero-padded to 20 digits."""
+    return "%020d" % offset
+
+
+cdef object _entry_type = tuple
+
+
+def set_entry_type(cls):
+    """The class ``EntryLog.read_entry`` builds; the store layer registers its Entry here, so
+    a get costs one constructor call and no tuple unpacking in Python."""
+    global _entry_type
+    _entry_type = cls
+
+
+cdef inline const unsigned char[::1] _ro(object buf):
+    return memoryview(buf).cast("B")
+
+
+cdef class MappedFile:
+    """One segment file mapped in full. Positions are relative to the file unless named absolute."""
+
+    cdef readonly str path
+    cdef readonly int64_t file_from_offset
+    cdef readonly int64_t file_size
+    cdef public int64_t wrote_position
+    cdef public int64_t flushed_position
+    cdef public int64_t start_position
+    cdef readonly bint readonly
+    cdef object _mm
+    cdef const unsigned char[::1] _view
+    cdef unsigned char *ptr
+
+    def __cinit__(self, str path, int64_t file_from_offset, int64_t file_size, bint create=False,
+                  bint readonly=False):
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.readonly = readonly
+        if create and readonly:
+            raise ValueError("cannot create a file read-only")
+        flags = os.O_RDONLY if readonly else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(fd, file_size)
+            actual = os.fstat(fd).st_size
+            if actual != file_size:
+                raise DLedgerError(ResponseCode.DISK_ERROR,
+                                   f"{path}: size {actual} differs from the segment size {file_size}")
+            self._mm = _mmap.mmap(fd, file_size, access=_mmap.ACCESS_READ if readonly else _mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
+        self._view = self._mm
+        self.ptr = <unsigned char *>&self._view[0]
+        # A file we did not just create is taken as full until recovery says otherwise, as in DLedger.
+        pos = 0 if create else file_size
+        self.wrote_position = pos
+        self.flushed_position = pos
+        self.start_position = 0
+
+    @property
+    def closed(self):
+        return self._mm is None
+
+    cdef inline void _check_open(self) except *:
+        if self._mm is None:
+            raise ValueError(f"{self.path} is closed")
+
+    cdef inline void _check_writable(self) except *:
+        self._check_open()
+        if self.readonly:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.path} is opened read-only")
+
+    @property
+    def remaining(self):
+        return self.file_size - self.wrote_position
+
+    def is_full(self):
+        return self.wrote_position >= self.file_size
+
+    def append(self, data):
+        """Copy ``data`` at the write position; returns the absolute position, or -1 if it does not fit."""
+        cdef const unsigned char[::1] b = _ro(data)
+        self._check_writable()
+        cdef Py_ssize_t n = b.shape[0]
+        if n > self.file_size - self.wrote_position:
+            return -1
+        cdef int64_t at = self.wrote_position
+        if n:
+            _copy(self.ptr + at, &b[0], n)
+        self.wrote_position = at + n
+        return self.file_from_offset + at
+
+    def write_at(self, int64_t rel, data):
+        cdef const unsigned char[::1] b = _ro(data)
+        self._check_writable()
+        cdef Py_ssize_t n = b.shape[0]
+        if rel < 0 or rel + n > self.file_size:
+            raise ValueError(f"write of {n} bytes at {rel} outside {self.path}")
+        if n:
+            _copy(self.ptr + rel, &b[0], n)
+
+    def fill_blank(self):
+        """End the file with a blank record (magic -1, length) covering what is left; mark it full."""
+        self._check_writable()
+        cdef int64_t left = self.file_size - self.wrote_position
+        if left >= DL_MIN_BLANK_LEN:
+            dl_write_blank(self.ptr + self.wrote_position, <int32_t>left)
+        elif left > 0:
+            memset(self.ptr + self.wrote_position, 0, left)
+        self.wrote_position = self.file_size
+
+    def zero_range(self, int64_t start, int64_t end):
+        """Zero ``[start, end)``: what a truncation leaves behind must not look like entries."""
+        self._check_writable()
+        start = max(start, 0)
+        end = min(end, self.file_size)
+        if start < end:
+            with nogil:
+                memset(self.ptr + start, 0, end - start)
+
+    def read(self, int64_t rel, Py_ssize_t n):
+        self._check_open()
+        if rel < 0 or n < 0 or rel + n > self.file_size:
+            raise ValueError(f"read of {n} bytes at {rel} outside {self.path}")
+        return (<char *>self.ptr + rel)[:n]
+
+    def view(self, int64_t start=0, int64_t end=-1):
+        """A read-only memoryview of ``[start, end)`` of the mapping (no copy)."""
+        self._check_open()
+        if end < 0:
+            end = self.file_size
+        return memoryview(self._mm)[start:end].toreadonly()
+
+    def flush(self, int least_pages=0):
+        """msync what was written since the last flush; returns the new flushed position."""
+        self._check_open()
+        if self.readonly:
+            return self.flushed_position
+        cdef int64_t wrote = self.wrote_position, flushed = self.flushed_position
+        if wrote <= flushed:
+            return flushed
+        if least_pages > 0 and wrote < self.file_size and (wrote // PAGE - flushed // PAGE) < least_pages:
+            return flushed
+        cdef int64_t start = (flushed // PAGE) * PAGE
+        cdef int rc
+        with nogil:
+            rc = msync(self.ptr + start, <size_t>(wrote - start), MS_SYNC)
+        if rc != 0:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"msync {self.path}: {os.strerror(errno)}")
+        self.flushed_position = wrote
+        return wrote
+
+    def last_modified(self):
+        return os.stat(self.path).st_mtime
+
+    def close(self):
+        if self._mm is not None:
+            self.ptr = NULL
+            self._view = None
+            self._mm.close()
+            self._mm = None
+
+    def destroy(self):
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self):
+        return (f"MappedFile({self.path!r}, from={self.file_from_offset}, wrote={self.wrote_position}, "
+                f"flushed={self.flushed_position}, start={self.start_position})")
+
+
+cdef inline void _copy(unsigned char *dst, const unsigned char *src, Py_ssize_t n) noexcept:
+    if n >= NOGIL_COPY:
+        with nogil:
+            memcpy(dst, src, n)
+    else:
+        memcpy(dst, src, n)
+
+
+cdef class MmapFileList:
+    """DLedger's MmapFileList: contiguous segment files named by their 20-digit start offset."""
+
+    cdef readonly str store_path
+    cdef readonly int64_t file_size
+    cdef readonly bint readonly
+    cdef public list files
+    cdef public int64_t flushed_where
+
+    def __init__(self, str store_path, int64_t file_size, bint readonly=False):
+        if file_size <= 0:
+            raise ValueError(f"segment size must be positive, got {file_size}")
+        self.store_path = store_path
+        self.file_size = file_size
+        self.readonly = readonly
+        self.files = []
+        self.flushed_where = 0
+
+    def load(self):
+        """Map every segment file of the directory, in name order. All must have the segment size."""
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(n for n in os.listdir(self.store_path) if not n.startswith("."))
+        for name in names:
+            path = os.path.join(self.store_path, name)
+            if not (len(name) == 20 and name.isdigit()):
+                raise DLedgerError(ResponseCode.DISK_ERROR,
+                                   f"{path}: not a segment file (names are 20-digit offsets)")
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                raise DLedgerError(ResponseCode.DISK_ERROR,
+                                   f"{path}: size {size} differs from the segment size {self.file_size} "
+                                   "(files of mixed sizes)")
+            self.files.append(MappedFile(path, int(name), self.file_size, False, self.readonly))
+
+    def check_self(self):
+        """Adjacent files must be exactly one segment apart."""
+        cdef MappedFile prev = None, f
+        for f in self.files:
+            if prev is not None and f.file_from_offset - prev.file_from_offset != self.file_size:
+                raise DLedgerError(ResponseCode.DISK_ERROR,
+                                   f"{f.path}: starts at {f.file_from_offset}, expected "
+                                   f"{prev.file_from_offset + self.file_size} after {prev.path}")
+            prev = f
+
+    @property
+    def min_offset(self):
+        if not self.files:
+            return -1
+        cdef MappedFile f = self.files[0]
+        return f.file_from_offset + f.start_position
+
+    @property
+    def max_wrote_position(self):
+        if not self.files:
+            return 0
+        cdef MappedFile f = self.files[len(self.files) - 1]
+        return f.file_from_offset + f.wrote_position
+
+    cpdef MappedFile last_file(self, int64_t start_offset, bint create):
+        """getLastMappedFile: the last file, creating the next (or the first) when full or absent."""
+        cdef MappedFile last = self.files[len(self.files) - 1] if self.files else None
+        cdef int64_t create_at = -1
+        if last is None:
+            create_at = start_offset - start_offset % self.file_size
+        elif last.wrote_position >= self.file_size:
+            create_at = last.file_from_offset + self.file_size
+        if create_at < 0 or not create:
+            return last
+        if self.readonly:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.store_path} is opened read-only")
+        os.makedirs(self.store_path, exist_ok=True)
+        f = MappedFile(os.path.join(self.store_path, offset_to_file_name(create_at)), create_at,
+                       self.file_size, True, False)
+        self.files.append(f)
+        return f
+
+    cpdef int64_t pre_append(self, int64_t length, bint use_blank=True) except? -2:
+        """Where an append of ``length`` bytes would land, ending the last file with a blank if needed."""
+        cdef MappedFile f = self.last_file(0, True)
+        cdef int64_t blank = DL_MIN_BLANK_LEN if use_blank else 0
+        if length + blank > self.file_size:
+            return -1
+        if length + blank > f.file_size - f.wrote_position:
+            if blank < DL_MIN_BLANK_LEN:
+                return -1
+            f.fill_blank()
+            f = self.last_file(0, True)
+        return f.file_from_offset + f.wrote_position
+
+    def append(self, data, bint use_blank=True):
+        cdef const unsigned char[::1] b = _ro(data)
+        cdef int64_t pos = self.pre_append(b.shape[0], use_blank)
+        if pos < 0:
+            return -1
+        cdef MappedFile f = self.files[len(self.files) - 1]
+        return f.append(data)
+
+    cpdef MappedFile find(self, int64_t offset):
+        """findMappedFileByOffset, or None when no file holds ``offset``."""
+        if not self.files:
+            return None
+        cdef MappedFile first = self.files[0]
+        cdef Py_ssize_t k = (offset // self.file_size) - (first.file_from_offset // self.file_size)
+        cdef MappedFile f
+        if 0 <= k < len(self.files):
+            f = self.files[k]
+            if f.file_from_offset <= offset < f.file_from_offset + self.file_size:
+                return f
+        for f in self.files:
+            if f.file_from_offset <= offset < f.file_from_offset + self.file_size:
+                return f
+        return None
+
+    def truncate_offset(self, int64_t offset):
+        """Cut everything at and after ``offset``: later files are deleted, the holder is rewound and zeroed."""
+        cdef MappedFile f
+        keep = []
+        for f in self.files:
+            end = f.file_from_offset + self.file_size
+            if end <= offset:
+                keep.append(f)
+            elif f.file_from_offset <= offset:
+                rel = offset - f.file_from_offset
+                if not self.readonly and rel < f.wrote_position:
+                    f.zero_range(rel, f.wrote_position)
+                f.wrote_position = rel
+                f.flushed_position = min(f.flushed_position, rel)
+                keep.append(f)
+            else:
+                if self.readonly:
+                    keep.append(f)
+                else:
+                    f.destroy()
+        self.files = keep
+        if self.flushed_where > offset:
+            self.flushed_where = offset
+
+    def reset_offset(self, int64_t offset):
+        """Front trim: files wholly before ``offset`` are deleted; the holder starts at it."""
+        cdef MappedFile f
+        keep = []
+        for f in self.files:
+            if f.file_from_offset + self.file_size <= offset:
+                if not self.readonly:
+                    f.destroy()
+            else:
+                if f.file_from_offset <= offset:
+                    f.start_position = offset - f.file_from_offset
+                keep.append(f)
+        self.files = keep
+
+    def rebuild_with_pos(self, int64_t pos):
+        """An empty list that starts at ``pos`` (follower catching up past our whole log)."""
+        self.truncate_offset(-1)
+        cdef MappedFile f = self.last_file(pos, True)
+        f.wrote_position = pos - f.file_from_offset
+        f.flushed_position = f.wrote_position
+        f.start_position = f.wrote_position
+        self.flushed_where = pos
+        return self.max_wrote_position == pos == self.min_offset
+
+    def flush(self, int least_pages=0):
+        """Flush every file from the one holding flushed_where on; returns the new flushed_where."""
+        cdef MappedFile f
+        for f in self.files:
+            if f.file_from_offset + f.wrote_position <= self.flushed_where and f.flushed_position >= f.wrote_position:
+                continue
+            f.flush(least_pages)
+            self.flushed_where = f.file_from_offset + f.flushed_position
+        return self.flushed_where
+
+    def delete_expired_by_time(self, double expired_ms, double now_ms, bint clean_immediately,
+                               int max_files=10):
+        """Delete files (never the last) whose mtime is older than ``expired_ms``; stop at the first fresh one."""
+        cdef MappedFile f
+        deleted = 0
+        while len(self.files) > 1 and deleted < max_files:
+            f = self.files[0]
+            if not clean_immediately and now_ms < f.last_modified() * 1000.0 + expired_ms:
+                break
+            f.destroy()
+            del self.files[0]
+            deleted += 1
+        return deleted
+
+    def close(self):
+        cdef MappedFile f
+        for f in self.files:
+            f.close()
+
+    def __len__(self):
+        return len(self.files)
+
+
+cdef class EntryLog:
+    """The data and index lists of one node directory, with the ledger counters.
+
+    Append, read and lookup of entries: the per-entry work of the store. Recovery, truncation
+    and retention decide the counters (``begin``, ``end``, ``end_term``) from Python.
+    """
+
+    cdef readonly MmapFileList data
+    cdef readonly MmapFileList index
+    cdef public int64_t begin
+    cdef public int64_t end
+    cdef public int64_t end_term
+    cdef public Py_ssize_t max_body_size
+    cdef public bint disk_full
+    cdef public bint record_crc
+
+    def __init__(self, MmapFileList data, MmapFileList index, Py_ssize_t max_body_size,
+                 bint record_crc=True):
+        if index.file_size % DL_INDEX_UNIT != 0:
+            raise ValueError(f"index segment size {index.file_size} is not a multiple of 32")
+        self.data = data
+        self.index = index
+        self.begin = -1
+        self.end = -1
+        self.end_term = -1
+        self.max_body_size = max_body_size
+        self.disk_full = False
+        self.record_crc = record_crc
+
+    cdef inline void _check_body(self, Py_ssize_t n) except *:
+        if n <= 0:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body")
+        if n > self.max_body_size:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"body of {n} bytes is over the limit of {self.max_body_size}")
+        if self.data.file_size < n + DL_BODY_OFFSET + DL_MIN_BLANK_LEN:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"entry of {n + DL_BODY_OFFSET} bytes does not fit a data segment of "
+                               f"{self.data.file_size}")
+
+    cdef int64_t _put(self, const unsigned char *body, Py_ssize_t n, int64_t index, int64_t term,
+                      int64_t expect_pos, int32_t magic, int32_t channel, int32_t chain_crc,
+                      int64_t body_crc) except -2:
+        """Write one entry and its index unit. ``expect_pos`` >= 0 must be where it lands."""
+        cdef int64_t size = DL_BODY_OFFSET + n
+        cdef int64_t pos = self.data.pre_append(size, True)
+        if pos < 0:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
+        if expect_pos >= 0 and pos != expect_pos:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"entry {index} would land at {pos}, the leader put it at {expect_pos}")
+        cdef int64_t ipos = self.index.pre_append(DL_INDEX_UNIT, False)
+        if ipos != index * DL_INDEX_UNIT:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"index unit of entry {index} would land at {ipos}, not {index * DL_INDEX_UNIT}")
+        cdef MappedFile df = self.data.files[len(self.data.files) - 1]
+        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
+        cdef unsigned char *p = df.ptr + df.wrote_position
+        cdef uint32_t crc
+        if body_crc >= 0:
+            crc = <uint32_t>body_crc
+        elif self.record_crc:
+            if n >= NOGIL_COPY:
+                with nogil:
+                    crc = dl_crc32(0, body, n)
+            else:
+                crc = dl_crc32(0, body, n)
+        else:
+            crc = 0
+        dl_write_header(p, magic, <int32_t>size, index, term, pos, channel, chain_crc, <int32_t>crc,
+                        <int32_t>n)
+        _copy(p + DL_BODY_OFFSET, body, n)
+        df.wrote_position += size
+        dl_write_index(xf.ptr + xf.wrote_position, magic, pos, <int32_t>size, index, term)
+        xf.wrote_position += DL_INDEX_UNIT
+        self.end = index
+        self.end_term = term
+        if self.begin == -1:
+            self.begin = index
+        return pos
+
+    def append(self, body, int64_t term):
+        """Append as leader at ``end + 1``; returns the new entry's index."""
+        cdef const unsigned char[::1] b = _ro(body)
+        cdef Py_ssize_t n = b.shape[0]
+        self._check_body(n)
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               f"term {term} is below the ledger end term {self.end_term}")
+        self._put(&b[0], n, self.end + 1, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+        return self.end
+
+    def append_with_pos(self, body, int64_t term):
+        """As ``append``, returning ``(index, pos)``."""
+        cdef const unsigned char[::1] b = _ro(body)
+        cdef Py_ssize_t n = b.shape[0]
+        self._check_body(n)
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               f"term {term} is below the ledger end term {self.end_term}")
+        pos = self._put(&b[0], n, self.end + 1, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+        return self.end, pos
+
+    def append_batch(self, bodies, int64_t term):
+        """Append many bodies as leader; returns ``(first_index, positions)`` (numpy int64).
+
+        Every body is checked before anything is written, so a bad one changes nothing.
+        """
+        cdef Py_ssize_t count = len(bodies), k
+        cdef list views = [_ro(body) for body in bodies]
+        cdef const unsigned char[::1] b
+        for b in views:
+            self._check_body(b.shape[0])
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               f"term {term} is below the ledger end term {self.end_term}")
+        positions = np.empty(count, dtype=np.int64)
+        cdef int64_t[::1] ps = positions
+        cdef int64_t first = self.end + 1
+        for k in range(count):
+            b = views[k]
+            ps[k] = self._put(&b[0], b.shape[0], first + k, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+        return first, positions
+
+    def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,
+                     int32_t channel=0, int32_t chain_crc=0, int64_t body_crc=-1):
+        """Append an entry the leader made: it must be ``end + 1`` and land at ``pos``."""
+        cdef const unsigned char[::1] b = _ro(body)
+        cdef Py_ssize_t n = b.shape[0]
+        self._check_body(n)
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if index != self.end + 1:
+            raise DLedgerError(ResponseCode.INCONSISTENT_INDEX, f"expected index {self.end + 1}, got {index}")
+        if term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               f"term {term} is below the ledger end term {self.end_term}")
+        if magic != DL_CURRENT_MAGIC:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"unknown entry magic {magic}")
+        if pos < 0:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"negative pos {pos}")
+        # Check the landing position before writing anything: a mismatch must change nothing.
+        cdef MappedFile last = self.data.last_file(0, False)
+        cdef int64_t would
+        if last is None or last.wrote_position >= last.file_size:
+            would = -1 if last is None else last.file_from_offset + last.file_size
+        elif n + DL_BODY_OFFSET + DL_MIN_BLANK_LEN > last.file_size - last.wrote_position:
+            would = last.file_from_offset + last.file_size
+        else:
+            would = last.file_from_offset + last.wrote_position
+        if would >= 0 and would != pos:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"entry {index} would land at {would}, the leader put it at {pos}")
+        return self._put(&b[0], n, index, term, pos, magic, channel, chain_crc, body_crc)
+
+    cdef inline const unsigned char *_unit(self, int64_t index) except NULL:
+        if index < 0:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} < 0")
+        if index < self.begin:
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN,
+                               f"index {index} < ledger begin {self.begin}")
+        if index > self.end:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} > ledger end {self.end}")
+        cdef int64_t off = index * DL_INDEX_UNIT
+        cdef MappedFile f = self.index.find(off)
+        if f is None:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"no index file holds entry {index}")
+        return f.ptr + (off - f.file_from_offset)
+
+    cdef inline const unsigned char *_entry(self, int64_t index, int64_t *pos_out, int32_t *size_out) except NULL:
+        cdef const unsigned char *u = self._unit(index)
+        cdef int64_t pos = <int64_t>dl_get64(u + 4)
+        cdef int32_t size = <int32_t>dl_get32(u + 12)
+        cdef MappedFile f = self.data.find(pos)
+        if f is None or size < DL_BODY_OFFSET or pos - f.file_from_offset + size > f.file_size:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"entry {index}: no data at pos {pos} size {size}")
+        cdef const unsigned char *p = f.ptr + (pos - f.file_from_offset)
+        if <int64_t>dl_get64(p + 24) != pos or <int32_t>dl_get32(p + 4) != size:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"entry {index}: data at pos {pos} does not match its index unit")
+        pos_out[0] = pos
+        size_out[0] = size
+        return p
+
+    def read(self, int64_t index):
+        """(magic, size, index, term, pos, channel, chain_crc, body_crc, body)."""
+        cdef int64_t pos
+        cdef int32_t size
+        cdef const unsigned char *p = self._entry(index, &pos, &size)
+        return (<int32_t>dl_get32(p), size, <int64_t>dl_get64(p + 8), <int64_t>dl_get64(p + 16), pos,
+                <int32_t>dl_get32(p + 32), dl_get32(p + 36), dl_get32(p + 40),
+                (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET])
+
+    def read_entry(self, int64_t index):
+        """The entry as an instance of the class given to ``set_entry_type`` (positional:
+        index, term, pos, body, magic, channel, chain_crc, body_crc)."""
+        cdef int64_t pos
+        cdef int32_t size
+        cdef const unsigned char *p = self._entry(index, &pos, &size)
+        return _entry_type(<int64_t>dl_get64(p + 8), <int64_t>dl_get64(p + 16), pos,
+                           (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET],
+                           <int32_t>dl_get32(p), <int32_t>dl_get32(p + 32), dl_get32(p + 36),
+                           dl_get32(p + 40))
+
+    def read_body(self, int64_t index):
+        cdef int64_t pos
+        cdef int32_t size
+        cdef const unsigned char *p = self._entry(index, &pos, &size)
+        return (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET]
+
+    def read_raw(self, int64_t index):
+        """The entry's encoded bytes (header and body), as replicated to followers."""
+        cdef int64_t pos
+        cdef int32_t size
+        cdef const unsigned char *p = self._entry(index, &pos, &size)
+        return (<char *>p)[:size]
+
+    def pos_and_size(self, int64_t index):
+        cdef const unsigned char *u = self._unit(index)
+        return <int64_t>dl_get64(u + 4), <int32_t>dl_get32(u + 12)
+
+    def term_of(self, int64_t index):
+        cdef const unsigned char *u = self._unit(index)
+        return <int64_t>dl_get64(u + 24)
+
+    def lookup(self, indices):
+        """Batch index lookup: ``(pos, size, term)`` numpy arrays for an array of indices."""
+        cdef cnp.ndarray arr = np.ascontiguousarray(indices, dtype=np.int64)
+        cdef const int64_t[::1] ix = arr
+        cdef Py_ssize_t count = ix.shape[0], k
+        pos_a = np.empty(count, dtype=np.int64)
+        size_a = np.empty(count, dtype=np.int32)
+        term_a = np.empty(count, dtype=np.int64)
+        cdef int64_t[::1] ps = pos_a, tm = term_a
+        cdef int32_t[::1] sz = size_a
+        cdef const unsigned char *u
+        cdef int64_t cur_from = -1, cur_end = -1, off
+        cdef unsigned char *base = NULL
+        cdef MappedFile f
+        for k in range(count):
+            if ix[k] < self.begin or ix[k] > self.end or ix[k] < 0:
+                raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
+                                   f"index {ix[k]} outside [{self.begin}, {self.end}]")
+            off = ix[k] * DL_INDEX_UNIT
+            if off < cur_from or off >= cur_end:
+                f = self.index.find(off)
+                if f is None:
+                    raise DLedgerError(ResponseCode.DISK_ERROR, f"no index file holds entry {ix[k]}")
+                cur_from = f.file_from_offset
+                cur_end = cur_from + f.file_size
+                base = f.ptr
+            u = base + (off - cur_from)
+            ps[k] = <int64_t>dl_get64(u + 4)
+            sz[k] = <int32_t>dl_get32(u + 12)
+            tm[k] = <int64_t>dl_get64(u + 24)
+        return pos_a, size_a, term_a
+
+    def close(self):
+        self.data.close()
+        self.index.close()

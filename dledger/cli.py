@@ -1,0 +1,226 @@
+"""The ``dledger`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from dledger.errors import DLedgerError
+
+log = logging.getLogger("dledger.cli")
+
+
+def _progress(total: int, desc: str) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """A progress bar on standard error when it is a terminal; silent otherwise."""
+    if not sys.stderr.isatty():
+        return (lambda n: None), (lambda: None)
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr, leave=False)
+    return bar.update, bar.close
+
+
+def _open_readonly(path: str) -> object:
+    from dledger.store.file import MmapFileStore
+
+    return MmapFileStore(path, readonly=True)
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    store = _open_readonly(args.dir)
+    try:
+        begin, end = store.ledger_begin_index, store.ledger_end_index  # type: ignore[attr-defined]
+        first = begin if args.from_ is None else max(args.from_, begin)
+        last = end if args.to is None else min(args.to, end)
+        out = sys.stdout
+        if args.digest:
+            out.write(f"begin {begin} end {end} endTerm {store.ledger_end_term}\n")  # type: ignore[attr-defined]
+        update, done = _progress(max(last - first + 1, 0), "dump")
+        for i in range(first, last + 1):
+            e = store.get(i)  # type: ignore[attr-defined]
+            if args.digest:
+                out.write(f"{e.index} {e.term} {e.pos} {len(e.body)} {hashlib.sha256(e.body).hexdigest()[:16]}\n")
+            elif args.json:
+                out.write(json.dumps({
+                    "index": e.index, "term": e.term, "pos": e.pos, "size": e.size, "magic": e.magic,
+                    "body_crc": e.body_crc, "body_len": len(e.body),
+                    "body_base64": base64.b64encode(e.body).decode("ascii"),
+                }) + "\n")
+            else:
+                out.write(f"{e.index} {e.term} {e.pos} {len(e.body)} {_preview(e.body)}\n")
+            if i % 4096 == 0:
+                update(4096)
+        done()
+    finally:
+        store.close()  # type: ignore[attr-defined]
+    return 0
+
+
+def _preview(body: bytes, limit: int = 64) -> str:
+    text = body[:limit].decode("utf-8", errors="backslashreplace")
+    text = text.encode("unicode_escape").decode("ascii")
+    return text + ("..." if len(body) > limit else "")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from dledger.store.verify import verify_store
+
+    data_dir = Path(args.dir) / "data"
+    total = sum(p.stat().st_size for p in data_dir.iterdir()) if data_dir.is_dir() else 0
+    update, done = _progress(total, "verify")
+    try:
+        result = verify_store(args.dir, progress=update)
+    finally:
+        done()
+    for problem in result.problems:
+        print(problem)
+    if result.ok:
+        print(f"ok: {result.entries} entries [{result.first_index}, {result.last_index}], {result.bytes} bytes")
+        return 0
+    return 1
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    from dledger.store.file import MmapFileStore
+
+    if args.peers:
+        return _remote("append", args)
+    if args.dir is None:
+        raise SystemExit("dledger append: give a node directory or --peers")
+    if args.stdin:
+        bodies = [line.rstrip(b"\n") for line in sys.stdin.buffer]
+        bodies = [b for b in bodies if b]
+    else:
+        bodies = [args.data.encode("utf-8")]
+    with MmapFileStore(args.dir, sync=True, start_services=False) as store:
+        term = args.term if args.term is not None else max(store.ledger_end_term, 0)
+        first, _positions = store.append_batch(bodies, term) if bodies else (store.ledger_end_index + 1, [])
+        # A store used on its own is a group of one: what it wrote is committed.
+        store.update_committed_index(term, store.ledger_end_index)
+        for i in range(first, first + len(bodies)):
+            print(i)
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    if args.peers:
+        return _remote("get", args)
+    if args.dir is None:
+        raise SystemExit("dledger get: give a node directory or --peers")
+    store = _open_readonly(args.dir)
+    try:
+        e = store.get(args.index)  # type: ignore[attr-defined]
+    finally:
+        store.close()  # type: ignore[attr-defined]
+    if args.json:
+        print(json.dumps({"index": e.index, "term": e.term, "pos": e.pos, "body_crc": e.body_crc,
+                          "body_base64": base64.b64encode(e.body).decode("ascii")}))
+    else:
+        sys.stdout.buffer.write(e.body + b"\n")
+    return 0
+
+
+def _remote(_what: str, _args: argparse.Namespace) -> int:
+    raise SystemExit("--peers needs the replicated node layer, which this build does not have yet")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from dledger.perf.store_bench import format_table, run_store_bench
+
+    results = run_store_bench(quick=args.quick)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Write to an embedded store and read it back: the smallest end-to-end run."""
+    from dledger.store.file import MmapFileStore
+
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="dledger-demo-"))
+    node = base / "dledger-n0"
+    with MmapFileStore(node, sync=True, start_services=False) as store:
+        term = max(store.ledger_end_term, 0)
+        first, _ = store.append_batch([f"hello {i}".encode() for i in range(args.count)], term)
+        store.update_committed_index(term, store.ledger_end_index)
+        print(f"appended {args.count} entries at [{first}, {store.ledger_end_index}] in {node}")
+    with MmapFileStore(node, readonly=True) as store:
+        for i in range(max(store.ledger_begin_index, store.ledger_end_index - 2), store.ledger_end_index + 1):
+            e = store.get(i)
+            print(f"  index {e.index} term {e.term} pos {e.pos}: {e.body.decode()}")
+        print(f"begin {store.ledger_begin_index} end {store.ledger_end_index} "
+              f"committed {store.committed_index}")
+    print(f"inspect it with: dledger dump {node} --digest")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dledger", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("dump", help="print the entries of a node directory (read-only)")
+    d.add_argument("dir", help="node directory (holds data/ and index/)")
+    d.add_argument("--digest", action="store_true", help="fixture format: index term pos body_len sha256[:16]")
+    d.add_argument("--from", dest="from_", type=int, default=None, help="first index")
+    d.add_argument("--to", type=int, default=None, help="last index (inclusive)")
+    d.add_argument("--json", action="store_true", help="one JSON object per line")
+    d.set_defaults(func=cmd_dump)
+
+    v = sub.add_parser("verify", help="check every entry; exit 1 with one line per problem")
+    v.add_argument("dir")
+    v.set_defaults(func=cmd_verify)
+
+    a = sub.add_parser("append", help="append entries to a node directory (created if missing)")
+    a.add_argument("dir", nargs="?", default=None)
+    a.add_argument("--peers", default=None, help=argparse.SUPPRESS)
+    a.add_argument("--term", type=int, default=None, help="term of the entries (default: the ledger end term)")
+    src = a.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="the body of one entry")
+    src.add_argument("--stdin", action="store_true", help="each line of standard input is one entry")
+    a.set_defaults(func=cmd_append)
+
+    g = sub.add_parser("get", help="print the body of one entry")
+    g.add_argument("dir", nargs="?", default=None)
+    g.add_argument("--peers", default=None, help=argparse.SUPPRESS)
+    g.add_argument("-i", "--index", type=int, required=True)
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_get)
+
+    b = sub.add_parser("bench", help="measure the store beside its baselines")
+    b.add_argument("what", choices=["store"])
+    b.add_argument("--quick", action="store_true", help="small sizes; finishes in under 30 s")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    m = sub.add_parser("demo", help="write to an embedded store and read it back")
+    m.add_argument("--dir", default=None, help="base directory (default: a new temporary one)")
+    m.add_argument("--count", type=int, default=1000)
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except DLedgerError as exc:
+        print(f"dledger: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,755 @@
+"""DLedgerMmapFileStore: data and index segment files, checkpoint, recovery, flush, retention.
+
+Layout of a node directory (spec §2.2), byte-compatible with DLedger 0.2.x::
+
+    <node dir>/data/<20-digit offset>    entries (48-byte header + body), blank record at file end
+    <node dir>/index/<20-digit offset>   32-byte index units, entry i at byte i*32
+    <node dir>/checkpoint                endIndex=..., committedIndex=...
+
+The store has one writer (the thread that appends, truncates and resets); a background
+thread flushes, writes the checkpoint and applies retention. Structural changes (truncate,
+reset, retention, close) and flushes exclude each other through one lock, because a flush
+runs msync without the GIL over a mapping that a truncate could otherwise unmap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dledger._ext import load as _load_ext
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import CorruptionError, DLedgerError, check
+from dledger.store.entry import BODY_OFFSET, INDEX_UNIT_SIZE, Entry
+from dledger.store.properties import read_properties, write_properties
+
+_codec = _load_ext("codec")
+_segment = _load_ext("segment")
+_segment.set_entry_type(Entry)
+
+log = logging.getLogger(__name__)
+
+CHECK_POINT_FILE = "checkpoint"
+END_INDEX_KEY = "endIndex"
+COMMITTED_INDEX_KEY = "committedIndex"
+
+# Index units as numpy sees them: the vectorised twin of dl_write_index, used when recovery
+# has to rewrite many units at once.
+INDEX_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
+
+# Recovery scans at most this many entries per kernel call, so its memory stays bounded.
+_SCAN_CHUNK = 1 << 20
+# How much of a torn tail recovery zeroes: enough to wipe the torn header, without touching
+# (and so allocating) the sparse rest of a 1 GiB file.
+_TORN_ZERO_BYTES = 4096
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What opening the store found and did."""
+
+    scanned_entries: int = 0
+    scanned_bytes: int = 0
+    cut_file: str | None = None
+    cut_offset: int = -1
+    cut_entries: int = 0
+    cut_reason: str = ""
+    index_rewritten_from: int = -1
+
+
+def segment_size_of(directory: Path) -> int | None:
+    """The size of the segment files in ``directory`` (all must agree), or None if there are none."""
+    if not directory.is_dir():
+        return None
+    sizes = {p.stat().st_size for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")}
+    if not sizes:
+        return None
+    if len(sizes) > 1:
+        raise DLedgerError(ResponseCode.DISK_ERROR, f"{directory}: files of mixed sizes {sorted(sizes)}")
+    return sizes.pop()
+
+
+def _set_end(files: object, offset: int) -> None:
+    """Make the file holding ``offset`` end there (no zeroing)."""
+    for f in files.files:  # type: ignore[attr-defined]
+        if f.file_from_offset <= offset < f.file_from_offset + f.file_size:
+            f.wrote_position = offset - f.file_from_offset
+            f.flushed_position = min(f.flushed_position, f.wrote_position)
+
+
+def is_store_dir(path: Path) -> bool:
+    return (path / "data").is_dir() or (path / "index").is_dir() or (path / CHECK_POINT_FILE).is_file()
+
+
+class MmapFileStore:
+    """The file store of one node directory. See the module docstring for the layout.
+
+    ``sync=True`` makes every append durable (msync of data and index) before it returns;
+    otherwise the background flush writes within ``flush_file_interval`` ms.
+    ``truncate_corrupt=True`` cuts the log at a CRC mismatch found before the checkpoint
+    instead of refusing to open.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        config: DLedgerConfig | None = None,
+        *,
+        readonly: bool = False,
+        create: bool = True,
+        sync: bool | None = None,
+        truncate_corrupt: bool = False,
+        start_services: bool = True,
+    ) -> None:
+        self.config = config or DLedgerConfig()
+        self.path = Path(path)
+        self.readonly = readonly
+        self.sync = self.config.sync if sync is None else sync
+        self._lock = threading.RLock()
+        self._closed = False
+        self._committed = -1
+        self._committed_pos = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_checkpoint = 0.0
+
+        data_dir = Path(self.config.data_store_path) if self.config.data_store_path else self.path / "data"
+        index_dir = self.path / "index"
+        self._open_dir(data_dir, index_dir, create)
+        data_size = segment_size_of(data_dir) or self.config.mapped_file_size_for_entry_data
+        index_size = self._index_segment_size(index_dir) or self.config.mapped_file_size_for_entry_index
+        check(
+            index_size % INDEX_UNIT_SIZE == 0,
+            ResponseCode.UNEXPECTED_ARGUMENT,
+            f"index segment size {index_size} is not a multiple of {INDEX_UNIT_SIZE}",
+        )
+        self.data_file_size = data_size
+        self.index_file_size = index_size
+        data = _segment.MmapFileList(str(data_dir), data_size, readonly)
+        index = _segment.MmapFileList(str(index_dir), index_size, readonly)
+        self._log = _segment.EntryLog(data, index, self.config.max_body_size)
+        try:
+            data.load()
+            index.load()
+            data.check_self()
+            index.check_self()
+            self.recovery = self._recover(truncate_corrupt)
+        except BaseException:
+            self._log.close()
+            raise
+        if start_services and not readonly:
+            self.start()
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _open_dir(self, data_dir: Path, index_dir: Path, create: bool) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{self.path} is not a directory")
+        if is_store_dir(self.path):
+            return
+        if self.path.is_dir() and any(self.path.iterdir()):
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"{self.path} is not a dledger node directory (no data/, index/ or checkpoint); "
+                "point at the dledger-<id> directory",
+            )
+        if self.readonly or not create:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{self.path}: no dledger store here")
+        data_dir.mkdir(parents=True, exist_ok=True)
+        index_dir.mkdir(parents=True, exist_ok=True)
+
+    def _index_segment_size(self, index_dir: Path) -> int | None:
+        """Index files are derived data: a last file cut short by a crash is extended back to
+        the segment size (recovery then rewrites the lost units from the data files)."""
+        if not index_dir.is_dir():
+            return None
+        files = sorted(p for p in index_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            return None
+        sizes = [p.stat().st_size for p in files]
+        size = max(sizes)
+        size += -size % INDEX_UNIT_SIZE
+        if any(n != size for n in sizes[:-1]):
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{index_dir}: files of mixed sizes {sorted(set(sizes))}")
+        short = [files[-1]] if sizes[-1] != size else []
+        for p in short:
+            if self.readonly:
+                raise DLedgerError(ResponseCode.DISK_ERROR,
+                                   f"{p}: index file cut short ({p.stat().st_size} bytes, segment size "
+                                   f"{size}); open the store read-write once to repair it")
+            log.warning("index file %s is %d bytes, extending it to %d", p, p.stat().st_size, size)
+            os.truncate(p, size)
+        return size
+
+    def _checkpoint_values(self) -> tuple[int, int]:
+        props = read_properties(self.path / CHECK_POINT_FILE)
+        if props is None:
+            return -1, -1
+        try:
+            return int(props.get(END_INDEX_KEY, -1)), int(props.get(COMMITTED_INDEX_KEY, -1))
+        except ValueError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.path / CHECK_POINT_FILE}: {exc}") from exc
+
+    def _start_file(self) -> int:
+        """DLedger's choice of where recovery starts: the third-last file, or earlier until one
+        whose first entry is sound and agrees with its index unit."""
+        files = self._log.data.files
+        k = max(len(files) - 3, 0)
+        while k > 0:
+            f = files[k]
+            if self._first_entry_sound(f):
+                return int(k)
+            k -= 1
+        return 0
+
+    def _first_entry_sound(self, f: object) -> bool:
+        view = f.view(0, BODY_OFFSET)  # type: ignore[attr-defined]
+        magic, size, index, term, pos, _ch, _cc, _bc, body_size = _codec.decode_header(view)
+        if magic <= 0 or size <= 44 or body_size + BODY_OFFSET != size:
+            return False
+        if pos != f.file_from_offset:  # type: ignore[attr-defined]
+            return False
+        unit = self._index_unit(index)
+        return unit is not None and unit == (magic, pos, size, index, term)
+
+    def _index_unit(self, index: int) -> tuple[int, int, int, int, int] | None:
+        if index < 0:
+            return None
+        off = index * INDEX_UNIT_SIZE
+        f = self._log.index.find(off)
+        if f is None:
+            return None
+        rel = off - f.file_from_offset
+        return tuple(_codec.decode_index(f.view(rel, rel + INDEX_UNIT_SIZE)))  # type: ignore[return-value]
+
+    def _index_units(self, first: int, count: int) -> np.ndarray:
+        """Up to ``count`` index units from entry ``first`` on, as INDEX_DTYPE; shorter if files end."""
+        parts = []
+        off = first * INDEX_UNIT_SIZE
+        want = count
+        while want > 0:
+            f = self._log.index.find(off)
+            if f is None:
+                break
+            rel = off - f.file_from_offset
+            n = min(want, (f.file_size - rel) // INDEX_UNIT_SIZE)
+            parts.append(np.frombuffer(f.view(rel, rel + n * INDEX_UNIT_SIZE), dtype=INDEX_DTYPE))
+            want -= n
+            off += n * INDEX_UNIT_SIZE
+        if not parts:
+            return np.empty(0, dtype=INDEX_DTYPE)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def _recover(self, truncate_corrupt: bool) -> RecoveryReport:
+        report = RecoveryReport()
+        lg = self._log
+        data, index = lg.data, lg.index
+        ckpt_end, ckpt_committed = self._checkpoint_values()
+        if not data.files:
+            if not self.readonly:
+                index.truncate_offset(0)
+            index.flushed_where = 0
+            return report
+
+        files = data.files
+        start = self._start_file()
+        expect = -1
+        prev_term = -1
+        last_index = -1
+        last_term = -1
+        process_offset = files[start].file_from_offset
+        mismatch_from = -1  # first entry whose index unit disagrees with the data
+        stop_code = _codec.SCAN_END
+        stop_file = None
+        for k in range(start, len(files)):
+            f = files[k]
+            view = f.view()
+            offset = 0
+            while True:
+                cols, stop, code = _codec.scan(
+                    view, f.file_from_offset, offset, -1, expect, prev_term, True, _SCAN_CHUNK
+                )
+                n = len(cols["index"])
+                if n:
+                    report.scanned_entries += n
+                    report.scanned_bytes += stop - offset
+                    if mismatch_from < 0:
+                        mismatch_from = self._first_index_mismatch(cols)
+                    last_index = int(cols["index"][-1])
+                    last_term = int(cols["term"][-1])
+                    expect, prev_term = last_index + 1, last_term
+                process_offset = f.file_from_offset + stop
+                offset = stop
+                if code != _codec.SCAN_LIMIT:
+                    break
+            del view
+            stop_code, stop_file = code, f
+            if code in (_codec.SCAN_BLANK, _codec.SCAN_END):
+                # A blank record (or an exactly full file) ends the file: go on with the next.
+                process_offset = f.file_from_offset + f.file_size
+                if k + 1 < len(files):
+                    continue
+            break
+
+        torn = stop_code in (_codec.SCAN_BAD, _codec.SCAN_CRC)
+        if torn:
+            assert stop_file is not None
+            bad_index = expect if expect >= 0 else -1
+            rel = process_offset - stop_file.file_from_offset
+            reason = _codec.STOP_NAMES[stop_code]
+            if ckpt_end >= 0 and 0 <= bad_index <= ckpt_end and not truncate_corrupt:
+                raise CorruptionError(
+                    f"{stop_file.path}: {reason} at offset {rel} (entry {bad_index}), before the "
+                    f"checkpoint end index {ckpt_end}: this was flushed, so it is corruption, not a "
+                    "torn write. Open with truncate_corrupt=True to cut the log there.",
+                    file=stop_file.path,
+                    offset=rel,
+                    index=bad_index,
+                )
+            report.cut_file, report.cut_offset, report.cut_reason = stop_file.path, rel, reason
+            report.cut_entries = max(self._count_units_after(last_index), 1)
+            log.warning(
+                "recovery: cutting the log at %s offset %d (entry %d, %s); about %d entr%s dropped",
+                stop_file.path, rel, bad_index, reason, report.cut_entries,
+                "y" if report.cut_entries == 1 else "ies",
+            )
+            if not self.readonly:
+                stop_file.zero_range(rel, rel + _TORN_ZERO_BYTES)
+        lg.end, lg.end_term = last_index, last_term
+        # Loaded files count as full; the file holding the end of the valid data ends there.
+        # Setting the positions first keeps truncation from zeroing (and so allocating) the
+        # never-written sparse remainder of a large file.
+        _set_end(data, process_offset)
+        data.truncate_offset(process_offset)
+        self._revise_begin()
+        if lg.begin >= 0 and (not index.files or index.min_offset > lg.begin * INDEX_UNIT_SIZE):
+            # Index files for the front of the log are gone: rebuild all of it.
+            mismatch_from = int(lg.begin)
+        if mismatch_from >= 0 and self.readonly:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"{self.path}: index unit of entry {mismatch_from} disagrees with the data; "
+                               "open the store read-write once to rebuild the index")
+        if mismatch_from >= 0 and not self.readonly:
+            report.index_rewritten_from = mismatch_from
+            log.warning("recovery: index disagrees with data from entry %d; rewriting it", mismatch_from)
+            self._rewrite_index_from(mismatch_from)
+        end_units = (last_index + 1) * INDEX_UNIT_SIZE if last_index >= 0 else 0
+        _set_end(index, end_units)
+        if index.files and (end_units < index.min_offset or end_units > index.max_wrote_position):
+            if not self.readonly:
+                index.rebuild_with_pos(end_units)
+        else:
+            index.truncate_offset(end_units)
+        data.flushed_where = data.max_wrote_position
+        index.flushed_where = index.max_wrote_position
+        if ckpt_committed >= 0:
+            self.update_committed_index(-1, ckpt_committed)
+        return report
+
+    def _first_index_mismatch(self, cols: dict[str, np.ndarray]) -> int:
+        first = int(cols["index"][0])
+        units = self._index_units(first, len(cols["index"]))
+        n = len(units)
+        same = (
+            (units["magic"] == cols["magic"][:n])
+            & (units["pos"] == cols["pos"][:n])
+            & (units["size"] == cols["size"][:n])
+            & (units["index"] == cols["index"][:n])
+            & (units["term"] == cols["term"][:n])
+        )
+        if n < len(cols["index"]) or not same.all():
+            bad = np.flatnonzero(~same)
+            return first + (int(bad[0]) if len(bad) else n)
+        return -1
+
+    def _count_units_after(self, last_index: int) -> int:
+        """How many index units past ``last_index`` look written: the entries a cut drops."""
+        units = self._index_units(last_index + 1, 1 << 20)
+        written = np.flatnonzero(units["magic"] == 0) if len(units) else np.empty(0, dtype=np.int64)
+        return int(written[0]) if len(written) else len(units)
+
+    def _rewrite_index_from(self, first: int) -> None:
+        """Rebuild index units from entry ``first`` on, from the data (which is the truth)."""
+        lg = self._log
+        self._truncate_index(first * INDEX_UNIT_SIZE)
+        for f in lg.data.files:
+            view = f.view(0, f.wrote_position)
+            cols, _stop, _code = _codec.scan(view, f.file_from_offset, 0, -1, -1, -1, False, -1)
+            keep = cols["index"] >= first
+            if not keep.any():
+                continue
+            units = np.empty(int(keep.sum()), dtype=INDEX_DTYPE)
+            for name in ("magic", "pos", "size", "index", "term"):
+                units[name] = cols[name][keep]
+            self._append_index_bytes(units.tobytes())
+            del view
+
+    def _append_index_bytes(self, buf: bytes) -> None:
+        mv = memoryview(buf)
+        index = self._log.index
+        while len(mv):
+            f = index.last_file(0, True)
+            n = min(len(mv), f.file_size - f.wrote_position)
+            f.append(mv[:n])
+            mv = mv[n:]
+
+    def _truncate_data(self, offset: int) -> None:
+        data = self._log.data
+        if data.files and (offset < data.min_offset or offset > data.max_wrote_position):
+            data.rebuild_with_pos(offset)
+        else:
+            data.truncate_offset(offset)
+
+    def _truncate_index(self, offset: int) -> None:
+        index = self._log.index
+        if index.files and (offset < index.min_offset or offset > index.max_wrote_position):
+            index.rebuild_with_pos(offset)
+        elif index.files:
+            index.truncate_offset(offset)
+        elif offset > 0:
+            index.rebuild_with_pos(offset)
+
+    def _revise_begin(self) -> None:
+        """reviseLedgerBeginIndex: begin is the index of the first entry of the first data file."""
+        lg = self._log
+        if not lg.data.files or lg.end < 0:
+            lg.begin = -1 if lg.end < 0 else lg.begin
+            return
+        f = lg.data.files[0]
+        start = f.start_position
+        if start + BODY_OFFSET > f.wrote_position:
+            lg.begin = lg.end + 1 if lg.end >= 0 else -1
+            return
+        header = _codec.decode_header(f.view(start, start + BODY_OFFSET))
+        lg.begin = int(header[2])
+        lg.index.reset_offset(lg.begin * INDEX_UNIT_SIZE)
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def ledger_begin_index(self) -> int:
+        return int(self._log.begin)
+
+    @property
+    def ledger_end_index(self) -> int:
+        return int(self._log.end)
+
+    @property
+    def ledger_end_term(self) -> int:
+        return int(self._log.end_term)
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    @property
+    def committed_pos(self) -> int:
+        return self._committed_pos
+
+    @property
+    def disk_full(self) -> bool:
+        return bool(self._log.disk_full)
+
+    @disk_full.setter
+    def disk_full(self, value: bool) -> None:
+        self._log.disk_full = value
+
+    @property
+    def data_files(self) -> list[str]:
+        return [f.path for f in self._log.data.files]
+
+    @property
+    def index_files(self) -> list[str]:
+        return [f.path for f in self._log.index.files]
+
+    # -- appends -------------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self._closed:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.path}: store is closed")
+        if self.readonly:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.path}: store is opened read-only")
+
+    def append(self, body: bytes, term: int) -> int:
+        """Append one body as leader; returns its index. The fast path of ``append_as_leader``."""
+        self._writable()
+        index: int = self._log.append(body, term)
+        if self.sync:
+            self.flush()
+        return index
+
+    def append_as_leader(self, body: bytes, term: int) -> Entry:
+        self._writable()
+        index, pos = self._log.append_with_pos(body, term)
+        if self.sync:
+            self.flush()
+        return Entry(index=index, term=term, pos=pos, body=bytes(body))
+
+    def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
+        first, positions = self.append_batch(bodies, term)
+        return first, positions.tolist()
+
+    def append_batch(self, bodies: Sequence[bytes], term: int) -> tuple[int, np.ndarray]:
+        """Append many bodies in one call; returns the first index and a numpy array of positions."""
+        self._writable()
+        first, positions = self._log.append_batch(bodies, term)
+        if self.sync:
+            self.flush()
+        return int(first), positions
+
+    def append_as_follower(self, entry: Entry) -> Entry:
+        self._writable()
+        self._log.append_entry(
+            entry.index, entry.term, entry.pos, entry.body, entry.magic, entry.channel,
+            entry.chain_crc, entry.body_crc if entry.body_crc else -1,
+        )
+        if self.sync:
+            self.flush()
+        return entry
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, index: int) -> Entry:
+        entry: Entry = self._log.read_entry(index)
+        return entry
+
+    def get_body(self, index: int) -> bytes:
+        body: bytes = self._log.read_body(index)
+        return body
+
+    def get_raw(self, index: int) -> bytes:
+        """The encoded entry (header and body) exactly as stored."""
+        raw: bytes = self._log.read_raw(index)
+        return raw
+
+    def get_range(self, start: int, end: int) -> list[Entry]:
+        return [self.get(i) for i in range(start, min(end, self.ledger_end_index) + 1)]
+
+    def iter_entries(self, start: int | None = None, end: int | None = None) -> Iterator[Entry]:
+        first = self.ledger_begin_index if start is None else start
+        last = self.ledger_end_index if end is None else min(end, self.ledger_end_index)
+        for i in range(first, last + 1):
+            yield self.get(i)
+
+    def term_at(self, index: int) -> int:
+        if index == -1:
+            return -1
+        return int(self._log.term_of(index))
+
+    def lookup(self, indices: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Batch index lookup: ``(pos, size, term)`` arrays for many indices in one call."""
+        result: tuple[np.ndarray, np.ndarray, np.ndarray] = self._log.lookup(indices)
+        return result
+
+    def pos_and_size(self, index: int) -> tuple[int, int]:
+        pos, size = self._log.pos_and_size(index)
+        return int(pos), int(size)
+
+    # -- follower truncate, begin reset, commit ------------------------------------------
+
+    def truncate(self, entry: Entry) -> int:
+        """Follower truncate: keep the log up to ``entry`` (appending it where it is absent)."""
+        self._writable()
+        lg = self._log
+        with self._lock:
+            existing = None
+            if lg.begin >= 0 and lg.begin <= entry.index <= lg.end:
+                existing = self.get(entry.index)
+            existed = entry.same_as(existing)
+            if existed:
+                assert existing is not None
+                data_cut = existing.pos + existing.size
+                last_kept = entry.index
+            else:
+                data_cut = entry.pos
+                last_kept = entry.index - 1
+            if lg.begin < 0 or not (lg.begin <= entry.index <= lg.end + 1):
+                # Nothing of ours precedes it: restart both lists at the entry.
+                lg.data.rebuild_with_pos(entry.pos)
+                lg.index.rebuild_with_pos(entry.index * INDEX_UNIT_SIZE)
+                lg.begin, lg.end, lg.end_term = -1, entry.index - 1, -1
+            else:
+                self._truncate_data(data_cut)
+                self._truncate_index((last_kept + 1) * INDEX_UNIT_SIZE)
+                lg.end = last_kept
+                lg.end_term = self.term_at(last_kept) if last_kept >= lg.begin else -1
+                if last_kept < lg.begin:
+                    lg.begin = -1
+            if not existed:
+                self.append_as_follower(entry)
+            if self._committed > lg.end:
+                self._committed = int(lg.end)
+                self._committed_pos = self._end_pos(self._committed)
+            if self.sync:
+                self.flush()
+        return entry.index
+
+    def reset_begin_index(self, index: int) -> int:
+        """Drop whole data files that hold only entries before ``index``; returns the new begin.
+
+        Retention granularity is a file, as in DLedger: the new begin is the first entry of
+        the file that holds ``index``, so it can be below ``index``.
+        """
+        self._writable()
+        check(
+            self.ledger_begin_index <= index <= self.ledger_end_index + 1,
+            ResponseCode.INDEX_OUT_OF_RANGE,
+            f"begin index {index} outside [{self.ledger_begin_index}, {self.ledger_end_index + 1}]",
+        )
+        with self._lock:
+            if index > self.ledger_end_index:
+                return self.ledger_begin_index
+            pos, _size = self.pos_and_size(index)
+            data = self._log.data
+            while len(data.files) > 1 and data.files[0].file_from_offset + data.file_size <= pos:
+                data.files[0].destroy()
+                del data.files[0]
+            self._revise_begin()
+        return self.ledger_begin_index
+
+    def update_committed_index(self, term: int, new_committed_index: int) -> None:
+        """updateCommittedIndex (§2.1). Term checks belong to the consensus layer; ``term`` is kept
+        for the interface."""
+        if new_committed_index == -1 or self._log.end == -1 or new_committed_index == self._committed:
+            return
+        if new_committed_index < self._committed or new_committed_index < self._log.begin:
+            log.debug("skip committed index %d (committed %d, begin %d)", new_committed_index,
+                      self._committed, self._log.begin)
+            return
+        new_committed_index = min(new_committed_index, int(self._log.end))
+        self._committed_pos = self._end_pos(new_committed_index)
+        self._committed = new_committed_index
+
+    def _end_pos(self, index: int) -> int:
+        if index < 0 or index < self._log.begin:
+            return -1
+        pos, size = self.pos_and_size(index)
+        return pos + size
+
+    # -- durability ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """msync data and index up to what was written."""
+        if self.readonly or self._closed:
+            return
+        with self._lock:
+            self._log.data.flush(0)
+            self._log.index.flush(0)
+
+    def persist_checkpoint(self) -> None:
+        """Write ``checkpoint`` (endIndex, committedIndex). Call after a flush: it vouches for it."""
+        if self.readonly:
+            return
+        write_properties(
+            self.path / CHECK_POINT_FILE,
+            {END_INDEX_KEY: self.ledger_end_index, COMMITTED_INDEX_KEY: self._committed},
+        )
+        self._last_checkpoint = time.monotonic()
+
+    def checkpoint(self) -> None:
+        """Flush, then record the checkpoint; what it names survives any crash from here on."""
+        with self._lock:
+            self.flush()
+            self.persist_checkpoint()
+
+    # -- retention and disk space --------------------------------------------------------
+
+    def used_ratio(self) -> float:
+        usage = shutil.disk_usage(self._log.data.store_path)
+        return usage.used / usage.total if usage.total else 0.0
+
+    def check_disk(self, used_ratio: float | None = None) -> bool:
+        """Set the disk-full flag from the used ratio; appends fail with DISK_FULL while it is set."""
+        ratio = self.used_ratio() if used_ratio is None else used_ratio
+        full = ratio > self.config.disk_full_ratio
+        if full != self.disk_full:
+            log.warning("disk %s: used ratio %.3f (limit %.3f)", "full" if full else "no longer full",
+                        ratio, self.config.disk_full_ratio)
+        self._log.disk_full = full
+        return full
+
+    def delete_expired(self, now: float | None = None, used_ratio: float | None = None) -> int:
+        """Retention (CleanSpaceService): delete expired data files, never the one being written.
+
+        Files older than ``file_reserved_hours`` go when it is the hour of ``delete_when`` or the
+        disk is above ``disk_space_ratio_to_check_expired``; above ``disk_space_ratio_to_force_clean``
+        (with ``enable_disk_force_clean``) the oldest files go whatever their age.
+        """
+        self._writable()
+        cfg = self.config
+        now = time.time() if now is None else now
+        ratio = self.used_ratio() if used_ratio is None else used_ratio
+        hour = time.strftime("%H", time.localtime(now))
+        time_up = hour in [h.strip() for h in cfg.delete_when.split(";") if h.strip()]
+        force = ratio > max(cfg.disk_space_ratio_to_force_clean, 0.50)
+        if not (time_up or ratio > cfg.disk_space_ratio_to_check_expired or force):
+            return 0
+        expired_ms = max(cfg.file_reserved_hours, 1) * 3600 * 1000.0
+        with self._lock:
+            deleted = int(self._log.data.delete_expired_by_time(
+                expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10))
+            if deleted:
+                self._revise_begin()
+                log.info("retention deleted %d data file(s); ledger begins at %d", deleted,
+                         self.ledger_begin_index)
+        return deleted
+
+    # -- background service --------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None or self.readonly:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._service, name=f"dledger-store-{self.path.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _service(self) -> None:
+        interval = max(self.config.flush_file_interval, 1) / 1000.0
+        last_clean = 0.0
+        while not self._stop.wait(interval):
+            try:
+                self.flush()
+                if time.monotonic() - self._last_checkpoint >= self.config.check_point_interval / 1000.0:
+                    self.persist_checkpoint()
+                if time.monotonic() - last_clean >= 0.1:
+                    last_clean = time.monotonic()
+                    ratio = self.used_ratio()
+                    self.check_disk(ratio)
+                    self.delete_expired(used_ratio=ratio)
+            except Exception:
+                log.exception("store service of %s failed; retrying", self.path)
+
+    def close(self) -> None:
+        """Stop the service, flush, write the checkpoint, unmap."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if not self.readonly:
+                self.flush()
+                self.persist_checkpoint()
+            self._closed = True
+            self._log.close()
+
+    def __enter__(self) -> MmapFileStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def from_config(cls, config: DLedgerConfig, **kwargs: object) -> MmapFileStore:
+        return cls(config.default_path, config, **kwargs)  # type: ignore[arg-type]

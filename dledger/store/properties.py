@@ -1,0 +1,51 @@
+"""Java ``.properties`` files as DLedger writes them (``checkpoint``, ``currterm``).
+
+Written the way a crash cannot tear: a temporary file, fsync, rename, fsync of the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def read_properties(path: str | os.PathLike[str]) -> dict[str, str] | None:
+    """The key/value pairs of a properties file, or None if it does not exist."""
+    try:
+        text = Path(path).read_text(encoding="latin-1")
+    except FileNotFoundError:
+        return None
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+def write_properties(path: str | os.PathLike[str], values: dict[str, object]) -> None:
+    """Atomically replace ``path`` with the given keys (``None`` values are written empty)."""
+    target = Path(path)
+    lines = [f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}"]
+    lines += [f"{key}={'' if value is None else value}" for key, value in values.items()]
+    tmp = target.with_name(target.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode("latin-1"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

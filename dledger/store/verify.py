@@ -1,0 +1,143 @@
+"""Offline check of a node directory: every entry's structure, CRC and index unit.
+
+Read-only by construction: it maps the files read-only and never runs recovery, so it can
+look at a store that refuses to open (which is when it is needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dledger._ext import load as _load_ext
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+from dledger.store.entry import INDEX_UNIT_SIZE
+from dledger.store.file import CHECK_POINT_FILE, END_INDEX_KEY, INDEX_DTYPE, segment_size_of
+from dledger.store.properties import read_properties
+
+_codec = _load_ext("codec")
+_segment = _load_ext("segment")
+
+
+@dataclass(slots=True, frozen=True)
+class Problem:
+    file: str
+    offset: int
+    index: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file} offset {self.offset} index {self.index}: {self.message}"
+
+
+@dataclass(slots=True)
+class VerifyResult:
+    problems: list[Problem]
+    entries: int
+    bytes: int
+    first_index: int
+    last_index: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_store(node_dir: str | Path, progress: Callable[[int], None] | None = None) -> VerifyResult:
+    """Scan every data file; ``progress`` is called with the bytes done after each file."""
+    root = Path(node_dir)
+    data_dir, index_dir = root / "data", root / "index"
+    if not data_dir.is_dir():
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{root}: not a dledger node directory (no data/)")
+    problems: list[Problem] = []
+    data_size = segment_size_of(data_dir)
+    index_size = segment_size_of(index_dir)
+    if data_size is None:
+        return VerifyResult([], 0, 0, -1, -1)
+    data = _segment.MmapFileList(str(data_dir), data_size, True)
+    index = _segment.MmapFileList(str(index_dir), index_size or INDEX_UNIT_SIZE, True)
+    try:
+        data.load()
+        if index_size:
+            index.load()
+        try:
+            data.check_self()
+        except DLedgerError as exc:
+            problems.append(Problem(str(data_dir), 0, -1, exc.message))
+        entries = 0
+        nbytes = 0
+        first_index = -1
+        expect, prev_term = -1, -1
+        for f in data.files:
+            view = f.view()
+            offset = 0
+            while True:
+                cols, stop, code = _codec.scan(view, f.file_from_offset, offset, -1, expect, prev_term,
+                                               True, 1 << 20)
+                n = len(cols["index"])
+                if n:
+                    if first_index < 0:
+                        first_index = int(cols["index"][0])
+                    entries += n
+                    expect, prev_term = int(cols["index"][-1]) + 1, int(cols["term"][-1])
+                    problems.extend(_index_problems(index, cols, f.file_from_offset, f.path))
+                nbytes += stop - offset
+                offset = stop
+                if code != _codec.SCAN_LIMIT:
+                    break
+            if code in (_codec.SCAN_BAD, _codec.SCAN_CRC):
+                problems.append(Problem(f.path, stop, expect,
+                                        f"{_codec.STOP_NAMES[code]} (entry expected: {expect})"))
+                # Resynchronise at the next file: its first entry names where it stands.
+                expect, prev_term = -1, prev_term
+            elif code == _codec.SCAN_ZERO and f is not data.files[len(data.files) - 1]:
+                problems.append(Problem(f.path, stop, expect, "unwritten space before the last file"))
+            del view
+            if progress is not None:
+                progress(f.file_size)
+        last_index = expect - 1 if expect > 0 else (first_index - 1 if first_index >= 0 else -1)
+        ckpt = read_properties(root / CHECK_POINT_FILE)
+        if ckpt is not None and END_INDEX_KEY in ckpt:
+            try:
+                ckpt_end = int(ckpt[END_INDEX_KEY])
+            except ValueError:
+                problems.append(Problem(str(root / CHECK_POINT_FILE), 0, -1, "unreadable endIndex"))
+            else:
+                if ckpt_end > last_index:
+                    problems.append(Problem(str(root / CHECK_POINT_FILE), 0, ckpt_end,
+                                            f"checkpoint endIndex {ckpt_end} is past the last valid "
+                                            f"entry {last_index}"))
+        return VerifyResult(problems, entries, nbytes, first_index, last_index)
+    finally:
+        data.close()
+        index.close()
+
+
+def _index_problems(index: object, cols: dict[str, np.ndarray], base: int, path: str) -> list[Problem]:
+    out: list[Problem] = []
+    first = int(cols["index"][0])
+    count = len(cols["index"])
+    got = np.zeros(count, dtype=INDEX_DTYPE)
+    filled = 0
+    off = first * INDEX_UNIT_SIZE
+    while filled < count:
+        f = index.find(off)  # type: ignore[attr-defined]
+        if f is None:
+            break
+        rel = off - f.file_from_offset
+        n = min(count - filled, (f.file_size - rel) // INDEX_UNIT_SIZE)
+        got[filled:filled + n] = np.frombuffer(f.view(rel, rel + n * INDEX_UNIT_SIZE), dtype=INDEX_DTYPE)
+        filled += n
+        off += n * INDEX_UNIT_SIZE
+    bad = ~(
+        (got["magic"] == cols["magic"]) & (got["pos"] == cols["pos"]) & (got["size"] == cols["size"])
+        & (got["index"] == cols["index"]) & (got["term"] == cols["term"])
+    )
+    for k in np.flatnonzero(bad)[:100]:
+        what = "missing" if k >= filled else "disagrees with the data"
+        out.append(Problem(path, int(cols["pos"][k]) - base, int(cols["index"][k]), f"index unit {what}"))
+    return out

@@ -1,0 +1,45 @@
+"""Build of the Cython kernels: every ``_ext/<name>.pyx`` becomes ``dledger._ext.<name>``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+HERE = Path(__file__).parent
+EXT_DIR = "_ext"
+
+compile_args = ["-O3"]
+if sys.platform != "win32":
+    compile_args += ["-fno-strict-aliasing", "-Wno-unused-function"]
+if os.environ.get("DLEDGER_NATIVE") == "1":
+    # Opt-in only: wheels must run on any CPU of their architecture.
+    compile_args.append("-march=native")
+
+extensions = [
+    Extension(
+        f"dledger._ext.{pyx.stem}",
+        [str(Path(EXT_DIR) / pyx.name)],
+        include_dirs=[EXT_DIR, numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=compile_args,
+    )
+    for pyx in sorted((HERE / EXT_DIR).glob("*.pyx"))
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    ),
+)
