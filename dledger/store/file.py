@@ -136,7 +136,9 @@ class MmapFileStore:
         self.index_file_size = index_size
         data = _segment.MmapFileList(str(data_dir), data_size, readonly)
         index = _segment.MmapFileList(str(index_dir), index_size, readonly)
-        self._log = _segment.EntryLog(data, index, self.config.max_body_size)
+        # A body must also fit a data segment with its header and the blank record after it.
+        self.max_body_size = min(self.config.max_body_size, data_size - BODY_OFFSET - 8)
+        self._log = _segment.EntryLog(data, index, self.max_body_size)
         try:
             data.load()
             index.load()
@@ -211,6 +213,21 @@ class MmapFileStore:
             k -= 1
         return 0
 
+    def _first_entry_offset(self) -> int:
+        """Where the first data file's first entry is: 0, unless the log was rebuilt at a position
+        inside the file (a follower that started from the leader's position), which the first
+        written index unit tells."""
+        f = self._log.data.files[0]
+        if _codec.decode_header(f.view(0, BODY_OFFSET))[0] != 0 or not self._log.index.files:
+            return 0
+        xf = self._log.index.files[0]
+        units = np.frombuffer(xf.view(0, xf.file_size), dtype=INDEX_DTYPE)
+        written = np.flatnonzero(units["magic"] != 0)
+        if not len(written):
+            return 0
+        rel = int(units["pos"][written[0]]) - f.file_from_offset
+        return rel if 0 <= rel < f.file_size else 0
+
     def _first_entry_sound(self, f: object) -> bool:
         view = f.view(0, BODY_OFFSET)  # type: ignore[attr-defined]
         magic, size, index, term, pos, _ch, _cc, _bc, body_size = _codec.decode_header(view)
@@ -273,7 +290,8 @@ class MmapFileStore:
         for k in range(start, len(files)):
             f = files[k]
             view = f.view()
-            offset = 0
+            offset = self._first_entry_offset() if k == 0 else 0
+            f.start_position = offset
             while True:
                 cols, stop, code = _codec.scan(
                     view, f.file_from_offset, offset, -1, expect, prev_term, True, _SCAN_CHUNK

@@ -1,0 +1,323 @@
+"""The store API: what a caller of the file store (and the memory store) relies on."""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dledger import format_py as oracle
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.store.entry import Entry
+from dledger.store.file import MmapFileStore
+from dledger.store.memory import MemoryStore
+from dledger.store.properties import read_properties
+
+
+def _open(path: Path, cfg: DLedgerConfig, **kw) -> MmapFileStore:
+    return MmapFileStore(path, cfg, start_services=False, **kw)
+
+
+@pytest.fixture(params=["file", "memory"])
+def any_store(request, tmp_path, small_config):
+    if request.param == "memory":
+        store = MemoryStore(max_body_size=small_config.max_body_size)
+    else:
+        store = _open(tmp_path / "dledger-n0", small_config)
+    yield store
+    store.close()
+
+
+def test_append_get_round_trip(any_store):
+    bodies = [os.urandom(1 + i % 200) for i in range(300)]
+    for k, b in enumerate(bodies):
+        e = any_store.append_as_leader(b, 1 + k // 100)
+        assert e.index == k
+    assert any_store.ledger_begin_index == 0
+    assert any_store.ledger_end_index == 299
+    assert any_store.ledger_end_term == 3
+    for k, b in enumerate(bodies):
+        e = any_store.get(k)
+        assert (e.index, e.term, e.body) == (k, 1 + k // 100, b)
+    assert [e.body for e in any_store.get_range(10, 20)] == bodies[10:21]
+
+
+def test_bad_bodies_are_refused_and_change_nothing(any_store):
+    any_store.append_as_leader(b"a", 1)
+    with pytest.raises(DLedgerError) as exc:
+        any_store.append_as_leader(b"", 1)
+    assert exc.value.code == ResponseCode.REQUEST_WITH_EMPTY_BODYS
+    with pytest.raises(DLedgerError) as exc:
+        any_store.append_as_leader(b"x" * (any_store.max_body_size + 1), 1)
+    assert exc.value.code == ResponseCode.UNEXPECTED_ARGUMENT
+    assert any_store.ledger_end_index == 0
+
+
+def test_get_out_of_range_codes(any_store):
+    with pytest.raises(DLedgerError) as exc:
+        any_store.get(0)
+    assert exc.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+    any_store.append_as_leader(b"a", 1)
+    with pytest.raises(DLedgerError) as exc:
+        any_store.get(-1)
+    assert exc.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+    with pytest.raises(DLedgerError) as exc:
+        any_store.get(1)
+    assert exc.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+
+
+def test_follower_append_checks_index_and_pos(any_store):
+    e0 = any_store.append_as_leader(b"first", 1)
+    good = Entry(index=1, term=2, pos=e0.pos + e0.size, body=b"second")
+    with pytest.raises(DLedgerError) as exc:
+        any_store.append_as_follower(Entry(index=2, term=2, pos=good.pos, body=b"x"))
+    assert exc.value.code == ResponseCode.INCONSISTENT_INDEX
+    with pytest.raises(DLedgerError) as exc:
+        any_store.append_as_follower(Entry(index=1, term=2, pos=good.pos + 1, body=b"x"))
+    assert exc.value.code == ResponseCode.DISK_ERROR
+    assert any_store.ledger_end_index == 0
+    any_store.append_as_follower(good)
+    assert any_store.get(1).body == b"second"
+
+
+def test_truncate_replaces_divergent_suffix(any_store):
+    entries = [any_store.append_as_leader(f"e{i}".encode(), 1) for i in range(50)]
+    # The leader of term 2 has a different entry 30: we keep 0..29 and take its 30.
+    new30 = Entry(index=30, term=2, pos=entries[30].pos, body=b"leader's thirty")
+    assert any_store.truncate(new30) == 30
+    assert any_store.ledger_end_index == 30
+    assert any_store.ledger_end_term == 2
+    assert any_store.get(30).body == b"leader's thirty"
+    assert any_store.get(29).body == b"e29"
+    # Truncating at an entry we already have keeps it and drops what follows.
+    any_store.append_as_leader(b"after", 2)
+    assert any_store.truncate(any_store.get(30)) == 30
+    assert any_store.ledger_end_index == 30
+
+
+def test_committed_index_moves_forward_only(any_store):
+    for i in range(10):
+        any_store.append_as_leader(b"x", 1)
+    any_store.update_committed_index(1, 5)
+    assert any_store.committed_index == 5
+    any_store.update_committed_index(1, 3)
+    assert any_store.committed_index == 5
+    any_store.update_committed_index(1, 100)
+    assert any_store.committed_index == 9  # capped at the ledger end
+    e = any_store.get(9)
+    assert any_store.committed_pos == e.pos + e.size
+
+
+def test_batch_append_positions_and_layout(tmp_path, small_config):
+    store = _open(tmp_path / "n", small_config)
+    bodies = [bytes([i % 256]) * (1 + (i * 7) % 300) for i in range(200)]
+    first, positions = store.append_batch(bodies, 4)
+    assert first == 0
+    for k, b in enumerate(bodies):
+        e = store.get(k)
+        assert e.pos == positions[k] and e.body == b and e.body_crc == zlib.crc32(b)
+    pos, size, term = store.lookup(np.arange(200))
+    assert pos.tolist() == positions.tolist()
+    assert size.tolist() == [48 + len(b) for b in bodies]
+    assert set(term.tolist()) == {4}
+    store.close()
+
+
+def test_files_are_byte_compatible_with_dledger(tmp_path, small_config):
+    """Names, sizes, blank records and index units as the Java implementation lays them out."""
+    node = tmp_path / "dledger-n0"
+    store = _open(node, small_config)
+    bodies = [os.urandom(50 + i % 400) for i in range(120)]
+    for b in bodies:
+        store.append_as_leader(b, 7)
+    store.close()
+    data_size, index_size = small_config.mapped_file_size_for_entry_data, small_config.mapped_file_size_for_entry_index
+    # Lay the same entries out by the rules of spec §2.3 with the struct oracle.
+    files: dict[int, bytearray] = {0: bytearray()}
+    start = 0
+    units = bytearray()
+    for k, b in enumerate(bodies):
+        size = 48 + len(b)
+        if size + 8 > data_size - len(files[start]):
+            left = data_size - len(files[start])
+            files[start] += oracle.BLANK.pack(-1, left) + bytes(left - 8)
+            start += data_size
+            files[start] = bytearray()
+        pos = start + len(files[start])
+        files[start] += oracle.encode_entry(k, 7, pos, b)
+        units += oracle.encode_index(1, pos, size, k, 7)
+    data_names = sorted(p.name for p in (node / "data").iterdir())
+    assert data_names == [f"{s:020d}" for s in sorted(files)]
+    for s, content in files.items():
+        raw = (node / "data" / f"{s:020d}").read_bytes()
+        assert len(raw) == data_size
+        assert raw[: len(content)] == bytes(content)
+        assert raw[len(content):] == bytes(data_size - len(content))
+    index_raw = b"".join((node / "index" / n).read_bytes() for n in sorted(os.listdir(node / "index")))
+    assert all(os.path.getsize(node / "index" / n) == index_size for n in os.listdir(node / "index"))
+    assert index_raw[: len(units)] == bytes(units)
+    props = read_properties(node / "checkpoint")
+    assert props == {"endIndex": "119", "committedIndex": "-1"}
+
+
+def test_reopen_recovers_state_and_reads_sizes_from_files(tmp_path, small_config):
+    node = tmp_path / "dledger-n0"
+    store = _open(node, small_config)
+    for i in range(100):
+        store.append_as_leader(f"entry {i}".encode(), 1 + i // 40)
+    store.update_committed_index(3, 90)
+    store.close()
+    # Opened with the default 1 GiB config: sizes come from the files, not the config.
+    with MmapFileStore(node, start_services=False) as again:
+        assert again.data_file_size == 4096 and again.index_file_size == 320
+        assert (again.ledger_begin_index, again.ledger_end_index, again.ledger_end_term) == (0, 99, 3)
+        assert again.committed_index == 90
+        assert again.get(57).body == b"entry 57"
+        e = again.append_as_leader(b"more", 3)
+        assert e.index == 100
+
+
+def test_not_a_store_and_mixed_sizes_are_refused(tmp_path, small_config):
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("hello")
+    with pytest.raises(DLedgerError, match="not a dledger node directory"):
+        _open(junk, small_config)
+    with pytest.raises(DLedgerError, match="no dledger store"):
+        MmapFileStore(tmp_path / "absent", readonly=True)
+    node = tmp_path / "dledger-n0"
+    store = _open(node, small_config)
+    for i in range(200):
+        store.append_as_leader(b"y" * 100, 1)
+    store.close()
+    files = sorted((node / "data").iterdir())
+    assert len(files) > 2
+    os.truncate(files[1], 2048)
+    before = {p.name: p.read_bytes() for p in files}
+    with pytest.raises(DLedgerError, match="mixed sizes"):
+        _open(node, small_config)
+    assert {p.name: p.read_bytes() for p in files} == before
+
+
+def test_disk_full_flag_turns_appends_into_disk_full(tmp_path, small_config):
+    store = _open(tmp_path / "n", small_config)
+    store.append_as_leader(b"ok", 1)
+    assert store.check_disk(used_ratio=0.99) is True
+    with pytest.raises(DLedgerError) as exc:
+        store.append_as_leader(b"refused", 1)
+    assert exc.value.code == ResponseCode.DISK_FULL
+    with pytest.raises(DLedgerError):
+        store.append_batch([b"a", b"b"], 1)
+    assert store.ledger_end_index == 0
+    assert store.check_disk(used_ratio=0.10) is False
+    assert store.append_as_leader(b"again", 1).index == 1
+    store.close()
+
+
+def test_retention_deletes_expired_files_but_never_the_last(tmp_path, small_config):
+    cfg = small_config.replace(file_reserved_hours=1, delete_when="99")
+    store = _open(tmp_path / "n", cfg)
+    for i in range(300):
+        store.append_as_leader(b"z" * 100, 1)
+    files = store.data_files
+    assert len(files) > 11
+    old = time.time() - 2 * 3600
+    for p in files:
+        os.utime(p, (old, old))
+    # Disk not pressed and not the deletion hour: nothing goes.
+    assert store.delete_expired(used_ratio=0.10) == 0
+    # Above the check ratio: expired files go, but the one being written stays.
+    # At most 10 files a call, as DLedger's DELETE_FILES_BATCH_MAX.
+    assert store.delete_expired(used_ratio=0.75) == 10
+    assert store.delete_expired(used_ratio=0.75) == len(files) - 11
+    assert store.data_files == files[-1:]
+    begin = store.ledger_begin_index
+    assert begin > 0
+    assert store.get(begin).body == b"z" * 100
+    with pytest.raises(DLedgerError) as exc:
+        store.get(begin - 1)
+    assert exc.value.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    store.close()
+    with _open(tmp_path / "n", cfg) as again:
+        assert again.ledger_begin_index == begin
+        assert again.ledger_end_index == 299
+
+
+def test_fresh_files_are_kept_unless_forced(tmp_path, small_config):
+    store = _open(tmp_path / "n", small_config.replace(delete_when="99"))
+    for i in range(300):
+        store.append_as_leader(b"z" * 100, 1)
+    n = len(store.data_files)
+    assert store.delete_expired(used_ratio=0.80) == 0
+    # Past the force-clean ratio the oldest files go whatever their age (at most 10 a call).
+    assert store.delete_expired(used_ratio=0.90) == min(10, n - 1)
+    store.close()
+
+
+def test_reset_begin_index(tmp_path, small_config):
+    store = _open(tmp_path / "n", small_config)
+    for i in range(300):
+        store.append_as_leader(f"{i:04d}".encode() * 20, 1)
+    new_begin = store.reset_begin_index(150)
+    assert 0 < new_begin <= 150
+    assert store.get(150).body == b"0150" * 20
+    with pytest.raises(DLedgerError):
+        store.reset_begin_index(1000)
+    store.close()
+
+
+def test_sync_option_writes_through(tmp_path, small_config):
+    store = _open(tmp_path / "n", small_config, sync=True)
+    store.append_as_leader(b"durable", 1)
+    # With sync the data is flushed before append returns: flushed_where reached the end.
+    assert store._log.data.flushed_where == store._log.data.max_wrote_position
+    store.close()
+
+
+def test_readonly_store_refuses_writes(tmp_path, small_config):
+    node = tmp_path / "n"
+    with _open(node, small_config) as s:
+        s.append_as_leader(b"x", 1)
+    with MmapFileStore(node, readonly=True) as ro:
+        with pytest.raises(DLedgerError, match="read-only"):
+            ro.append_as_leader(b"y", 1)
+        assert ro.get(0).body == b"x"
+
+
+def test_background_service_flushes_and_checkpoints(tmp_path, small_config):
+    cfg = small_config.replace(flush_file_interval=5, check_point_interval=20)
+    store = MmapFileStore(tmp_path / "n", cfg)
+    try:
+        for i in range(10):
+            store.append_as_leader(b"bg", 1)
+        store.update_committed_index(1, 9)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            props = read_properties(tmp_path / "n" / "checkpoint")
+            if props and props.get("committedIndex") == "9":
+                break
+            time.sleep(0.01)
+        assert props == {"endIndex": "9", "committedIndex": "9"}
+    finally:
+        store.close()
+
+
+def test_follower_catching_up_past_empty_log(tmp_path, small_config):
+    """A follower with nothing takes the leader's entry at its index and pos (rebuild)."""
+    store = _open(tmp_path / "n", small_config)
+    e = Entry(index=1000, term=5, pos=5 * 4096 + 100, body=b"from the leader")
+    store.truncate(e)
+    assert (store.ledger_begin_index, store.ledger_end_index) == (1000, 1000)
+    assert store.get(1000).pos == e.pos
+    nxt = store.append_as_leader(b"next", 5)
+    assert (nxt.index, nxt.pos) == (1001, e.pos + e.size)
+    store.close()
+    with _open(tmp_path / "n", small_config) as again:
+        assert (again.ledger_begin_index, again.ledger_end_index) == (1000, 1001)
+        assert again.get(1001).body == b"next"
