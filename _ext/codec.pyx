@@ -10,7 +10,11 @@ cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
 cnp.import_array()
+
+include "bodies.pxi"
 
 cdef extern from "dl_format.h" nogil:
     int DL_CURRENT_MAGIC
@@ -109,31 +113,34 @@ def encode_batch(bodies, int64_t first_index, int64_t term, int64_t first_pos, i
                  bint with_crc=True):
     """Many bodies into one contiguous buffer of entries; entry k gets index first_index+k and
     pos first_pos + its offset. Returns (bytes, numpy int64 offsets of each entry)."""
-    cdef Py_ssize_t count = len(bodies), k, total = 0, n
-    cdef list views = []
-    cdef const unsigned char[::1] b
-    for body in bodies:
-        b = _ro(body)
-        if b.shape[0] == 0:
-            raise ValueError("empty body")
-        views.append(b)
-        total += DL_BODY_OFFSET + b.shape[0]
-    cdef bytearray out = bytearray(total)
-    cdef unsigned char *p = out
+    cdef _Bodies bs = _Bodies(bodies)
+    cdef Py_ssize_t count = bs.count, k, n
+    for k in range(count):
+        if bs.lens[k] == 0:
+            raise ValueError(f"empty body at position {k}")
+    cdef Py_ssize_t total = bs.total + count * DL_BODY_OFFSET
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(out)
     offsets = np.empty(count, dtype=np.int64)
     cdef int64_t[::1] offs = offsets
     cdef Py_ssize_t at = 0
     cdef uint32_t crc
-    for k in range(count):
-        b = views[k]
-        n = b.shape[0]
-        crc = dl_crc32(0, &b[0], n) if with_crc else 0
-        dl_write_header(p + at, magic, <int32_t>(DL_BODY_OFFSET + n), first_index + k, term,
-                        first_pos + at, 0, 0, <int32_t>crc, <int32_t>n)
-        memcpy(p + at + DL_BODY_OFFSET, &b[0], n)
-        offs[k] = at
-        at += DL_BODY_OFFSET + n
-    return bytes(out), offsets
+    with nogil:
+        for k in range(count):
+            n = bs.lens[k]
+            crc = dl_crc32(0, bs.ptrs[k], n) if with_crc else 0
+            dl_write_header(p + at, magic, <int32_t>(DL_BODY_OFFSET + n), first_index + k, term,
+                            first_pos + at, 0, 0, <int32_t>crc, <int32_t>n)
+            memcpy(p + at + DL_BODY_OFFSET, bs.ptrs[k], n)
+            offs[k] = at
+            at += DL_BODY_OFFSET + n
+    return out, offsets
+
+
+def _grown(a, Py_ssize_t cap):
+    out = np.empty(cap, dtype=a.dtype)
+    out[:len(a)] = a
+    return out
 
 
 cdef inline int _check_entry(const unsigned char *p, Py_ssize_t off, Py_ssize_t end, int64_t base_pos,
@@ -195,51 +202,76 @@ def scan(buf, int64_t base_pos, Py_ssize_t start=0, Py_ssize_t end=-1, int64_t e
     if start < 0 or start > end:
         raise ValueError(f"start {start} outside buffer of {end} bytes")
     cdef const unsigned char *p = &b[0] if n else NULL
+    # One pass over the headers, filling arrays sized from the first entry's size (entries of
+    # a log tend to be alike); they grow if the guess was short, and are returned as views
+    # trimmed to the count. A second walk (a cache miss per header on a large buffer) and a
+    # worst-case allocation (every entry 49 bytes) both cost more than this.
+    cdef Py_ssize_t upper = (end - start) // (DL_BODY_OFFSET + 1) + 1
+    cdef int64_t first_size = DL_BODY_OFFSET + 1
+    if end - start >= 8:
+        first_size = <int32_t>dl_get32(p + start + 4)
+        if first_size <= DL_BODY_OFFSET or first_size > end - start:
+            first_size = DL_BODY_OFFSET + 1
+    cdef Py_ssize_t cap = (end - start) // first_size + (end - start) // (first_size * 8) + 16
+    if cap > upper:
+        cap = upper
+    if max_entries >= 0 and max_entries < cap:
+        cap = max_entries
+    index_a = np.empty(cap, dtype=np.int64)
+    term_a = np.empty(cap, dtype=np.int64)
+    pos_a = np.empty(cap, dtype=np.int64)
+    size_a = np.empty(cap, dtype=np.int32)
+    magic_a = np.empty(cap, dtype=np.int32)
+    boff_a = np.empty(cap, dtype=np.int64)
+    blen_a = np.empty(cap, dtype=np.int32)
+    bcrc_a = np.empty(cap, dtype=np.uint32)
+    cdef int64_t[::1] ix, tm, ps, bo
+    cdef int32_t[::1] sz, mg, bl
+    cdef uint32_t[::1] bc
     cdef Py_ssize_t off = start, count = 0
     cdef int64_t size = 0, expect = expect_index, prev = prev_term
     cdef int code = C_END
-    with nogil:
-        while True:
-            if max_entries >= 0 and count >= max_entries:
-                code = C_LIMIT
-                break
-            if off >= end:
-                code = C_END
-                break
-            code = _check_entry(p + off, off, end, base_pos, expect, prev, check_crc, &size)
-            if code != 0:
-                break
-            prev = <int64_t>dl_get64(p + off + 16)
-            expect = <int64_t>dl_get64(p + off + 8) + 1
-            off += size
-            count += 1
-    cdef Py_ssize_t stop = off
-    index_a = np.empty(count, dtype=np.int64)
-    term_a = np.empty(count, dtype=np.int64)
-    pos_a = np.empty(count, dtype=np.int64)
-    size_a = np.empty(count, dtype=np.int32)
-    magic_a = np.empty(count, dtype=np.int32)
-    boff_a = np.empty(count, dtype=np.int64)
-    blen_a = np.empty(count, dtype=np.int32)
-    bcrc_a = np.empty(count, dtype=np.uint32)
-    cdef int64_t[::1] ix = index_a, tm = term_a, ps = pos_a, bo = boff_a
-    cdef int32_t[::1] sz = size_a, mg = magic_a, bl = blen_a
-    cdef uint32_t[::1] bc = bcrc_a
-    cdef Py_ssize_t k
+    cdef bint full
     cdef const unsigned char *q
-    off = start
-    with nogil:
-        for k in range(count):
-            q = p + off
-            mg[k] = <int32_t>dl_get32(q)
-            sz[k] = <int32_t>dl_get32(q + 4)
-            ix[k] = <int64_t>dl_get64(q + 8)
-            tm[k] = <int64_t>dl_get64(q + 16)
-            ps[k] = <int64_t>dl_get64(q + 24)
-            bc[k] = dl_get32(q + 40)
-            bl[k] = <int32_t>dl_get32(q + 44)
-            bo[k] = off + DL_BODY_OFFSET
-            off += sz[k]
+    while True:
+        ix, tm, ps, bo = index_a, term_a, pos_a, boff_a
+        sz, mg, bl, bc = size_a, magic_a, blen_a, bcrc_a
+        full = False
+        with nogil:
+            while True:
+                if max_entries >= 0 and count >= max_entries:
+                    code = C_LIMIT
+                    break
+                if off >= end:
+                    code = C_END
+                    break
+                if count >= cap:
+                    full = True
+                    break
+                q = p + off
+                code = _check_entry(q, off, end, base_pos, expect, prev, check_crc, &size)
+                if code != 0:
+                    break
+                mg[count] = <int32_t>dl_get32(q)
+                sz[count] = <int32_t>size
+                ix[count] = <int64_t>dl_get64(q + 8)
+                tm[count] = prev = <int64_t>dl_get64(q + 16)
+                ps[count] = <int64_t>dl_get64(q + 24)
+                bc[count] = dl_get32(q + 40)
+                bl[count] = <int32_t>(size - DL_BODY_OFFSET)
+                bo[count] = off + DL_BODY_OFFSET
+                expect = ix[count] + 1
+                off += size
+                count += 1
+        if not full:
+            break
+        cap = min(cap * 2, upper)
+        index_a, term_a, pos_a, boff_a = (_grown(a, cap) for a in (index_a, term_a, pos_a, boff_a))
+        size_a, magic_a, blen_a, bcrc_a = (_grown(a, cap) for a in (size_a, magic_a, blen_a, bcrc_a))
+    cdef Py_ssize_t stop = off
+    if count < cap:
+        index_a, term_a, pos_a, size_a = index_a[:count], term_a[:count], pos_a[:count], size_a[:count]
+        magic_a, boff_a, blen_a, bcrc_a = magic_a[:count], boff_a[:count], blen_a[:count], bcrc_a[:count]
     cols = {"index": index_a, "term": term_a, "pos": pos_a, "size": size_a, "magic": magic_a,
             "body_offset": boff_a, "body_len": blen_a, "body_crc": bcrc_a}
     return cols, stop, code

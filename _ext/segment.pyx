@@ -20,6 +20,8 @@ from dledger.errors import DLedgerError
 
 cnp.import_array()
 
+include "bodies.pxi"
+
 cdef extern from "dl_format.h" nogil:
     int DL_CURRENT_MAGIC
     int DL_BLANK_MAGIC
@@ -518,28 +520,32 @@ cdef class EntryLog:
 
     def append(self, body, int64_t term):
         """Append as leader at ``end + 1``; returns the new entry's index."""
-        cdef const unsigned char[::1] b = _ro(body)
-        cdef Py_ssize_t n = b.shape[0]
+        if not PyBytes_CheckExact(body):
+            body = bytes(memoryview(body).cast("B"))
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
         self._check_body(n)
         if self.disk_full:
             raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
         if term < self.end_term:
             raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
                                f"term {term} is below the ledger end term {self.end_term}")
-        self._put(&b[0], n, self.end + 1, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+        self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
+                  DL_CURRENT_MAGIC, 0, 0, -1)
         return self.end
 
     def append_with_pos(self, body, int64_t term):
         """As ``append``, returning ``(index, pos)``."""
-        cdef const unsigned char[::1] b = _ro(body)
-        cdef Py_ssize_t n = b.shape[0]
+        if not PyBytes_CheckExact(body):
+            body = bytes(memoryview(body).cast("B"))
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
         self._check_body(n)
         if self.disk_full:
             raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
         if term < self.end_term:
             raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
                                f"term {term} is below the ledger end term {self.end_term}")
-        pos = self._put(&b[0], n, self.end + 1, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+        pos = self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
+                        DL_CURRENT_MAGIC, 0, 0, -1)
         return self.end, pos
 
     def append_batch(self, bodies, int64_t term):
@@ -547,11 +553,10 @@ cdef class EntryLog:
 
         Every body is checked before anything is written, so a bad one changes nothing.
         """
-        cdef Py_ssize_t count = len(bodies), k
-        cdef list views = [_ro(body) for body in bodies]
-        cdef const unsigned char[::1] b
-        for b in views:
-            self._check_body(b.shape[0])
+        cdef _Bodies bs = _Bodies(bodies)
+        cdef Py_ssize_t count = bs.count, k
+        for k in range(count):
+            self._check_body(bs.lens[k])
         if self.disk_full:
             raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
         if term < self.end_term:
@@ -561,8 +566,7 @@ cdef class EntryLog:
         cdef int64_t[::1] ps = positions
         cdef int64_t first = self.end + 1
         for k in range(count):
-            b = views[k]
-            ps[k] = self._put(&b[0], b.shape[0], first + k, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+            ps[k] = self._put(bs.ptrs[k], bs.lens[k], first + k, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
         return first, positions
 
     def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,

@@ -6,10 +6,11 @@ Where we deviate from a DLedger default it is said next to the field, with the r
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 MEMORY = "MEMORY"
 FILE = "FILE"

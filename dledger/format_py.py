@@ -79,3 +79,11 @@ def scan(buf: bytes | memoryview, base_pos: int, start: int = 0, end: int = -1, 
         out.append((index, term, pos, size, magic, off + BODY_OFFSET, body_size, body_crc))
         expect_index, prev_term = index + 1, term
         off += size
+
+
+class PyEntry(tuple):
+    """A plain entry record for the pure-Python twin (index, term, pos, body, magic, channel,
+    chain_crc, body_crc)."""
+
+    def __new__(cls, *fields: object) -> PyEntry:
+        return super().__new__(cls, fields)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from dledger.store.file import MmapFileStore
 
@@ -45,7 +42,7 @@ def test_cli_dump_digest_is_expected_and_changes_nothing(java_fixture: Path):
     before = _snapshot(node)
     out = subprocess.run(
         [sys.executable, "-m", "dledger.cli", "dump", str(node), "--digest"],
-        check=True, capture_output=True, text=True, 
+        check=True, capture_output=True, text=True,
     ).stdout
     assert out == (java_fixture / "expected.txt").read_text()
     assert _snapshot(node) == before

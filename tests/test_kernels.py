@@ -44,7 +44,7 @@ def test_index_unit_round_trip(magic, pos, size, index, term):
 def test_decode_index_units_matches_oracle(units):
     buf = b"".join(oracle.encode_index(*u) for u in units)
     cols = codec.decode_index_units(buf)
-    got = list(zip(*(cols[k].tolist() for k in ("magic", "pos", "size", "index", "term"))))
+    got = list(zip(*(cols[k].tolist() for k in ("magic", "pos", "size", "index", "term")), strict=False))
     assert got == units
 
 
@@ -61,7 +61,7 @@ def test_encode_batch_matches_oracle(bs, first, term, pos):
 
 
 def _as_tuples(cols: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
-    return list(zip(*(cols[k].tolist() for k in codec.COLUMNS)))
+    return list(zip(*(cols[k].tolist() for k in codec.COLUMNS), strict=False))
 
 
 @st.composite

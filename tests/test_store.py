@@ -102,7 +102,7 @@ def test_truncate_replaces_divergent_suffix(any_store):
 
 
 def test_committed_index_moves_forward_only(any_store):
-    for i in range(10):
+    for _i in range(10):
         any_store.append_as_leader(b"x", 1)
     any_store.update_committed_index(1, 5)
     assert any_store.committed_index == 5
@@ -193,7 +193,7 @@ def test_not_a_store_and_mixed_sizes_are_refused(tmp_path, small_config):
         MmapFileStore(tmp_path / "absent", readonly=True)
     node = tmp_path / "dledger-n0"
     store = _open(node, small_config)
-    for i in range(200):
+    for _i in range(200):
         store.append_as_leader(b"y" * 100, 1)
     store.close()
     files = sorted((node / "data").iterdir())
@@ -223,7 +223,7 @@ def test_disk_full_flag_turns_appends_into_disk_full(tmp_path, small_config):
 def test_retention_deletes_expired_files_but_never_the_last(tmp_path, small_config):
     cfg = small_config.replace(file_reserved_hours=1, delete_when="99")
     store = _open(tmp_path / "n", cfg)
-    for i in range(300):
+    for _i in range(300):
         store.append_as_leader(b"z" * 100, 1)
     files = store.data_files
     assert len(files) > 11
@@ -251,7 +251,7 @@ def test_retention_deletes_expired_files_but_never_the_last(tmp_path, small_conf
 
 def test_fresh_files_are_kept_unless_forced(tmp_path, small_config):
     store = _open(tmp_path / "n", small_config.replace(delete_when="99"))
-    for i in range(300):
+    for _i in range(300):
         store.append_as_leader(b"z" * 100, 1)
     n = len(store.data_files)
     assert store.delete_expired(used_ratio=0.80) == 0
@@ -294,7 +294,7 @@ def test_background_service_flushes_and_checkpoints(tmp_path, small_config):
     cfg = small_config.replace(flush_file_interval=5, check_point_interval=20)
     store = MmapFileStore(tmp_path / "n", cfg)
     try:
-        for i in range(10):
+        for _i in range(10):
             store.append_as_leader(b"bg", 1)
         store.update_committed_index(1, 9)
         deadline = time.monotonic() + 10

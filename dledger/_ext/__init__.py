@@ -9,11 +9,22 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-_BUILD_HINT = (
+KERNELS = ("codec", "segment", "crc")
+
+BUILD_HINT = (
     "the dledger C extension is not built. Install the package with `pip install .` "
     "(or `pip install -e .` in a checkout), or build in place with "
     "`python setup.py build_ext --inplace`; a C compiler, Cython>=3 and numpy are needed."
 )
+
+
+def require_built() -> None:
+    """Import every kernel, or fail with an ImportError that says how to build them."""
+    for name in KERNELS:
+        try:
+            importlib.import_module(f"dledger._ext.{name}")
+        except ImportError as exc:
+            raise ImportError(f"dledger._ext.{name}: {BUILD_HINT} ({exc})") from exc
 
 
 def load(name: str) -> ModuleType:
@@ -21,4 +32,4 @@ def load(name: str) -> ModuleType:
     try:
         return importlib.import_module(f"dledger._ext.{name}")
     except ImportError as exc:
-        raise ImportError(f"dledger._ext.{name}: {_BUILD_HINT} ({exc})") from exc
+        raise ImportError(f"dledger._ext.{name}: {BUILD_HINT} ({exc})") from exc

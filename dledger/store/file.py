@@ -25,15 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from dledger._ext import load as _load_ext
+from dledger._ext import require_built
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import CorruptionError, DLedgerError, check
 from dledger.store.entry import BODY_OFFSET, INDEX_UNIT_SIZE, Entry
 from dledger.store.properties import read_properties, write_properties
 
-_codec = _load_ext("codec")
-_segment = _load_ext("segment")
+require_built()
+from dledger._ext import codec as _codec  # noqa: E402
+from dledger._ext import segment as _segment  # noqa: E402
+
 _segment.set_entry_type(Entry)
 
 log = logging.getLogger(__name__)

@@ -134,4 +134,4 @@ class MemoryStore:
         return None
 
 
-__all__ = ["MemoryStore", "DLedgerError"]
+__all__ = ["DLedgerError", "MemoryStore"]

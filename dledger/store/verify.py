@@ -12,15 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from dledger._ext import load as _load_ext
+from dledger._ext import require_built
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.store.entry import INDEX_UNIT_SIZE
 from dledger.store.file import CHECK_POINT_FILE, END_INDEX_KEY, INDEX_DTYPE, segment_size_of
 from dledger.store.properties import read_properties
 
-_codec = _load_ext("codec")
-_segment = _load_ext("segment")
+require_built()
+from dledger._ext import codec as _codec  # noqa: E402
+from dledger._ext import segment as _segment  # noqa: E402
 
 
 @dataclass(slots=True, frozen=True)
