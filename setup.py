@@ -27,9 +27,15 @@ extensions = [
         include_dirs=[EXT_DIR, numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=compile_args,
+        # Listed so a change rebuilds, and so the sdist ships them.
+        depends=sorted(str(p) for pattern in ("*.h", "*.pxi", "*.pyx") for p in Path(EXT_DIR).glob(pattern)),
     )
     for pyx in sorted((HERE / EXT_DIR).glob("*.pyx"))
 ]
+
+if not extensions:
+    # Never build a package without its kernels: it would fail at import, far from the cause.
+    raise SystemExit(f"no Cython sources in {HERE / EXT_DIR}: the source tree is incomplete")
 
 setup(
     ext_modules=cythonize(
