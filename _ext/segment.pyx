@@ -570,7 +570,7 @@ cdef class EntryLog:
         return first, positions
 
     def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,
-                     int32_t channel=0, int32_t chain_crc=0, int64_t body_crc=-1):
+                     int32_t channel=0, int64_t chain_crc=0, int64_t body_crc=-1):
         """Append an entry the leader made: it must be ``end + 1`` and land at ``pos``."""
         cdef const unsigned char[::1] b = _ro(body)
         cdef Py_ssize_t n = b.shape[0]
@@ -586,6 +586,13 @@ cdef class EntryLog:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"unknown entry magic {magic}")
         if pos < 0:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"negative pos {pos}")
+        # The leader's bodyCrc is kept as it is (replicas stay byte-identical, 0 included); a
+        # recorded one is checked, so a body damaged on the way is refused, not stored.
+        if body_crc > 0 and dl_crc32(0, &b[0], n) != <uint32_t>body_crc:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"entry {index}: body does not match its bodyCrc {body_crc}")
+        if body_crc < 0:
+            body_crc = 0 if not self.record_crc else dl_crc32(0, &b[0], n)
         # Check the landing position before writing anything: a mismatch must change nothing.
         cdef MappedFile last = self.data.last_file(0, False)
         cdef int64_t would
@@ -598,7 +605,7 @@ cdef class EntryLog:
         if would >= 0 and would != pos:
             raise DLedgerError(ResponseCode.DISK_ERROR,
                                f"entry {index} would land at {would}, the leader put it at {pos}")
-        return self._put(&b[0], n, index, term, pos, magic, channel, chain_crc, body_crc)
+        return self._put(&b[0], n, index, term, pos, magic, channel, <int32_t>chain_crc, body_crc)
 
     cdef inline const unsigned char *_unit(self, int64_t index) except NULL:
         if index < 0:

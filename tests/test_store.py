@@ -321,3 +321,37 @@ def test_follower_catching_up_past_empty_log(tmp_path, small_config):
     with _open(tmp_path / "n", small_config) as again:
         assert (again.ledger_begin_index, again.ledger_end_index) == (1000, 1001)
         assert again.get(1001).body == b"next"
+
+
+def test_follower_keeps_leader_crc_and_refuses_damaged_bodies(tmp_path, small_config):
+    leader = _open(tmp_path / "leader", small_config)
+    follower = _open(tmp_path / "follower", small_config)
+    java_style = Entry(index=0, term=1, pos=0, body=b"no crc recorded", body_crc=0)
+    follower.append_as_follower(java_style)
+    assert follower.get(0).body_crc == 0  # kept as the leader wrote it: replicas are byte-identical
+    sent = leader.append_as_leader(b"payload", 1)
+    # The body changed on the way; the CRC the leader recorded gives it away.
+    damaged = Entry(index=1, term=1, pos=follower.get(0).size, body=b"pAyload",
+                    body_crc=leader.get(sent.index).body_crc)
+    with pytest.raises(DLedgerError) as exc:
+        follower.append_as_follower(damaged)
+    assert exc.value.code == ResponseCode.UNEXPECTED_ARGUMENT
+    assert follower.ledger_end_index == 0
+    leader.close()
+    follower.close()
+
+
+def test_replicas_are_byte_identical(tmp_path, small_config):
+    leader = _open(tmp_path / "a" / "dledger-n0", small_config)
+    follower = _open(tmp_path / "b" / "dledger-n1", small_config)
+    for i in range(150):
+        leader.append_as_leader(os.urandom(1 + i * 3 % 200), 1 + i // 60)
+    for e in leader.iter_entries():
+        follower.append_as_follower(e)
+    leader.close()
+    follower.close()
+    for sub in ("data", "index"):
+        a = sorted((tmp_path / "a" / "dledger-n0" / sub).iterdir())
+        b = sorted((tmp_path / "b" / "dledger-n1" / sub).iterdir())
+        assert [p.name for p in a] == [p.name for p in b]
+        assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b))

@@ -215,7 +215,7 @@ def case_append_100b(root: Path, sizes: Sizes) -> Case:
         twin_dir = root / "append" / "twin"
         (twin_dir / "data").parent.mkdir(parents=True, exist_ok=True)
         twin_dir.mkdir(exist_ok=True)
-        state["twin"] = _PyTwinLog(twin_dir, 256 << 20, 32 << 20)
+        state["twin"] = _PyTwinLog(twin_dir, n * (48 + len(body)) + 4096, n * 32 + 4096)
 
     def ours() -> int:
         append = state["store"].append  # type: ignore[attr-defined]
@@ -242,7 +242,7 @@ def _filled(root: Path, name: str, count: int, body_size: int) -> tuple[MmapFile
     _fill(store, count, body_size)
     twin_dir = root / name / "twin"
     twin_dir.mkdir(parents=True, exist_ok=True)
-    twin = _PyTwinLog(twin_dir, 256 << 20, 32 << 20)
+    twin = _PyTwinLog(twin_dir, count * (48 + body_size) + 4096, count * 32 + 4096)
     body = store.get_body(0)
     for _ in range(count):
         twin.append(body, 1)

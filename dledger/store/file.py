@@ -530,7 +530,7 @@ class MmapFileStore:
         self._writable()
         self._log.append_entry(
             entry.index, entry.term, entry.pos, entry.body, entry.magic, entry.channel,
-            entry.chain_crc, entry.body_crc if entry.body_crc else -1,
+            entry.chain_crc, entry.body_crc,
         )
         if self.sync:
             self.flush()
