@@ -16,23 +16,7 @@ cnp.import_array()
 
 include "bodies.pxi"
 
-cdef extern from "dl_format.h" nogil:
-    int DL_CURRENT_MAGIC
-    int DL_MAGIC_1
-    int DL_BLANK_MAGIC
-    int DL_HEADER_SIZE
-    int DL_BODY_OFFSET
-    int DL_INDEX_UNIT
-    uint32_t dl_get32(const unsigned char *p)
-    uint64_t dl_get64(const unsigned char *p)
-    void dl_write_header(unsigned char *p, int32_t magic, int32_t size, int64_t index,
-                         int64_t term, int64_t pos, int32_t channel, int32_t chain_crc,
-                         int32_t body_crc, int32_t body_size)
-    void dl_write_index(unsigned char *p, int32_t magic, int64_t pos, int32_t size,
-                        int64_t index, int64_t term)
-
-cdef extern from "crc32_impl.h" nogil:
-    uint32_t dl_crc32(uint32_t crc, const unsigned char *buf, size_t length)
+include "format.pxi"
 
 HEADER_SIZE = 44
 BODY_OFFSET = 48

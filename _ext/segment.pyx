@@ -22,23 +22,7 @@ cnp.import_array()
 
 include "bodies.pxi"
 
-cdef extern from "dl_format.h" nogil:
-    int DL_CURRENT_MAGIC
-    int DL_BLANK_MAGIC
-    int DL_BODY_OFFSET
-    int DL_INDEX_UNIT
-    int DL_MIN_BLANK_LEN
-    uint32_t dl_get32(const unsigned char *p)
-    uint64_t dl_get64(const unsigned char *p)
-    void dl_write_header(unsigned char *p, int32_t magic, int32_t size, int64_t index,
-                         int64_t term, int64_t pos, int32_t channel, int32_t chain_crc,
-                         int32_t body_crc, int32_t body_size)
-    void dl_write_index(unsigned char *p, int32_t magic, int64_t pos, int32_t size,
-                        int64_t index, int64_t term)
-    void dl_write_blank(unsigned char *p, int32_t length)
-
-cdef extern from "crc32_impl.h" nogil:
-    uint32_t dl_crc32(uint32_t crc, const unsigned char *buf, size_t length)
+include "format.pxi"
 
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
@@ -518,8 +502,7 @@ cdef class EntryLog:
             self.begin = index
         return pos
 
-    def append(self, body, int64_t term):
-        """Append as leader at ``end + 1``; returns the new entry's index."""
+    cdef int64_t _append_leader(self, object body, int64_t term) except -2:
         if not PyBytes_CheckExact(body):
             body = bytes(memoryview(body).cast("B"))
         cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
@@ -529,23 +512,17 @@ cdef class EntryLog:
         if term < self.end_term:
             raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
                                f"term {term} is below the ledger end term {self.end_term}")
-        self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
-                  DL_CURRENT_MAGIC, 0, 0, -1)
+        return self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
+                         DL_CURRENT_MAGIC, 0, 0, -1)
+
+    def append(self, body, int64_t term):
+        """Append as leader at ``end + 1``; returns the new entry's index."""
+        self._append_leader(body, term)
         return self.end
 
     def append_with_pos(self, body, int64_t term):
         """As ``append``, returning ``(index, pos)``."""
-        if not PyBytes_CheckExact(body):
-            body = bytes(memoryview(body).cast("B"))
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
-        self._check_body(n)
-        if self.disk_full:
-            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
-        if term < self.end_term:
-            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
-                               f"term {term} is below the ledger end term {self.end_term}")
-        pos = self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
-                        DL_CURRENT_MAGIC, 0, 0, -1)
+        pos = self._append_leader(body, term)
         return self.end, pos
 
     def append_batch(self, bodies, int64_t term):
