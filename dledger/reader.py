@@ -615,12 +615,13 @@ def _batch(buf: Any, cols: dict[str, np.ndarray], columns: Sequence[str], schema
     for name in columns:
         if name == "body":
             arrays.append(_body_array(buf, cols["body_offset"], cols["body_len"]))
-        elif name == "body_crc":
-            arrays.append(pa.array(cols["body_crc"].view(np.int32)))
         elif name == NODE_COLUMN:
             arrays.append(pa.repeat(pa.scalar(node, pa.string()), n))
         else:
-            arrays.append(pa.array(cols[name]))
+            # Straight from the numpy buffer: pa.array() would detour through pyarrow's pandas
+            # shim (and import pandas on first use).
+            values = cols[name].view(np.int32) if name == "body_crc" else cols[name]
+            arrays.append(pa.Array.from_buffers(_TYPES[name], n, [None, pa.py_buffer(values)]))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

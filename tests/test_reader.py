@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from dledger.config import DLedgerConfig
@@ -147,8 +148,8 @@ def test_multi_segment_store_counts_and_sums(tmp_path: Path, store_config: DLedg
     table = read_table(node)
     n, s_index, s_len = expected_rows(0, 899)
     assert table.num_rows == n
-    assert pa.compute.sum(table["index"]).as_py() == s_index
-    assert pa.compute.sum(pa.compute.binary_length(table["body"])).as_py() == s_len
+    assert pc.sum(table["index"]).as_py() == s_index
+    assert pc.sum(pc.binary_length(table["body"])).as_py() == s_len
     assert table["body"].to_pylist() == [body_of(i) for i in range(900)]
     terms = table["term"].to_numpy()
     assert terms[0] == 1 and terms[-1] == 3 and np.all(np.diff(terms) >= 0)
@@ -203,7 +204,7 @@ def test_several_nodes_get_a_node_column(tmp_path: Path, store_config: DLedgerCo
     (tmp_path / "not-a-node").mkdir()  # ignored: not a store
     t = read_table(tmp_path)
     assert t.schema.names == [*COLUMNS, "node"]
-    by_node = {n: t.filter(pa.compute.equal(t["node"], n))["index"].to_pylist() for n in ("n0", "n1")}
+    by_node = {n: t.filter(pc.equal(t["node"], n))["index"].to_pylist() for n in ("n0", "n1")}
     assert by_node == {"n0": list(range(200)), "n1": list(range(121))}
     # A list of node directories is the same read.
     t2 = read_table([tmp_path / "dledger-n1", str(tmp_path / "dledger-n0")], columns=["node", "index"])

@@ -1,0 +1,176 @@
+"""Reading the log: rows/s of the Spark data source and of read_table, against baselines
+taken in the same run on the same rows.
+
+Run (N entries of 100-byte bodies; the issue's full run is 10 million):
+
+    DLEDGER_BENCH_ROWS=10000000 PYTHONPATH=. .venv/bin/python -m pytest bench/test_bench_reader.py \
+        --benchmark-only -s
+
+Default N is 1 million (a run of a few minutes on 2 cores). Group ``spark-<N>`` holds:
+
+- ``dledger-arrow``: ``spark.read.format("dledger")``, read() yields Arrow record batches;
+- ``dledger-tuples``: baseline (a), the same source and partitions, read() yielding row tuples;
+- ``parquet``: baseline (b), Spark's own Parquet reader on the same rows written as Parquet;
+
+each materialising every column (a ``noop`` write). Group ``arrow-<N>`` holds ``read_table``
+(c). At the end the module prints rows/s and the ratios (targets: >= 10x (a), >= 0.5x (b),
+read_table >= 10 M rows/s); the figures are also in each benchmark's ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from dledger.config import DLedgerConfig
+from dledger.reader import read_table
+from dledger.spark import DLedgerDataSource, DLedgerReader
+from dledger.store.file import MmapFileStore
+
+ROWS = int(os.environ.get("DLEDGER_BENCH_ROWS", "1000000"))
+ROUNDS = int(os.environ.get("DLEDGER_BENCH_ROUNDS", "3"))
+BODY = 100
+REPO = Path(__file__).resolve().parents[1]
+# Data segment size of the generated store: the data source plans one partition per file,
+# and the Parquet copy is written as files of about this size (Spark's defaults otherwise).
+SEGMENT_BYTES = 64 << 20
+
+RESULTS: dict[str, float] = {}
+
+
+class RowTupleReader(DLedgerReader):
+    """Baseline (a): the same reader, but read() hands Spark one tuple per row."""
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
+        for batch in self._read(partition):
+            yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
+
+
+class RowTupleDataSource(DLedgerDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "dledger_rows"
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RowTupleReader(self.opts, self.nodes, schema)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    node = tmp_path_factory.mktemp("bench-reader") / "dledger-n0"
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=SEGMENT_BYTES)
+    s = MmapFileStore(node, cfg, start_services=False)
+    rng = np.random.default_rng(42)
+    chunk = 100_000
+    done = 0
+    while done < ROWS:
+        n = min(chunk, ROWS - done)
+        raw = rng.integers(0, 256, n * BODY, dtype=np.uint8).tobytes()
+        s.append_batch([raw[k * BODY:(k + 1) * BODY] for k in range(n)], 1 + done // 1_000_000)
+        done += n
+    s.update_committed_index(s.ledger_end_term, ROWS - 1)
+    s.close()
+    return node
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(store: Path) -> Path:
+    out = store.parent / "parquet"
+    out.mkdir()
+    table = read_table(store)
+    files = max(2, int(table.nbytes // SEGMENT_BYTES))
+    step = -(-table.num_rows // files)
+    for k in range(files):
+        pq.write_table(table.slice(k * step, step), out / f"part-{k:04d}.parquet", row_group_size=1 << 17)
+    return out
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Workers import dledger from the checkout and this module (for the baseline source).
+    paths = [str(REPO), str(Path(__file__).parent), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
+    os.environ["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dledger-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(DLedgerDataSource)
+    session.dataSource.register(RowTupleDataSource)
+    yield session
+    session.stop()
+
+
+def _run(benchmark: BenchmarkFixture, name: str, group: str, fn: Any, rounds: int = ROUNDS) -> None:
+    benchmark.group = group
+    benchmark.extra_info["rows"] = ROWS
+    benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1 if rounds > 1 else 0)
+    best = benchmark.stats.stats.min
+    RESULTS[name] = ROWS / best
+    benchmark.extra_info["rows_per_s"] = round(ROWS / best)
+
+
+def _noop(df: Any) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def test_spark_dledger_arrow(benchmark: BenchmarkFixture, spark: SparkSession, store: Path) -> None:
+    df = spark.read.format("dledger").load(str(store))
+    assert df.count() == ROWS
+    _run(benchmark, "dledger-arrow", f"spark-{ROWS}", lambda: _noop(df))
+
+
+def test_spark_dledger_row_tuples(benchmark: BenchmarkFixture, spark: SparkSession, store: Path) -> None:
+    df = spark.read.format("dledger_rows").load(str(store))
+    # Slow by design: one round is enough to place it.
+    _run(benchmark, "dledger-tuples", f"spark-{ROWS}", lambda: _noop(df), rounds=1)
+
+
+def test_spark_parquet(benchmark: BenchmarkFixture, spark: SparkSession, parquet_dir: Path) -> None:
+    df = spark.read.parquet(str(parquet_dir))
+    assert df.count() == ROWS
+    _run(benchmark, "parquet", f"spark-{ROWS}", lambda: _noop(df))
+
+
+def test_read_table(benchmark: BenchmarkFixture, store: Path) -> None:
+    def read() -> pa.Table:
+        return read_table(store)
+
+    assert read().num_rows == ROWS
+    _run(benchmark, "read_table", f"arrow-{ROWS}", read)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def summary() -> Iterator[None]:
+    """Prints the figures side by side when the module is done (see them with -s)."""
+    yield
+    if not RESULTS:
+        return
+    lines = [f"reader benchmark, {ROWS} entries of {BODY}-byte bodies, rows/s (best round):"]
+    lines += [f"  {name:16s} {rate / 1e6:8.2f} M" for name, rate in RESULTS.items()]
+    arrow = RESULTS.get("dledger-arrow")
+    if arrow and "dledger-tuples" in RESULTS:
+        lines.append(f"  arrow / tuples  {arrow / RESULTS['dledger-tuples']:8.1f}x  (target >= 10x)")
+    if arrow and "parquet" in RESULTS:
+        lines.append(f"  arrow / parquet {arrow / RESULTS['parquet']:8.2f}x  (target >= 0.5x)")
+    if "read_table" in RESULTS:
+        lines.append(f"  read_table      {RESULTS['read_table'] / 1e6:8.2f} M rows/s (target >= 10 M)")
+    print("\n" + "\n".join(lines))
