@@ -22,4 +22,9 @@ def __getattr__(name: str) -> object:
         from dledger.store.file import MmapFileStore
 
         return MmapFileStore
+    if name in ("read_table", "iter_batches"):
+        # Lazy, and not in __all__: the reader needs pyarrow (the "arrow"/"spark" extras).
+        from dledger import reader
+
+        return getattr(reader, name)
     raise AttributeError(name)

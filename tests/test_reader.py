@@ -385,3 +385,11 @@ def test_read_while_another_process_appends(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_package_reexports_the_reader() -> None:
+    import dledger
+    import dledger.reader
+
+    assert dledger.read_table is dledger.reader.read_table
+    assert dledger.iter_batches is dledger.reader.iter_batches
