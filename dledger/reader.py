@@ -797,9 +797,11 @@ def read_table(
     if batch_size <= 0:
         raise _arg_error(f"batch_size must be positive, got {batch_size}")
 
-    def one(seg: Segment) -> list[pa.RecordBatch]:
-        return list(read_segment(seg, plan.columns, batch_size=batch_size, mode=mode,
-                                 verify_crc=verify_crc, malformed=malformed))
+    def one(seg: Segment) -> tuple[list[pa.RecordBatch], list[MalformedEntry]]:
+        dropped: list[MalformedEntry] = []
+        batches = list(read_segment(seg, plan.columns, batch_size=batch_size, mode=mode,
+                                    verify_crc=verify_crc, malformed=dropped))
+        return batches, dropped
 
     workers = min(threads if threads is not None else min(os.cpu_count() or 1, 8), len(plan.segments))
     if workers > 1:
@@ -807,4 +809,7 @@ def read_table(
             parts = list(pool.map(one, plan.segments))
     else:
         parts = [one(s) for s in plan.segments]
-    return pa.Table.from_batches([b for part in parts for b in part], schema=plan.schema)
+    if malformed is not None:  # in log order, whichever thread found them
+        for _, dropped in parts:
+            malformed.extend(dropped)
+    return pa.Table.from_batches([b for part, _ in parts for b in part], schema=plan.schema)
