@@ -106,6 +106,9 @@ def test_several_nodes_and_user_schema(spark: SparkSession, tmp_path: Path, cfg:
     assert df.columns[-1] == "node"
     counts = {r.node: r["count"] for r in df.groupBy("node").count().collect()}
     assert counts == {"n0": 300, "n1": 150}
+    # load() with a list of node directories is the same read.
+    listed = spark.read.format("dledger").load([str(tmp_path / "dledger-n1"), str(tmp_path / "dledger-n0")])
+    assert listed.count() == 450 and listed.columns[-1] == "node"
     # A user-given schema picks columns.
     narrow = spark.read.format("dledger").schema("index long not null, body binary").load(str(tmp_path / "dledger-n1"))
     rows = narrow.orderBy("index").collect()
