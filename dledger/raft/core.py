@@ -1,0 +1,73 @@
+"""State shared by the elector, the replicator and the handler of one node.
+
+Each public call on ``RaftNode`` sets ``now`` and a fresh ``out`` list here; the parts append
+what they want sent or done, and the node returns the list. That is the sans-IO contract:
+no part reads a clock or touches a socket.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from dledger.config import DLedgerConfig
+from dledger.raft.effects import Output, Send
+from dledger.raft.member_state import MemberState, Role
+from dledger.raft.messages import Message
+from dledger.raft.timings import RaftTimings
+from dledger.store.base import DLedgerStore
+
+NEVER = -1
+
+
+def elapsed(now: int, since: int) -> int:
+    """DLedgerUtils.elapsed, with -1 meaning "never" (DLedger gets the same effect from
+    wall-clock epoch millis, where now - (-1) is huge)."""
+    if since < 0:
+        return 1 << 62
+    return now - since
+
+
+class Core:
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        store: DLedgerStore,
+        ms: MemberState,
+        rng: random.Random,
+        timings: RaftTimings,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ms = ms
+        self.rng = rng
+        self.timings = timings
+        self.now = 0
+        self.out: list[Output] = []
+        # Set when the store was written since the last Flush effect.
+        self.dirty = False
+        self._next_req_id = 0
+        # The node's reaction to a role change (reset replication, fail waiters, notify).
+        self.on_role_change: Callable[[int, Role], None] = lambda term, role: None
+
+    def start_incarnation(self, incarnation: int) -> None:
+        """Request ids of this incarnation start above every id of the earlier ones.
+
+        Followers use them to spot replayed pushes (handler._fenced) and we match answers
+        by them, so a restarted leader must not reuse its predecessor's ids.
+        """
+        self._next_req_id = incarnation << 20
+
+    def new_req_id(self) -> int:
+        self._next_req_id += 1
+        return self._next_req_id
+
+    def send(self, to: str, msg: Message) -> None:
+        msg.group = self.ms.group
+        msg.local_id = self.ms.self_id
+        msg.remote_id = to
+        self.out.append(Send(to, msg))
+
+    def reply(self, req: Message, resp: Message) -> None:
+        req.base_reply(resp)
+        self.out.append(Send(resp.remote_id, resp))

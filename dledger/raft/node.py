@@ -1,0 +1,527 @@
+"""RaftNode: one DLedger member as a sans-IO object, and MultiRaft, a router over groups.
+
+Entry points take the caller's clock (``now_ms``) and never block::
+
+    node = RaftNode(config, store, term_store, random.Random(seed))
+    out = node.tick(now)            # every ~10 ms (DLedger's state loop)
+    out = node.step(now, message)   # for every message from a peer or a client
+    h = node.propose(now, [b"x"])   # local append; its outputs come with the next call
+    out = node.drain()              # ...or right away
+
+Every call returns the outputs accumulated since the previous one (see ``effects``): act on
+them in order, and finish a ``Flush`` before anything after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.raft.core import NEVER, Core, elapsed
+from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.elector import Elector
+from dledger.raft.handler import EntryHandler
+from dledger.raft.member_state import MemberState, Role, TermStore
+from dledger.raft.messages import (
+    AppendEntryRequest,
+    AppendEntryResponse,
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    Message,
+    MetadataRequest,
+    MetadataResponse,
+    PushEntryRequest,
+    PushEntryResponse,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+from dledger.raft.replicator import Replicator
+from dledger.raft.timings import RaftTimings
+from dledger.store.base import DLedgerStore
+from dledger.store.entry import Entry
+
+log = logging.getLogger(__name__)
+
+_RESPONSE_FOR: dict[type[Message], type[Message]] = {
+    VoteRequest: VoteResponse,
+    HeartBeatRequest: HeartBeatResponse,
+    PushEntryRequest: PushEntryResponse,
+    AppendEntryRequest: AppendEntryResponse,
+    LeadershipTransferRequest: LeadershipTransferResponse,
+    MetadataRequest: MetadataResponse,
+}
+
+
+def error_response(req: Message, code: ResponseCode, term: int = -1, leader_id: str | None = None) -> Message | None:
+    """The response a request of ``req``'s type gets when it fails with ``code`` before
+    reaching the consensus logic (bad group or member); None for a response message."""
+    cls = _RESPONSE_FOR.get(type(req))
+    if cls is None:
+        return None
+    resp = cls(code=code, term=term, leader_id=leader_id)
+    if isinstance(resp, VoteResponse):
+        resp.vote_result = VoteResult.UNKNOWN
+    return req.base_reply(resp)
+
+
+@dataclass(slots=True)
+class _Read:
+    handle: int
+    read_index: int
+    term: int
+    seq: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _Transfer:
+    req_id: int
+    waiter: Any
+    term: int
+    deadline_ms: int
+
+
+class RaftNode:
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        store: DLedgerStore,
+        term_store: TermStore,
+        rng: random.Random | None = None,
+        *,
+        timings: RaftTimings | None = None,
+        apply: Callable[[Entry], None] | None = None,
+        applied_index: int | None = None,
+        incarnation: int | None = None,
+    ) -> None:
+        """``apply`` receives every committed entry once, in index order, starting after
+        ``applied_index`` (default: from the first entry of the store).
+
+        ``incarnation`` must grow with every restart of this member (request ids start at
+        ``incarnation << 20``). The default is the ``now_ms`` of the first call, which is
+        right when ``now_ms`` is wall-clock milliseconds that do not move back across restarts.
+        """
+        self.config = config
+        self.store = store
+        self.ms = MemberState(config, term_store)
+        self.core = Core(config, store, self.ms, rng or random.Random(), timings or RaftTimings())
+        self.elector = Elector(self.core)
+        self.handler = EntryHandler(self.core)
+        self.replicator = Replicator(self.core, self._on_append_done)
+        self.core.on_role_change = self._on_role_change
+        self._apply = apply
+        self.applied_index = store.ledger_begin_index - 1 if applied_index is None else applied_index
+        if self.applied_index < store.ledger_begin_index - 1:
+            self.applied_index = store.ledger_begin_index - 1
+        self._next_handle = 0
+        self._reads: list[_Read] = []
+        self._transfer: _Transfer | None = None
+        self._last_preferred_check_ms = NEVER
+        self._leader_start_end = 0
+        self._outbox: list[Output] = []
+        self._incarnation = incarnation
+        if incarnation is not None:
+            self.core.start_incarnation(incarnation)
+
+    # --- read-only views -----------------------------------------------------------------
+
+    @property
+    def self_id(self) -> str:
+        return self.ms.self_id
+
+    @property
+    def group(self) -> str:
+        return self.ms.group
+
+    @property
+    def role(self) -> Role:
+        return self.ms.role
+
+    @property
+    def term(self) -> int:
+        return self.ms.curr_term
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.ms.leader_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.ms.is_leader()
+
+    @property
+    def committed_index(self) -> int:
+        return self.store.committed_index
+
+    # --- entry points ----------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> list[Output]:
+        """Run the state loop once: elections, heartbeats, pushes, timeouts."""
+        self._begin(now_ms)
+        self.elector.tick()
+        self.replicator.pump()
+        self.handler.do_work()
+        self._check_transfer_timeout()
+        self._check_preferred_leader()
+        return self._finish()
+
+    def step(self, now_ms: int, msg: Message) -> list[Output]:
+        """Handle one message from a peer or a client."""
+        self._begin(now_ms)
+        self._dispatch(msg)
+        return self._finish()
+
+    def drain(self) -> list[Output]:
+        """Outputs accumulated by ``propose``/``read_index``/``transfer_leadership``."""
+        return self._finish()
+
+    def propose(self, now_ms: int, bodies: Sequence[bytes]) -> int:
+        """Append ``bodies`` as one batch; returns a handle later reported by ``AppendDone``."""
+        self._begin(now_ms)
+        handle = self._new_handle()
+        self._append(list(bodies), ("local", handle))
+        return handle
+
+    def read_index(self, now_ms: int) -> int:
+        """Start a linearizable read; returns a handle later reported by ``ReadDone``."""
+        self._begin(now_ms)
+        handle = self._new_handle()
+        ms = self.ms
+        store = self.store
+        if not ms.is_leader():
+            self._outbox.append(ReadDone(handle, ResponseCode.NOT_LEADER, -1, ms.curr_term))
+            return handle
+        committed = store.committed_index
+        if committed < self._leader_start_end:
+            # Every entry committed before this leadership is in our log, at or below where
+            # it ended when we took over, but our commit index may lag behind it (Raft §8).
+            # Raft appends a no-op to get there; DLedger has none, so refuse until a write
+            # commits. "An entry of our term is committed" is not enough here: DLedger can
+            # re-elect a restarted leader in the same term with a stale checkpointed index.
+            self._outbox.append(ReadDone(handle, ResponseCode.LEADER_NOT_READY, -1, ms.curr_term))
+            return handle
+        seq = self.elector.request_heartbeat_round()
+        self._reads.append(_Read(handle, committed, ms.curr_term, seq, now_ms + self.config.max_wait_ack_time_ms))
+        return handle
+
+    def transfer_leadership(self, now_ms: int, transferee_id: str) -> int:
+        """Hand leadership to ``transferee_id``; returns a handle reported by ``TransferDone``."""
+        self._begin(now_ms)
+        handle = self._new_handle()
+        req = LeadershipTransferRequest(
+            group=self.ms.group,
+            remote_id=self.ms.self_id,
+            local_id=self.ms.self_id,
+            term=self.ms.curr_term,
+            transfer_id=self.ms.self_id,
+            transferee_id=transferee_id,
+        )
+        self._handle_leadership_transfer(req, ("local", handle))
+        return handle
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _begin(self, now_ms: int) -> None:
+        if self._incarnation is None:
+            self._incarnation = now_ms
+            self.core.start_incarnation(now_ms)
+        self.core.now = now_ms
+        self.core.out = self._outbox
+
+    def _new_handle(self) -> int:
+        self._next_handle += 1
+        return self._next_handle
+
+    def _finish(self) -> list[Output]:
+        self._deliver_committed()
+        self._check_reads()
+        out = self._outbox
+        self._outbox = []
+        self.core.out = self._outbox
+        if self.core.dirty:
+            self.core.dirty = False
+            # Everything below may speak for the entries just written: flush them first.
+            out.insert(0, Flush(self.store.ledger_end_index))
+        return out
+
+    def _deliver_committed(self) -> None:
+        committed = self.store.committed_index
+        if self.applied_index >= committed:
+            return
+        if self._apply is not None:
+            for entry in self.store.get_range(self.applied_index + 1, committed):
+                self._apply(entry)
+        self.applied_index = committed
+
+    def _dispatch(self, msg: Message) -> None:
+        ms = self.ms
+        core = self.core
+        if msg.group != ms.group:
+            self._reject(msg, ResponseCode.UNKNOWN_GROUP)
+            return
+        if msg.remote_id != ms.self_id:
+            self._reject(msg, ResponseCode.UNKNOWN_MEMBER)
+            return
+        if isinstance(msg, PushEntryRequest):
+            self.handler.handle_push(msg)
+        elif isinstance(msg, PushEntryResponse):
+            self.replicator.on_push_response(msg)
+        elif isinstance(msg, HeartBeatRequest):
+            core.out.append(Send(msg.local_id, self.elector.handle_heartbeat(msg)))
+            self.handler.do_work()
+        elif isinstance(msg, HeartBeatResponse):
+            self.elector.handle_heartbeat_response(msg)
+        elif isinstance(msg, VoteRequest):
+            core.out.append(Send(msg.local_id, self.elector.handle_vote(msg)))
+        elif isinstance(msg, VoteResponse):
+            self.elector.handle_vote_response(msg)
+        elif isinstance(msg, AppendEntryRequest):
+            self._append(msg.bodies, ("wire", msg))
+        elif isinstance(msg, LeadershipTransferRequest):
+            if msg.transfer_id == ms.self_id:
+                self._handle_leadership_transfer(msg, ("wire", msg))
+            elif msg.transferee_id == ms.self_id:
+                refusal = self.elector.handle_take_leadership(msg)
+                if refusal is not None:
+                    core.out.append(Send(msg.local_id, refusal))
+            else:
+                self._reject(msg, ResponseCode.UNKNOWN_MEMBER)
+        elif isinstance(msg, LeadershipTransferResponse):
+            self._on_transfer_response(msg)
+        elif isinstance(msg, MetadataRequest):
+            resp = MetadataResponse(term=ms.curr_term, leader_id=ms.leader_id, peers=dict(ms.peer_map))
+            core.reply(msg, resp)
+        else:
+            log.warning("[%s] unexpected message %s", ms.self_id, type(msg).__name__)
+
+    def _reject(self, msg: Message, code: ResponseCode) -> None:
+        resp = error_response(msg, code, self.ms.curr_term, self.ms.leader_id)
+        if resp is not None:
+            self.core.out.append(Send(resp.remote_id, resp))
+
+    # --- role changes ------------------------------------------------------------------------
+
+    def _on_role_change(self, term: int, role: Role) -> None:
+        self.replicator.on_role_change(term, role)
+        if role != Role.LEADER:
+            for r in self._reads:
+                self._outbox.append(ReadDone(r.handle, ResponseCode.NOT_LEADER, -1, r.term))
+            self._reads.clear()
+        if role == Role.LEADER:
+            self._leader_start_end = self.store.ledger_end_index
+            # Start pushing (COMPARE) and heartbeating at once rather than on the next tick.
+            self.elector.tick()
+            self.replicator.pump()
+        self._outbox.append(RoleChanged(term, role, self.ms.leader_id))
+
+    # --- appends (DLedgerServer.handleAppend) ------------------------------------------------
+
+    def _append(self, bodies: list[bytes], waiter: Any) -> None:
+        ms = self.ms
+        term = ms.curr_term
+        try:
+            if not ms.is_leader():
+                raise DLedgerError(ResponseCode.NOT_LEADER, f"{ms.self_id} is {ms.role.name}")
+            if ms.transferee is not None:
+                raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {ms.transferee}")
+            if self.replicator.is_pending_full(term):
+                raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "pending full")
+            if not bodies:
+                raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "BatchAppendEntryRequest with empty bodys")
+            if len(bodies) == 1:
+                entry = self.store.append_as_leader(bodies[0], term)
+                first, positions = entry.index, [entry.pos]
+            else:
+                first, positions = self.store.append_batch_as_leader(bodies, term)
+            self.core.dirty = True
+        except DLedgerError as e:
+            self._on_append_done(
+                waiter, AppendEntryResponse(group=ms.group, code=e.code, term=term, leader_id=ms.leader_id)
+            )
+            return
+        last = first + len(bodies) - 1
+        self.replicator.wait_ack(last, term, positions[-1], positions, waiter)
+        self.replicator.pump()
+
+    def _on_append_done(self, waiter: Any, resp: AppendEntryResponse) -> None:
+        kind, target = waiter
+        if kind == "local":
+            self._outbox.append(AppendDone(target, resp))
+        else:
+            req: AppendEntryRequest = target
+            req.base_reply(resp)
+            self._outbox.append(Send(resp.remote_id, resp))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _check_reads(self) -> None:
+        if not self._reads:
+            return
+        el = self.elector
+        now = self.core.now
+        keep: list[_Read] = []
+        for r in self._reads:
+            if self.ms.curr_term != r.term or not self.ms.is_leader():
+                self._outbox.append(ReadDone(r.handle, ResponseCode.NOT_LEADER, -1, r.term))
+            elif el.confirmed_hb_term == r.term and el.confirmed_hb_seq >= r.seq and self.applied_index >= r.read_index:
+                self._outbox.append(ReadDone(r.handle, ResponseCode.SUCCESS, r.read_index, r.term))
+            elif now >= r.deadline_ms:
+                self._outbox.append(ReadDone(r.handle, ResponseCode.TIMEOUT, -1, r.term))
+            else:
+                keep.append(r)
+        self._reads = keep
+
+    # --- leadership transfer, leader side --------------------------------------------------
+
+    def _handle_leadership_transfer(self, req: LeadershipTransferRequest, waiter: Any) -> None:
+        ms = self.ms
+
+        def fail(code: ResponseCode) -> None:
+            self._complete_transfer(waiter, LeadershipTransferResponse(term=ms.curr_term, code=code))
+
+        if not ms.is_peer_member(req.transferee_id) or req.transferee_id == ms.self_id:
+            fail(ResponseCode.UNKNOWN_MEMBER)
+            return
+        if req.term != ms.curr_term:
+            fail(ResponseCode.INCONSISTENT_TERM)
+            return
+        if not ms.is_leader():
+            fail(ResponseCode.NOT_LEADER)
+            return
+        if self.replicator.fall_behind(req.transferee_id) >= self.config.max_leadership_transfer_wait_index:
+            fail(ResponseCode.FALL_BEHIND_TOO_MUCH)
+            return
+        if ms.transferee is not None:
+            fail(ResponseCode.LEADER_TRANSFERRING)
+            return
+        ms.transferee = req.transferee_id
+        req_id = self.core.new_req_id()
+        self.core.send(
+            req.transferee_id,
+            LeadershipTransferRequest(
+                leader_id=ms.leader_id,
+                term=req.term,
+                transfer_id=ms.self_id,
+                transferee_id=req.transferee_id,
+                take_leadership_ledger_index=self.store.ledger_end_index,
+                req_id=req_id,
+            ),
+        )
+        self._transfer = _Transfer(req_id, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms)
+
+    def _on_transfer_response(self, resp: LeadershipTransferResponse) -> None:
+        t = self._transfer
+        if t is None or resp.req_id != t.req_id:
+            return
+        self._transfer = None
+        ms = self.ms
+        if resp.code != ResponseCode.SUCCESS or (ms.curr_term == t.term and ms.transferee is not None):
+            log.warning("leadershipTransfer failed (%s), set transferee to null", resp.code)
+            if ms.curr_term == t.term:
+                ms.transferee = None
+        self._complete_transfer(t.waiter, LeadershipTransferResponse(term=resp.term, code=resp.code))
+
+    def _check_transfer_timeout(self) -> None:
+        t = self._transfer
+        if t is None or self.core.now < t.deadline_ms:
+            return
+        self._transfer = None
+        if self.ms.curr_term == t.term:
+            self.ms.transferee = None
+        self._complete_transfer(t.waiter, LeadershipTransferResponse(term=self.ms.curr_term, code=ResponseCode.TIMEOUT))
+
+    def _complete_transfer(self, waiter: Any, resp: LeadershipTransferResponse) -> None:
+        if waiter is None:
+            return
+        kind, target = waiter
+        resp.group = self.ms.group
+        resp.leader_id = self.ms.leader_id
+        if kind == "local":
+            self._outbox.append(TransferDone(target, resp))
+        else:
+            req: LeadershipTransferRequest = target
+            req.base_reply(resp)
+            self._outbox.append(Send(resp.remote_id, resp))
+
+    def _check_preferred_leader(self) -> None:
+        """DLedgerServer.checkPreferredLeader, on the tick instead of a scheduled executor."""
+        cfg = self.config
+        ms = self.ms
+        now = self.core.now
+        if cfg.preferred_leader_ids is None or not ms.is_leader():
+            return
+        if elapsed(now, self._last_preferred_check_ms) < self.core.timings.preferred_leader_check_interval_ms:
+            return
+        self._last_preferred_check_ms = now
+        preferred = [p for p in cfg.preferred_leader_ids.split(";") if p]
+        if ms.transferee is not None or ms.self_id in preferred or self._transfer is not None:
+            return
+        for peer in preferred:
+            if not ms.is_peer_member(peer) or not ms.peers_live_table.get(peer, False):
+                continue
+            if self.replicator.fall_behind(peer) >= cfg.max_leadership_transfer_wait_index:
+                continue
+            log.info("preferred leader %s is ready, transferring leadership", peer)
+            req = LeadershipTransferRequest(term=ms.curr_term, transfer_id=ms.self_id, transferee_id=peer)
+            self._handle_leadership_transfer(req, None)
+            return
+
+
+class MultiRaft:
+    """Several groups in one process, one ``RaftNode`` each, routed by ``msg.group``.
+
+    Outputs are returned as ``(group, output)`` pairs so the caller can flush the right
+    store. A message for a group we do not host is answered UNKNOWN_GROUP; one addressed to
+    another member id is answered UNKNOWN_MEMBER (DLedgerServer's checks).
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, RaftNode] = {}
+
+    def add(self, node: RaftNode) -> None:
+        if node.group in self.nodes:
+            raise ValueError(f"group {node.group!r} is already hosted")
+        self.nodes[node.group] = node
+
+    def remove(self, group: str) -> RaftNode:
+        return self.nodes.pop(group)
+
+    def get(self, group: str) -> RaftNode:
+        node = self.nodes.get(group)
+        if node is None:
+            raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"no group {group!r}")
+        return node
+
+    def tick(self, now_ms: int) -> list[tuple[str, Output]]:
+        out: list[tuple[str, Output]] = []
+        for group, node in self.nodes.items():
+            out.extend((group, o) for o in node.tick(now_ms))
+        return out
+
+    def step(self, now_ms: int, msg: Message) -> list[tuple[str, Output]]:
+        node = self.nodes.get(msg.group)
+        if node is None:
+            resp = error_response(msg, ResponseCode.UNKNOWN_GROUP)
+            return [] if resp is None else [(msg.group, Send(resp.remote_id, resp))]
+        if msg.remote_id != node.self_id:
+            resp = error_response(msg, ResponseCode.UNKNOWN_MEMBER, node.term, node.leader_id)
+            return [] if resp is None else [(msg.group, Send(resp.remote_id, resp))]
+        return [(msg.group, o) for o in node.step(now_ms, msg)]
+
+    def propose(self, now_ms: int, group: str, bodies: Sequence[bytes]) -> int:
+        return self.get(group).propose(now_ms, bodies)
+
+    def drain(self) -> list[tuple[str, Output]]:
+        out: list[tuple[str, Output]] = []
+        for group, node in self.nodes.items():
+            out.extend((group, o) for o in node.drain())
+        return out
