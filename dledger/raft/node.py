@@ -119,9 +119,10 @@ class RaftNode:
         self.replicator = Replicator(self.core, self._on_append_done)
         self.core.on_role_change = self._on_role_change
         self._apply = apply
-        self.applied_index = store.ledger_begin_index - 1 if applied_index is None else applied_index
-        if self.applied_index < store.ledger_begin_index - 1:
-            self.applied_index = store.ledger_begin_index - 1
+        # An empty store has begin -1; entries before a non-zero begin were deleted and
+        # cannot be delivered any more.
+        floor = max(store.ledger_begin_index, 0) - 1
+        self.applied_index = max(floor, floor if applied_index is None else applied_index)
         self._next_handle = 0
         self._reads: list[_Read] = []
         self._transfer: _Transfer | None = None

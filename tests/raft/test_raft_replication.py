@@ -1,0 +1,408 @@
+"""Replication rules of spec §4: push types on both sides, quorum median, client completions."""
+
+from __future__ import annotations
+
+from raft_helpers import elect, follow, make_node, one, sent, to_node
+
+from dledger.codes import ResponseCode
+from dledger.raft.effects import AppendDone, Flush, Output
+from dledger.raft.member_state import MemoryTermStore, Role
+from dledger.raft.messages import (
+    AppendEntryRequest,
+    AppendEntryResponse,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    VoteRequest,
+)
+from dledger.raft.node import RaftNode
+from dledger.raft.replicator import Quota
+from dledger.store.entry import Entry
+from dledger.store.memory import MemoryStore
+
+
+def entries(terms: list[int], body: bytes = b"x") -> list[Entry]:
+    st = MemoryStore()
+    return [st.append_as_leader(body + bytes([i]), t) for i, t in enumerate(terms)]
+
+
+def store_with(es: list[Entry]) -> MemoryStore:
+    st = MemoryStore()
+    for e in es:
+        st.append_as_follower(e)
+    return st
+
+
+def answer(
+    node: RaftNode, req: PushEntryRequest, code: ResponseCode, begin: int, end: int, now: int = 0
+) -> list[Output]:
+    resp = PushEntryResponse(code=code, term=req.term, index=req.last_index, begin_index=begin, end_index=end)
+    req.base_reply(resp)
+    return node.step(now, resp)
+
+
+def done(out: list[Output]) -> list[AppendDone]:
+    return [o for o in out if isinstance(o, AppendDone)]
+
+
+# --- leader side ------------------------------------------------------------------------------
+
+
+def leader_in_append_state(n: int = 3, **overrides: object) -> tuple[RaftNode, list[Output]]:
+    """A leader of an empty log whose followers are matched at index 0 after one append."""
+    node = make_node(n=n, **overrides)
+    elect(node)
+    node.propose(0, [b"a"])
+    out = node.drain()
+    compares = sent(out, PushEntryRequest)
+    assert {c.type for c in compares} == {PushType.COMPARE} and len(compares) == n - 1
+    for c in compares:
+        out2 = answer(node, c, ResponseCode.INCONSISTENT_STATE, -1, -1)
+        t = one(out2, PushEntryRequest)
+        assert t.type == PushType.TRUNCATE and t.first_index == 0
+        out += out2 + answer(node, t, ResponseCode.SUCCESS, 0, 0)
+    return node, out
+
+
+def test_compare_truncate_append_commits_first_entry() -> None:
+    node, out = leader_in_append_state()
+    (d,) = done(out)
+    assert d.response.code == ResponseCode.SUCCESS and d.response.index == 0 and d.response.pos == 0
+    assert node.committed_index == 0
+    for d_ in node.replicator.dispatchers.values():
+        assert d_.type == PushType.APPEND and d_.write_index == 1
+
+
+def test_batch_push_sends_entries_in_one_request() -> None:
+    node, _ = leader_in_append_state()
+    node.propose(1, [b"b", b"c", b"d"])
+    pushes = sent(node.drain(), PushEntryRequest, to="n1")
+    assert len(pushes) == 1 and [e.index for e in pushes[0].entries] == [1, 2, 3]
+    assert pushes[0].commit_index == 0
+
+
+def test_single_push_mode_sends_one_entry_per_request() -> None:
+    node, _ = leader_in_append_state(is_enable_batch_push=False)
+    node.propose(1, [b"b", b"c"])
+    pushes = sent(node.drain(), PushEntryRequest, to="n1")
+    assert [p.first_index for p in pushes] == [1, 2]
+
+
+def test_ack_advances_watermark_and_completes_append() -> None:
+    node, _ = leader_in_append_state()
+    h = node.propose(1, [b"b", b"c"])
+    push = one(node.drain(), PushEntryRequest, to="n1")
+    out = answer(node, push, ResponseCode.SUCCESS, 0, 2, now=2)
+    (d,) = done(out)
+    assert d.handle == h and d.response.code == ResponseCode.SUCCESS
+    assert d.response.index == 2 and len(d.response.positions) == 2
+    assert node.replicator.water_marks["n1"] == 2 and node.committed_index == 2
+
+
+def test_unacked_push_is_retried_after_max_push_timeout() -> None:
+    node, _ = leader_in_append_state()
+    node.propose(1, [b"b"])
+    first = one(node.drain(), PushEntryRequest, to="n1")
+
+    def appends(out: list[Output]) -> list[PushEntryRequest]:
+        return [p for p in sent(out, PushEntryRequest, to="n1") if p.type == PushType.APPEND]
+
+    assert not appends(node.tick(1 + node.config.max_push_time_out_ms))
+    (retry,) = appends(node.tick(2 + node.config.max_push_time_out_ms))
+    assert retry.first_index == first.first_index
+    assert retry.req_id != first.req_id
+
+
+def test_inconsistent_append_goes_back_to_compare() -> None:
+    node, _ = leader_in_append_state()
+    node.propose(1, [b"b"])
+    push = one(node.drain(), PushEntryRequest, to="n1")
+    out = answer(node, push, ResponseCode.INCONSISTENT_STATE, 0, 0, now=1)
+    compare = one(out, PushEntryRequest, to="n1")
+    assert compare.type == PushType.COMPARE and compare.first_index == 1
+    assert node.replicator.dispatchers["n1"].type == PushType.COMPARE
+
+
+def test_compare_search_walks_down_then_appends() -> None:
+    # Leader holds 0..3 of term 0 (re-elected in term 1); the follower matches up to 1.
+    es = entries([0, 0, 0, 0])
+    node = make_node(store=store_with(es), term_store=MemoryTermStore(1))
+    out = elect(node)
+    c = one(out, PushEntryRequest, to="n1")
+    assert (c.type, c.first_index) == (PushType.COMPARE, 3)
+    c = one(answer(node, c, ResponseCode.INCONSISTENT_STATE, 0, 1), PushEntryRequest, to="n1")
+    assert c.first_index == 1  # beyond the follower's end: jump to it
+    out = answer(node, c, ResponseCode.SUCCESS, 0, 1)
+    d = node.replicator.dispatchers["n1"]
+    assert d.type == PushType.APPEND and node.replicator.water_marks["n1"] == 1
+    push = one(out, PushEntryRequest, to="n1")
+    assert push.type == PushType.APPEND and [e.index for e in push.entries] == [2, 3]
+
+
+def test_compare_never_truncates_below_a_match() -> None:
+    # The follower matched at 1 but now reports end 3 (our pushes landed meanwhile): search up.
+    es = entries([0, 0, 0, 0])
+    node = make_node(store=store_with(es), term_store=MemoryTermStore(1))
+    c = one(elect(node), PushEntryRequest, to="n1")
+    c = one(answer(node, c, ResponseCode.INCONSISTENT_STATE, 0, 1), PushEntryRequest, to="n1")
+    c = one(answer(node, c, ResponseCode.SUCCESS, 0, 3), PushEntryRequest, to="n1")
+    assert c.type == PushType.COMPARE and c.first_index > 1
+
+
+def test_mismatch_leads_to_truncate_at_last_match() -> None:
+    es = entries([0, 0, 0])
+    node = make_node(store=store_with(es), term_store=MemoryTermStore(1))
+    c = one(elect(node), PushEntryRequest, to="n1")
+    assert c.first_index == 2
+    c = one(answer(node, c, ResponseCode.INCONSISTENT_STATE, 0, 2), PushEntryRequest, to="n1")
+    assert (c.type, c.first_index) == (PushType.COMPARE, 1)
+    t = one(answer(node, c, ResponseCode.SUCCESS, 0, 2), PushEntryRequest, to="n1")
+    assert (t.type, t.first_index) == (PushType.TRUNCATE, 1)
+    answer(node, t, ResponseCode.SUCCESS, 0, 1)
+    assert node.replicator.dispatchers["n1"].type == PushType.APPEND
+
+
+def test_commit_push_when_idle() -> None:
+    node, _ = leader_in_append_state()
+    interval = (
+        node.timings.commit_push_interval_ms if hasattr(node, "timings") else node.core.timings.commit_push_interval_ms
+    )
+    pushes = sent(node.tick(interval + 1), PushEntryRequest, to="n1")
+    assert [p.type for p in pushes] == [PushType.COMMIT] and pushes[0].commit_index == 0 and not pushes[0].entries
+
+
+def test_wait_quorum_ack_timeout() -> None:
+    node, _ = leader_in_append_state()
+    h = node.propose(1, [b"b"])
+    node.drain()
+    wait = node.config.max_wait_ack_time_ms
+    assert not done(node.tick(wait))
+    (d,) = done(node.tick(1 + wait))
+    assert d.handle == h and d.response.code == ResponseCode.WAIT_QUORUM_ACK_TIMEOUT and d.response.index == 1
+
+
+def test_term_changed_on_step_down() -> None:
+    node, _ = leader_in_append_state()
+    h = node.propose(1, [b"b"])
+    node.drain()
+    vote = to_node(node, VoteRequest(leader_id="n1", term=9, ledger_end_index=5, ledger_end_term=5), "n1")
+    out = node.step(2, vote)
+    assert node.role == Role.CANDIDATE
+    (d,) = done(out)
+    assert d.handle == h and d.response.code == ResponseCode.TERM_CHANGED
+
+
+def test_append_refusals() -> None:
+    follower = make_node()
+    h = follower.propose(0, [b"x"])
+    assert done(follower.drain())[0].response.code == ResponseCode.NOT_LEADER and h
+    node, _ = leader_in_append_state(max_pending_requests_num=0)
+    node.propose(1, [b"b"])
+    node.drain()
+    node.propose(1, [b"c"])
+    assert done(node.drain())[0].response.code == ResponseCode.LEADER_PENDING_FULL
+    node, _ = leader_in_append_state()
+    node.propose(1, [])
+    assert done(node.drain())[0].response.code == ResponseCode.REQUEST_WITH_EMPTY_BODYS
+    node.ms.transferee = "n1"
+    node.propose(1, [b"b"])
+    assert done(node.drain())[0].response.code == ResponseCode.LEADER_TRANSFERRING
+
+
+def test_wire_append_answers_the_client() -> None:
+    node, _ = leader_in_append_state()
+    req = to_node(node, AppendEntryRequest(bodies=[b"b"], req_id=77), "client-1")
+    out = node.step(1, req)
+    assert isinstance(out[0], Flush)  # the entry is made durable before anything is sent
+    (push,) = [p for p in sent(out, PushEntryRequest, to="n1") if p.type == PushType.APPEND]
+    resp = one(answer(node, push, ResponseCode.SUCCESS, 0, 1, now=2), AppendEntryResponse, to="client-1")
+    assert (resp.code, resp.req_id, resp.index, resp.leader_id) == (ResponseCode.SUCCESS, 77, 1, "n0")
+
+
+# --- quorum ack checker -----------------------------------------------------------------------
+
+
+def test_quorum_index_is_the_median_including_the_leader() -> None:
+    # spec §4.5's example: watermarks [3, 3, 2, 1, 1] commit index 2.
+    node = make_node(n=5)
+    elect(node)
+    node.propose(0, [b"a", b"b", b"c", b"d"])
+    node.drain()
+    rep = node.replicator
+    rep.water_marks.update({"n0": 3, "n1": 3, "n2": 2, "n3": 1, "n4": 1})
+    rep.check_quorum()
+    assert node.committed_index == 2
+
+
+def test_old_term_entries_need_current_term_or_every_member() -> None:
+    # Raft Figure 8: the leader of term 4 must not commit an entry of term 2 by counting.
+    es = entries([1, 2])
+    node = make_node(store=store_with(es), term_store=MemoryTermStore(4))
+    elect(node)
+    rep = node.replicator
+    rep.water_marks.update({"n0": 1, "n1": 1, "n2": -1})
+    rep.check_quorum()
+    assert node.committed_index == -1
+    rep.water_marks["n2"] = 1  # every member holds it: nothing can replace it
+    rep.check_quorum()
+    assert node.committed_index == 1
+    node.propose(0, [b"new"])
+    node.drain()
+    rep.water_marks.update({"n0": 2, "n1": 2})
+    rep.check_quorum()
+    assert node.committed_index == 2
+
+
+def test_quota() -> None:
+    q = Quota(100)
+    q.sample(60, 1_000)
+    assert not q.validate_now(1_500)
+    q.sample(60, 1_900)
+    assert q.validate_now(1_999)
+    assert Quota.left_now(1_900) == 100
+    assert not q.validate_now(2_000)  # a new second, a new bucket
+    q.sample(10, 6_000)  # the same bucket five seconds later starts over
+    assert not q.validate_now(6_000)
+
+
+# --- follower side ----------------------------------------------------------------------------
+
+
+def follower(terms_held: list[int] | None = None, leader: str = "n0") -> RaftNode:
+    store = store_with(entries(terms_held)) if terms_held else MemoryStore()
+    node = make_node("n1", store=store)
+    follow(node, leader)
+    return node
+
+
+def push(
+    node: RaftNode,
+    type_: PushType,
+    es: list[Entry],
+    commit: int = -1,
+    term: int = 0,
+    leader: str = "n0",
+    req_id: int = 10,
+    now: int = 0,
+) -> list[Output]:
+    req = PushEntryRequest(type=type_, entries=es, commit_index=commit, term=term, leader_id=leader, req_id=req_id)
+    return node.step(now, to_node(node, req, leader))
+
+
+def test_append_at_end_plus_one_then_commit() -> None:
+    node = follower()
+    es = entries([0, 0])
+    out = push(node, PushType.APPEND, es[:1], commit=0)
+    assert isinstance(out[0], Flush)
+    r = one(out, PushEntryResponse)
+    assert (r.code, r.index, r.end_index) == (ResponseCode.SUCCESS, 0, 0)
+    assert node.committed_index == 0
+
+
+def test_out_of_order_appends_are_buffered() -> None:
+    node = follower()
+    es = entries([0, 0, 0])
+    assert not sent(push(node, PushType.APPEND, es[1:], req_id=11), PushEntryResponse)
+    out = push(node, PushType.APPEND, es[:1], req_id=12)
+    assert [r.index for r in sent(out, PushEntryResponse)] == [0, 2]
+    assert node.store.ledger_end_index == 2
+
+
+def test_repeated_push() -> None:
+    node = follower()
+    es = entries([0, 0, 0])
+    push(node, PushType.APPEND, es[2:], req_id=11)
+    r = one(push(node, PushType.APPEND, es[2:], req_id=12), PushEntryResponse)
+    assert r.code == ResponseCode.REPEATED_PUSH
+
+
+def test_compare() -> None:
+    es = entries([0, 0])
+    node = follower([0, 0])
+    assert one(push(node, PushType.COMPARE, es[1:]), PushEntryResponse).code == ResponseCode.SUCCESS
+    other = entries([0, 0], body=b"y")
+    r = one(push(node, PushType.COMPARE, other[1:], req_id=11), PushEntryResponse)
+    assert (r.code, r.begin_index, r.end_index) == (ResponseCode.INCONSISTENT_STATE, 0, 1)
+    more = entries([0, 0, 0, 0])
+    assert (
+        one(push(node, PushType.COMPARE, more[3:], req_id=12), PushEntryResponse).code
+        == ResponseCode.INCONSISTENT_STATE
+    )
+
+
+def test_compare_clears_buffered_appends() -> None:
+    node = follower([0])
+    es = entries([0, 0, 0])
+    push(node, PushType.APPEND, es[2:], req_id=11)
+    assert node.handler.write_request_map
+    push(node, PushType.COMPARE, es[:1], req_id=12)
+    assert not node.handler.write_request_map
+
+
+def test_truncate_replaces_stale_tail() -> None:
+    node = follower([0, 0, 0])
+    ours = entries([0, 1], body=b"L")
+    r = one(push(node, PushType.TRUNCATE, ours[1:], commit=1, term=0), PushEntryResponse)
+    assert (r.code, r.end_index) == (ResponseCode.SUCCESS, 1)
+    assert node.store.get(1).same_as(ours[1]) and node.committed_index == 1
+
+
+def test_truncate_keeps_committed_entries() -> None:
+    es = entries([0, 0, 0])
+    node = follower([0, 0, 0])
+    node.store.update_committed_index(0, 2)
+    r = one(push(node, PushType.TRUNCATE, es[1:2]), PushEntryResponse)
+    assert r.code == ResponseCode.SUCCESS and node.store.ledger_end_index == 2
+
+
+def test_replayed_truncate_is_fenced() -> None:
+    node = follower()
+    es = entries([0, 0, 0])
+    push(node, PushType.TRUNCATE, es[:1], req_id=20)
+    push(node, PushType.APPEND, es[1:], req_id=21)
+    r = one(push(node, PushType.TRUNCATE, es[:1], req_id=20), PushEntryResponse)
+    assert r.code == ResponseCode.INCONSISTENT_STATE and node.store.ledger_end_index == 2
+
+
+def test_stale_append_after_compare_is_fenced() -> None:
+    node = follower([0])
+    es = entries([0, 0])
+    push(node, PushType.COMPARE, es[:1], req_id=30)
+    r = one(push(node, PushType.APPEND, es[1:], req_id=29), PushEntryResponse)
+    assert r.code == ResponseCode.INCONSISTENT_STATE and node.store.ledger_end_index == 0
+
+
+def test_commit_push() -> None:
+    node = follower([0, 0])
+    r = one(push(node, PushType.COMMIT, [], commit=1), PushEntryResponse)
+    assert r.code == ResponseCode.SUCCESS and r.index == -1 and node.committed_index == 1
+
+
+def test_pushes_from_another_leader_or_term_are_refused() -> None:
+    node = follower()
+    es = entries([0])
+    r = one(push(node, PushType.APPEND, es, term=3), PushEntryResponse)
+    assert r.code == ResponseCode.INCONSISTENT_STATE and node.store.ledger_end_index == -1
+    r = one(push(node, PushType.COMPARE, es, leader="n2", req_id=11), PushEntryResponse)
+    assert r.code == ResponseCode.INCONSISTENT_LEADER
+    r = one(push(node, PushType.COMMIT, [], commit=0, leader="n2", req_id=12), PushEntryResponse)
+    assert r.code == ResponseCode.UNKNOWN
+
+
+def test_fast_forward_fails_a_stuck_push() -> None:
+    node = follower()
+    es = entries([0, 0, 0, 0])
+    push(node, PushType.APPEND, es[3:], req_id=11, now=0)
+    timings = node.core.timings
+    assert not sent(node.tick(timings.push_future_timeout_ms - 1), PushEntryResponse)
+    r = one(node.tick(timings.push_future_timeout_ms + timings.fast_forward_check_interval_ms), PushEntryResponse)
+    assert (r.code, r.index) == (ResponseCode.INCONSISTENT_STATE, 3)
+
+
+def test_fall_behind_push_is_acked() -> None:
+    node = follower()
+    es = entries([0])
+    push(node, PushType.APPEND, es, req_id=11)
+    push(node, PushType.APPEND, es, req_id=12, now=1)  # the leader missed our ack
+    r = one(node.tick(1 + node.core.timings.fast_forward_check_interval_ms), PushEntryResponse)
+    assert (r.code, r.index) == (ResponseCode.SUCCESS, 0)
