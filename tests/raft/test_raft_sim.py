@@ -35,17 +35,22 @@ def _quiet() -> object:
     logging.disable(logging.NOTSET)
 
 
+def overrides_for(seed: int) -> dict[str, str]:
+    # Every 11th seed also runs the preferred-leader transfers (checkPreferredLeader).
+    return {"preferred_leader_ids": "n1"} if seed % 11 == 0 else {}
+
+
 @pytest.mark.parametrize("chunk", range(SEEDS // CHUNK))
 def test_seeds(chunk: int) -> None:
     for seed in range(chunk * CHUNK, (chunk + 1) * CHUNK):
-        run_seed(seed, params_for(seed))
+        run_seed(seed, params_for(seed), **overrides_for(seed))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chunk", range(10_000 // 500))
 def test_seeds_slow(chunk: int) -> None:
     for seed in range(chunk * 500, (chunk + 1) * 500):
-        run_seed(seed, params_for(seed))
+        run_seed(seed, params_for(seed), **overrides_for(seed))
 
 
 # --- regressions: each seed once broke an invariant, with the parameters given ---------------
@@ -99,3 +104,16 @@ def test_checker_catches_two_leaders() -> None:
     sim.checker.leaders_by_term[0] = "n2"
     with pytest.raises(InvariantViolation, match="two leaders"):
         sim.run_until(lambda: False, 2_000)
+
+
+def test_preferred_leader_takes_over() -> None:
+    for seed in range(5):
+        sim = Simulation(seed, SimParams(n=3, steps=0, drop=0, dup=0), preferred_leader_ids="n2")
+
+        def n2_leads(sim: Simulation = sim) -> bool:
+            ld = sim.leader()
+            return ld is not None and ld.id == "n2"
+
+        assert sim.run_until(n2_leads, 10_000), seed
+        sim.run_until(lambda: False, 2_000)
+        assert n2_leads(), seed
