@@ -7,11 +7,14 @@ import base64
 import hashlib
 import json
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 
 log = logging.getLogger("dledger.cli")
@@ -127,8 +130,97 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remote(_what: str, _args: argparse.Namespace) -> int:
-    raise SystemExit("--peers needs the replicated node layer, which this build does not have yet")
+def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if getattr(args, "secret_file", None):
+        kwargs["secret"] = Path(args.secret_file).read_bytes().strip()
+    if getattr(args, "tls_ca", None):
+        from dledger.net.tls import make_client_context
+
+        cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+        kwargs["ssl"] = make_client_context(args.tls_ca, cert, key)
+    return kwargs
+
+
+def _remote(what: str, args: argparse.Namespace) -> int:
+    from dledger.client import Client
+
+    with Client(args.peers, args.group, **_client_kwargs(args)) as client:
+        if what == "append":
+            if args.stdin:
+                bodies = [line.rstrip(b"\n") for line in sys.stdin.buffer]
+                bodies = [b for b in bodies if b]
+            else:
+                bodies = [args.data.encode("utf-8")]
+            for r in client.append_batch(bodies):
+                print(r.index)
+        else:
+            e = client.get(args.index)
+            if args.json:
+                print(json.dumps({"index": e.index, "term": e.term, "pos": e.pos,
+                                  "body_base64": base64.b64encode(e.body).decode("ascii")}))
+            else:
+                sys.stdout.buffer.write(e.body + b"\n")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from dledger.client import Client
+
+    with Client(args.peers, args.group, **_client_kwargs(args)) as client:
+        rows = client.status()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows]))
+        return 0
+    print(f"{'id':<6}{'addr':<22}{'role':<11}{'term':>6}  {'leader':<8}{'end':>10}{'committed':>11}{'pid':>9}")
+    for r in rows:
+        def show(v: object) -> str:
+            return "-" if v is None else str(v)
+        print(f"{r.id:<6}{r.addr:<22}{show(r.role):<11}{show(r.term):>6}  {show(r.leader):<8}"
+              f"{show(r.end_index):>10}{show(r.committed_index):>11}{show(r.pid):>9}")
+    return 0
+
+
+def cmd_transfer_leader(args: argparse.Namespace) -> int:
+    from dledger.client import Client
+
+    with Client(args.peers, args.group, **_client_kwargs(args)) as client:
+        print(client.transfer_leader(args.to))
+    return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from dledger.server import NodeServer, run_server
+
+    config = _config_from_args(args)
+    kwargs = _client_kwargs(args)
+    server_ssl = None
+    if args.tls_cert and args.tls_key:
+        from dledger.net.tls import make_server_context
+
+        server_ssl = make_server_context(args.tls_cert, args.tls_key, args.tls_ca)
+    server = NodeServer(config, host=args.host, secret=kwargs.get("secret"),
+                        server_ssl=server_ssl, client_ssl=kwargs.get("ssl"))
+
+    def ready(s: NodeServer) -> None:
+        # The line a supervisor (and `dledger cluster`) waits for.
+        print(f"dledger node {s.self_ids()} group {config.group} listening on {s.host}:{s.port} "
+              f"pid {os.getpid()} dir {config.default_path}", flush=True)
+
+    return asyncio.run(run_server(server, ready))
+
+
+def _config_from_args(args: argparse.Namespace) -> DLedgerConfig:
+    values: dict[str, object] = {}
+    if args.config:
+        values.update(DLedgerConfig.from_toml(args.config).as_dict())
+    for name in DLedgerConfig.field_names():
+        v = getattr(args, "cfg_" + name, None)
+        if v is not None:
+            values[name] = v
+    return DLedgerConfig.from_dict(values)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -163,6 +255,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_remote_options(p: argparse.ArgumentParser, peers: bool = True) -> None:
+    if peers:
+        p.add_argument("--peers", required=True, help='"n0-host:port;n1-host:port;..."')
+    p.add_argument("--group", default="default")
+    p.add_argument("--secret-file", default=None, help="file holding the group's shared secret")
+    p.add_argument("--tls-ca", default=None, help="CA file to verify the nodes (enables TLS)")
+    p.add_argument("--tls-cert", default=None, help="client certificate (mutual TLS)")
+    p.add_argument("--tls-key", default=None)
+
+
+_FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"]}
+
+
+def _add_config_options(p: argparse.ArgumentParser) -> None:
+    """Every DLedgerConfig option as a flag: --kebab-case and DLedger's --camelCase."""
+    import dataclasses
+
+    for f in dataclasses.fields(DLedgerConfig):
+        kebab = "--" + f.name.replace("_", "-")
+        parts = f.name.split("_")
+        camel = "--" + parts[0] + "".join(x.title() for x in parts[1:])
+        flags = [*_FLAG_NAMES.get(f.name, []), kebab]
+        if camel != kebab:
+            flags.append(camel)
+        default = f.default
+        kind = type(default) if default is not None and default is not dataclasses.MISSING else str
+        if kind is bool:
+            p.add_argument(*flags, dest="cfg_" + f.name, default=None,
+                           type=lambda v: v.lower() in ("1", "true", "yes", "on"), metavar="BOOL")
+        else:
+            p.add_argument(*flags, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS
+                           if f.name not in ("group", "self_id", "peers", "store_base_dir") else None)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from dledger.cluster import run_local_cluster
+
+    return run_local_cluster(args.nodes, args.dir, args.base_port, args.group, args.writes, args.exit_after_writes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dledger", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -182,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("append", help="append entries to a node directory (created if missing)")
     a.add_argument("dir", nargs="?", default=None)
-    a.add_argument("--peers", default=None, help=argparse.SUPPRESS)
+    a.add_argument("--peers", default=None, help='members of a running group, "n0-host:port;n1-host:port"')
+    _add_remote_options(a, peers=False)
     a.add_argument("--term", type=int, default=None, help="term of the entries (default: the ledger end term)")
     src = a.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="the body of one entry")
@@ -191,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("get", help="print the body of one entry")
     g.add_argument("dir", nargs="?", default=None)
-    g.add_argument("--peers", default=None, help=argparse.SUPPRESS)
+    g.add_argument("--peers", default=None, help='members of a running group, "n0-host:port;n1-host:port"')
+    _add_remote_options(g, peers=False)
     g.add_argument("-i", "--index", type=int, required=True)
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_get)
@@ -201,6 +335,35 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="small sizes; finishes in under 30 s")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+    st = sub.add_parser("status", help="every member's role, term, leader and indexes")
+    _add_remote_options(st)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    tl = sub.add_parser("transfer-leader", help="hand leadership to another member")
+    _add_remote_options(tl)
+    tl.add_argument("--to", required=True, help="member id")
+    tl.set_defaults(func=cmd_transfer_leader)
+
+    sv = sub.add_parser("server", help="run one member of a group")
+    sv.add_argument("--config", help="a TOML file of DLedgerConfig options (flags override it)")
+    sv.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    sv.add_argument("--tls-cert", default=None)
+    sv.add_argument("--tls-key", default=None)
+    sv.add_argument("--tls-ca", default=None)
+    sv.add_argument("--secret-file", default=None, help="file holding the group's shared secret")
+    _add_config_options(sv)
+    sv.set_defaults(func=cmd_server)
+
+    cl = sub.add_parser("cluster", help="start a local group of node processes; Ctrl-C stops them")
+    cl.add_argument("--nodes", type=int, default=3)
+    cl.add_argument("--dir", default=None, help="store directory (default: a new temporary one)")
+    cl.add_argument("--base-port", type=int, default=20911)
+    cl.add_argument("--group", default="default")
+    cl.add_argument("--writes", type=int, default=3, help="entries to append once a leader is up")
+    cl.add_argument("--exit-after-writes", action="store_true", help="stop the group after the writes")
+    cl.set_defaults(func=cmd_cluster)
 
     m = sub.add_parser("demo", help="write to an embedded store and read it back")
     m.add_argument("--dir", default=None, help="base directory (default: a new temporary one)")

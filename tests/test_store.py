@@ -354,4 +354,4 @@ def test_replicas_are_byte_identical(tmp_path, small_config):
         a = sorted((tmp_path / "a" / "dledger-n0" / sub).iterdir())
         b = sorted((tmp_path / "b" / "dledger-n1" / sub).iterdir())
         assert [p.name for p in a] == [p.name for p in b]
-        assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b))
+        assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b, strict=True))

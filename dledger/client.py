@@ -1,0 +1,293 @@
+"""Clients of a dledger group: ``AsyncClient`` (asyncio) and ``Client`` (blocking).
+
+The client finds the leader (asking any member; a member that is not the leader answers
+NOT_LEADER and names the leader when it knows it), follows those redirects, and retries with
+exponential backoff on LEADER_PENDING_FULL, timeouts and lost connections until its deadline.
+
+Retried appends are at-least-once: an append whose answer was lost (a timeout, a leader that
+died after writing) may be in the log and is sent again. WAIT_QUORUM_ACK_TIMEOUT and
+TERM_CHANGED mean the same "unknown" in DLedger, and are retried the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl as ssl_module
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from dledger.codes import RequestCode, ResponseCode
+from dledger.errors import DLedgerError
+from dledger.net.transport import Response, RpcClient
+from dledger.server import parse_peers
+from dledger.store.entry import Entry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Answers worth asking again (elsewhere or later) rather than giving up on.
+_RETRY = {
+    ResponseCode.NOT_LEADER,
+    ResponseCode.LEADER_PENDING_FULL,
+    ResponseCode.LEADER_NOT_READY,
+    ResponseCode.LEADER_TRANSFERRING,
+    ResponseCode.TIMEOUT,
+    ResponseCode.NETWORK_ERROR,
+    ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+    ResponseCode.TERM_CHANGED,
+    ResponseCode.DISK_FULL,
+}
+
+# One append request carries at most this many bodies / bytes; larger batches are split
+# and the pieces pipelined.
+BATCH_MAX_BODIES = 4096
+BATCH_MAX_BYTES = 4 * 1024 * 1024
+PIPELINE_WINDOW = 8
+
+
+@dataclass(slots=True, frozen=True)
+class AppendResult:
+    index: int
+    pos: int
+
+
+@dataclass(slots=True, frozen=True)
+class NodeStatus:
+    id: str
+    addr: str
+    role: str | None
+    term: int | None
+    leader: str | None
+    end_index: int | None
+    committed_index: int | None
+    pid: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "addr": self.addr, "role": self.role, "term": self.term, "leader": self.leader,
+                "end_index": self.end_index, "committed_index": self.committed_index, "pid": self.pid}
+
+
+class AsyncClient:
+    """``peers`` is DLedger's ``"n0-host:port;n1-host:port"`` or a dict of id to address."""
+
+    def __init__(
+        self,
+        peers: str | dict[str, str],
+        group: str = "default",
+        *,
+        secret: str | bytes | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        timeout: float = 10.0,
+        request_timeout: float = 3.0,
+    ) -> None:
+        self.peers = parse_peers(peers) if isinstance(peers, str) else dict(peers)
+        if not self.peers:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
+        self.group = group
+        self.timeout = timeout
+        self.request_timeout = request_timeout
+        self._rpc = RpcClient(secret=secret, ssl=ssl, timeout=request_timeout)
+        self._leader: str | None = None
+        self._order = list(self.peers)
+        self._rng = random.Random()
+
+    async def close(self) -> None:
+        await self._rpc.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def leader(self) -> str | None:
+        """The member this client last found leading."""
+        return self._leader
+
+    async def _leader_call(self, code: RequestCode, body: dict[str, Any]) -> Response:
+        """Call the leader, following redirects and retrying until ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        attempt = 0
+        last: Response | None = None
+        tried = 0
+        while True:
+            target = self._leader if self._leader is not None else self._order[tried % len(self._order)]
+            tried += 1
+            left = deadline - loop.time()
+            try:
+                resp = await self._rpc.call(self.peers[target], code, body, group=self.group,
+                                            timeout=max(min(self.request_timeout, left), 0.05))
+            except DLedgerError as exc:
+                resp = Response(exc.code, {}, exc.message)
+            if resp.code == ResponseCode.SUCCESS:
+                self._leader = target
+                return resp
+            last = resp
+            try:
+                code_enum = ResponseCode(resp.code)
+            except ValueError:
+                code_enum = ResponseCode.UNKNOWN
+            if code_enum not in _RETRY:
+                return resp
+            hinted = resp.body.get("leader") if isinstance(resp.body, dict) else None
+            if code_enum == ResponseCode.NOT_LEADER and isinstance(hinted, str) and hinted in self.peers \
+                    and hinted != target:
+                self._leader = hinted  # follow the redirect at once
+                continue
+            if code_enum in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
+                self._leader = None  # ask around
+            attempt += 1
+            if loop.time() >= deadline:
+                return last
+            if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
+                # Short and capped: during an election the answer changes within ~100 ms.
+                delay = min(0.01 * (2 ** min(attempt, 5)), 0.2) * (0.5 + self._rng.random())
+                await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+
+    async def append(self, body: bytes) -> AppendResult:
+        resp = (await self._leader_call(RequestCode.APPEND, {"bodies": [bytes(body)]})).check()
+        return AppendResult(resp.body["index"], resp.body["pos"])
+
+    async def append_batch(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+        """Append many bodies, in order; returns the index and position of each.
+
+        Large batches go as several requests, up to PIPELINE_WINDOW in flight at once. Requests
+        on one connection are applied in the order sent, so the entries keep the order given.
+        """
+        chunks: list[list[bytes]] = []
+        cur: list[bytes] = []
+        size = 0
+        for b in bodies:
+            if cur and (len(cur) >= BATCH_MAX_BODIES or size + len(b) > BATCH_MAX_BYTES):
+                chunks.append(cur)
+                cur, size = [], 0
+            cur.append(bytes(b))
+            size += len(b)
+        if cur:
+            chunks.append(cur)
+        if not chunks:
+            return []
+        if self._leader is None:
+            # Find the leader with the first piece so the rest pipeline to the right member.
+            first = await self._append_chunk(chunks[0])
+            rest = chunks[1:]
+            results = [first]
+        else:
+            rest = chunks
+            results = []
+        sem = asyncio.Semaphore(PIPELINE_WINDOW)
+
+        async def one(chunk: list[bytes]) -> list[AppendResult]:
+            async with sem:
+                return await self._append_chunk(chunk)
+
+        results.extend(await asyncio.gather(*(one(c) for c in rest)))
+        return [r for chunk in results for r in chunk]
+
+    async def _append_chunk(self, chunk: list[bytes]) -> list[AppendResult]:
+        resp = (await self._leader_call(RequestCode.APPEND, {"bodies": chunk})).check()
+        last = resp.body["index"]
+        positions = resp.body.get("positions") or [resp.body["pos"]]
+        first = last - len(chunk) + 1
+        return [AppendResult(first + k, p) for k, p in enumerate(positions)]
+
+    async def get(self, index: int) -> Entry:
+        """The committed entry ``index``, read linearizably from the leader."""
+        entries = await self.get_range(index, 1)
+        if not entries:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"no entry {index}")
+        return entries[0]
+
+    async def get_range(self, index: int, count: int) -> list[Entry]:
+        resp = (await self._leader_call(RequestCode.GET, {"index": index, "count": count})).check()
+        return [Entry(index=i, term=t, pos=p, body=b) for i, t, p, b in resp.body["entries"]]
+
+    async def metadata(self) -> dict[str, Any]:
+        """The leader's view (role, term, end and committed index...)."""
+        return (await self._leader_call(RequestCode.METADATA, {})).check().body
+
+    async def status(self) -> list[NodeStatus]:
+        """Every member's own view; a member that does not answer has ``role`` None."""
+
+        async def one(member: str, addr: str) -> NodeStatus:
+            try:
+                resp = await self._rpc.call(addr, RequestCode.METADATA, {}, group=self.group,
+                                            timeout=min(self.request_timeout, 2.0))
+                b = resp.check().body
+                return NodeStatus(member, addr, b.get("role"), b.get("term"), b.get("leader"), b.get("end_index"),
+                                  b.get("committed_index"), b.get("pid"))
+            except DLedgerError:
+                return NodeStatus(member, addr, None, None, None, None, None, None)
+
+        return list(await asyncio.gather(*(one(m, a) for m, a in self.peers.items())))
+
+    async def transfer_leader(self, to: str) -> str:
+        """Hand leadership to member ``to``; returns the new leader's id."""
+        if to not in self.peers:
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no member {to!r}")
+        resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, {"to": to})).check()
+        self._leader = to
+        return str(resp.body.get("leader") or to)
+
+
+class Client:
+    """The blocking twin of ``AsyncClient``: runs one in an event loop of its own thread."""
+
+    def __init__(self, peers: str | dict[str, str], group: str = "default", **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dledger-client", daemon=True)
+        self._thread.start()
+        self._async = self._run(_make(peers, group, kwargs))
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def leader(self) -> str | None:
+        return self._async.leader
+
+    def append(self, body: bytes) -> AppendResult:
+        return self._run(self._async.append(body))
+
+    def append_batch(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+        return self._run(self._async.append_batch(bodies))
+
+    def get(self, index: int) -> Entry:
+        return self._run(self._async.get(index))
+
+    def get_range(self, index: int, count: int) -> list[Entry]:
+        return self._run(self._async.get_range(index, count))
+
+    def metadata(self) -> dict[str, Any]:
+        return self._run(self._async.metadata())
+
+    def status(self) -> list[NodeStatus]:
+        return self._run(self._async.status())
+
+    def transfer_leader(self, to: str) -> str:
+        return self._run(self._async.transfer_leader(to))
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._async.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _make(peers: str | dict[str, str], group: str, kwargs: dict[str, Any]) -> AsyncClient:
+    return AsyncClient(peers, group, **kwargs)

@@ -1,0 +1,412 @@
+"""The node runtime: drives the sans-IO consensus objects with real time, the store and sockets.
+
+One asyncio loop per process. Everything that touches a ``RaftNode`` runs in one actor task,
+in order: it takes every event that is waiting (peer messages, client proposals, the 10 ms
+tick), steps the nodes, makes the store durable once for the whole batch (group commit, off
+the loop in a thread), then sends what the batch produced. Acks and votes therefore never
+leave before the writes they speak for are on disk, and the loop never blocks on disk.
+
+Peer messages travel one-way (the transport's ``send``); the consensus layer correlates a
+response with its request itself. Client calls (append, get, metadata, leadership transfer)
+are request/response RPCs answered when the consensus layer reports them done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import ssl as ssl_module
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dledger.codes import RequestCode, ResponseCode
+from dledger.config import MEMORY, DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.net.transport import Request, Response, RpcClient, RpcServer, parse_addr
+from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.member_state import Role
+from dledger.raft.messages import MESSAGE_TYPES, HeartBeatRequest, Message, VoteRequest, message_from_wire
+from dledger.raft.node import RaftNode, error_response
+from dledger.raft.term_file import FileTermStore
+from dledger.raft.timings import RaftTimings
+from dledger.store.base import DLedgerStore
+from dledger.store.memory import MemoryStore
+
+log = logging.getLogger(__name__)
+
+TICK_MS = 10
+# Peer messages waiting for a slow or dead peer are dropped past this; Raft resends.
+PEER_QUEUE_LIMIT = 10_000
+# The most entries (and bytes) one GET may return.
+GET_MAX_ENTRIES = 1024
+GET_MAX_BYTES = 16 * 1024 * 1024
+
+
+def parse_peers(peers: str) -> dict[str, str]:
+    """``"n0-127.0.0.1:20911;n1-127.0.0.1:20912"`` to ``{"n0": "127.0.0.1:20911", ...}``."""
+    out: dict[str, str] = {}
+    for part in peers.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        member, sep, addr = part.partition("-")
+        if not sep or not member or not addr:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad peer {part!r}, want id-host:port")
+        parse_addr(addr)
+        if member in out:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"peer {member!r} listed twice")
+        out[member] = addr
+    if not out:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
+    return out
+
+
+@dataclass(slots=True)
+class _Group:
+    config: DLedgerConfig
+    node: RaftNode
+    store: DLedgerStore
+    peers: dict[str, str]
+    waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+
+
+class NodeServer:
+    """One process's member of one or more groups (DLedger's multi-Raft), all on one address.
+
+    Every config must name the same ``self_id`` address in its ``peers``; each group keeps
+    its files in its own ``<store_base_dir>/dledger-<self_id>/``.
+    """
+
+    def __init__(
+        self,
+        configs: DLedgerConfig | Sequence[DLedgerConfig],
+        *,
+        host: str | None = None,
+        secret: str | bytes | None = None,
+        server_ssl: ssl_module.SSLContext | None = None,
+        client_ssl: ssl_module.SSLContext | None = None,
+        timings: RaftTimings | None = None,
+        seed: int | None = None,
+    ) -> None:
+        configs = [configs] if isinstance(configs, DLedgerConfig) else list(configs)
+        if not configs:
+            raise ValueError("no group to serve")
+        self.groups: dict[str, _Group] = {}
+        addr: str | None = None
+        rng = random.Random(seed)
+        for cfg in configs:
+            if cfg.group in self.groups:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"group {cfg.group!r} given twice")
+            peers = parse_peers(cfg.peers)
+            if cfg.self_id not in peers:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                                   f"self id {cfg.self_id!r} is not among the peers {sorted(peers)}")
+            mine = peers[cfg.self_id]
+            if addr is not None and mine != addr:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                                   f"groups of one process must share its address ({addr} != {mine})")
+            addr = mine
+            store = self._open_store(cfg)
+            term_store = FileTermStore(cfg.default_path)
+            node_timings = timings or RaftTimings().scaled(cfg.raft_timing_scale)
+            node = RaftNode(cfg, store, term_store, random.Random(rng.random()), timings=node_timings)
+            self.groups[cfg.group] = _Group(cfg, node, store, peers)
+        assert addr is not None
+        self.address = addr
+        _bind_host, port = parse_addr(addr)
+        self.host = host if host is not None else "127.0.0.1"
+        self.port = port
+        self.rpc_server = RpcServer(self._handle, self.host, port, secret=secret, ssl=server_ssl)
+        self.rpc_client = RpcClient(secret=secret, ssl=client_ssl)
+        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._peer_queues: dict[str, asyncio.Queue[tuple[str, Message]]] = {}
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stopped = asyncio.Event()
+        self._closed = False
+
+    @staticmethod
+    def _open_store(cfg: DLedgerConfig) -> DLedgerStore:
+        if cfg.store_type == MEMORY:
+            return MemoryStore(cfg.max_body_size)
+        from dledger.store.file import MmapFileStore
+
+        return MmapFileStore(cfg.default_path, cfg)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.rpc_server.start()
+        self.port = self.rpc_server.port
+        self._tasks.append(asyncio.create_task(self._actor(), name="dledger-actor"))
+        self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-ticker"))
+        log.info("node %s serving groups %s on %s:%d", self.self_ids(), sorted(self.groups), self.host, self.port)
+
+    def self_ids(self) -> str:
+        return ",".join(sorted({g.config.self_id for g in self.groups.values()}))
+
+    async def serve_forever(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def close(self) -> None:
+        """Stop serving; flush, write the checkpoint and close every store."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stopped.set()
+        await self.rpc_server.close()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.rpc_client.close()
+        for g in self.groups.values():
+            for fut in g.waiters.values():
+                if not fut.done():
+                    fut.set_exception(DLedgerError(ResponseCode.NETWORK_ERROR, "node shutting down"))
+            await asyncio.to_thread(g.store.close)
+
+    # -- the actor -----------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_MS / 1000)
+            self._events.put_nowait(("tick", None))
+
+    async def _actor(self) -> None:
+        while True:
+            events = [await self._events.get()]
+            while not self._events.empty():
+                events.append(self._events.get_nowait())
+            now = int(time.monotonic() * 1000)
+            outs: list[tuple[_Group, Output]] = []
+            ticked = False
+            for kind, payload in events:
+                try:
+                    if kind == "tick":
+                        if ticked:
+                            continue
+                        ticked = True
+                        for g in self.groups.values():
+                            outs.extend((g, o) for o in g.node.tick(now))
+                    elif kind == "msg":
+                        g, msg = payload
+                        outs.extend((g, o) for o in g.node.step(now, msg))
+                    elif kind == "call":
+                        g, fn = payload
+                        fn(now)
+                        outs.extend((g, o) for o in g.node.drain())
+                except Exception:
+                    log.exception("event %s failed", kind)
+            if not outs:
+                continue
+            if any(isinstance(o, Flush) for _g, o in outs):
+                # One msync for the whole batch, off the loop: group commit.
+                flushing = {id(g.store): g.store for g, o in outs if isinstance(o, Flush)}
+                await asyncio.gather(*(asyncio.to_thread(s.flush) for s in flushing.values()))
+            for g, o in outs:
+                self._perform(g, o)
+
+    def _perform(self, g: _Group, out: Output) -> None:
+        if isinstance(out, Send):
+            self._send_peer(g, out.to, out.msg)
+        elif isinstance(out, AppendDone | TransferDone | ReadDone):
+            fut = g.waiters.pop(out.handle, None)
+            if fut is not None and not fut.done():
+                fut.set_result(out)
+        elif isinstance(out, RoleChanged):
+            log.info("group %s: %s is %s in term %d (leader %s)", g.config.group, g.config.self_id,
+                     out.role.name, out.term, out.leader_id)
+
+    def _send_peer(self, g: _Group, to: str, msg: Message) -> None:
+        addr = g.peers.get(to)
+        if addr is None:
+            log.debug("no address for %s; dropping %s", to, type(msg).__name__)
+            return
+        q = self._peer_queues.get(addr)
+        if q is None:
+            q = self._peer_queues[addr] = asyncio.Queue()
+            self._tasks.append(asyncio.create_task(self._peer_sender(addr, q), name=f"dledger-send-{addr}"))
+        if q.qsize() >= PEER_QUEUE_LIMIT:
+            return  # Raft resends what a lagging peer misses
+        q.put_nowait((g.config.group, msg))
+
+    async def _peer_sender(self, addr: str, q: asyncio.Queue[tuple[str, Message]]) -> None:
+        while True:
+            group, msg = await q.get()
+            try:
+                await self.rpc_client.send(addr, int(msg.REQUEST_CODE), msg.to_wire(), group=group, timeout=1.0)
+            except DLedgerError as exc:
+                # The peer is down or slow: drop what is queued for it rather than send stale
+                # messages later; the consensus layer retries on its own schedule.
+                log.debug("send to %s failed (%s); dropping %d queued", addr, exc, q.qsize())
+                failed = [msg]
+                while not q.empty():
+                    failed.append(q.get_nowait()[1])
+                for m in failed:
+                    self._answer_unreachable(group, m)
+            except Exception:
+                log.exception("send to %s failed", addr)
+
+    def _answer_unreachable(self, group: str, msg: Message) -> None:
+        """A vote or heartbeat that could not be sent is answered NETWORK_ERROR, as DLedger's
+        failed RPC future is: the round then ends when every peer has answered, instead of
+        waiting out its timeout for a member that is down (which would slow every failover)."""
+        if not isinstance(msg, VoteRequest | HeartBeatRequest):
+            return
+        g = self.groups.get(group)
+        reply = error_response(msg, ResponseCode.NETWORK_ERROR, term=msg.term)
+        if g is not None and reply is not None:
+            self._events.put_nowait(("msg", (g, reply)))
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _group(self, request: Request) -> _Group:
+        name = request.group
+        if name is None and len(self.groups) == 1:
+            name = next(iter(self.groups))  # a client that names no group means the only one
+        g = self.groups.get(name) if name is not None else None
+        if g is None:
+            raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"unknown group {request.group!r}")
+        return g
+
+    async def _handle(self, request: Request) -> Response | dict[str, Any] | None:
+        body = request.body
+        if request.oneway:
+            self._handle_peer(request)
+            return None
+        code = request.code
+        g = self._group(request)
+        if code == RequestCode.APPEND:
+            return await self._append(g, body)
+        if code == RequestCode.GET:
+            return await self._get(g, body)
+        if code == RequestCode.METADATA:
+            return self._metadata(g)
+        if code == RequestCode.LEADERSHIP_TRANSFER:
+            return await self._transfer(g, body)
+        raise DLedgerError(ResponseCode.UNSUPPORTED, f"request code {code} is not a client request")
+
+    def _handle_peer(self, request: Request) -> None:
+        body = request.body
+        if not isinstance(body.get("_type"), str) or body["_type"] not in MESSAGE_TYPES:
+            log.debug("dropping a one-way frame that is not a consensus message from %s", request.peer)
+            return None
+        try:
+            msg = message_from_wire(body)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.debug("dropping a malformed %s from %s: %s", body.get("_type"), request.peer, exc)
+            return None
+        g = self.groups.get(msg.group)
+        if g is None or msg.local_id not in g.peers or msg.remote_id != g.config.self_id:
+            code = ResponseCode.UNKNOWN_GROUP if g is None else ResponseCode.UNKNOWN_MEMBER
+            reply = error_response(msg, code)
+            sender = g.peers.get(msg.local_id) if g is not None else None
+            if reply is not None and g is not None and sender is not None:
+                self._send_peer(g, msg.local_id, reply)
+            log.debug("%s from %s: %s", type(msg).__name__, request.peer, code.name)
+            return None
+        self._events.put_nowait(("msg", (g, msg)))
+        return None
+
+    def _call(self, g: _Group, fn: Any) -> asyncio.Future[Any]:
+        """Run ``fn(now) -> handle`` in the actor; the future gets the matching *Done output."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def run(now: int) -> None:
+            g.waiters[fn(now)] = fut
+
+        self._events.put_nowait(("call", (g, run)))
+        return fut
+
+    async def _append(self, g: _Group, body: dict[str, Any]) -> Response:
+        bodies = body.get("bodies")
+        if not isinstance(bodies, list):
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="bodies must be a list of bytes")
+        if not bodies:
+            return Response(ResponseCode.REQUEST_WITH_EMPTY_BODYS, message="no bodies")
+        limit = g.config.max_body_size
+        for b in bodies:
+            if not isinstance(b, bytes):
+                return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="bodies must be bytes")
+            if not b:
+                return Response(ResponseCode.REQUEST_WITH_EMPTY_BODYS, message="empty body")
+            if len(b) > limit:
+                return Response(ResponseCode.UNEXPECTED_ARGUMENT, message=f"body over {limit} bytes")
+        done: AppendDone = await self._call(g, lambda now: g.node.propose(now, bodies))
+        r = done.response
+        out = {"index": r.index, "pos": r.pos, "positions": list(r.positions), "term": r.term,
+               "leader": r.leader_id}
+        return Response(r.code, out, None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
+
+    async def _get(self, g: _Group, body: dict[str, Any]) -> Response:
+        index = body.get("index")
+        count = body.get("count", 1)
+        if not isinstance(index, int) or not isinstance(count, int) or index < 0 or count < 1:
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="want index >= 0 and count >= 1")
+        # Linearizable: the leader confirms with a quorum that it still leads, and serves
+        # only what was committed when the read arrived (read-index).
+        done: ReadDone = await self._call(g, lambda now: g.node.read_index(now))
+        if done.code != ResponseCode.SUCCESS:
+            return Response(done.code, {"leader": g.node.leader_id}, ResponseCode(done.code).name)
+        if index > done.read_index:
+            return Response(ResponseCode.INDEX_OUT_OF_RANGE, {"leader": g.node.leader_id},
+                            f"index {index} is past the committed index {done.read_index}")
+        last = min(index + min(count, GET_MAX_ENTRIES) - 1, done.read_index)
+        entries = []
+        size = 0
+        for e in g.store.get_range(index, last):
+            entries.append([e.index, e.term, e.pos, e.body])
+            size += len(e.body)
+            if size >= GET_MAX_BYTES:
+                break
+        return Response(ResponseCode.SUCCESS, {"entries": entries, "committed": done.read_index})
+
+    def _metadata(self, g: _Group) -> dict[str, Any]:
+        node = g.node
+        return {
+            "id": g.config.self_id,
+            "addr": self.address,
+            "group": g.config.group,
+            "role": node.role.name,
+            "term": node.term,
+            "leader": node.leader_id,
+            "end_index": g.store.ledger_end_index,
+            "committed_index": g.store.committed_index,
+            "begin_index": g.store.ledger_begin_index,
+            "pid": os.getpid(),
+            "peers": g.peers,
+        }
+
+    async def _transfer(self, g: _Group, body: dict[str, Any]) -> Response:
+        to = body.get("to")
+        if not isinstance(to, str) or to not in g.peers:
+            return Response(ResponseCode.UNKNOWN_MEMBER, message=f"no member {to!r}")
+        done: TransferDone = await self._call(g, lambda now: g.node.transfer_leadership(now, to))
+        r = done.response
+        return Response(r.code, {"leader": r.leader_id, "term": r.term},
+                        None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
+
+
+async def run_server(server: NodeServer, on_ready: Callable[[NodeServer], None] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; then flush, checkpoint and return 0."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_stop)
+    await server.start()
+    if on_ready is not None:
+        on_ready(server)
+    try:
+        await server.serve_forever()
+    finally:
+        await server.close()
+    return 0
+
+
+__all__ = ["NodeServer", "Role", "parse_peers", "run_server"]

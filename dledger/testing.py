@@ -1,0 +1,222 @@
+"""Real clusters for tests (ours and yours): member processes on 127.0.0.1, with a TCP proxy on every link.
+
+Each member gets its own view of the peers: its own address is where it listens, every
+other member's address is a proxy that forwards to that member. Blocking a proxy cuts
+that one direction of that one link, so partitions are exact and need no privileges.
+Every process started here is stopped by its own PID, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dledger.client import Client
+from dledger.cluster import wait_ready
+
+FAST = [
+    "--heart-beat-time-interval-ms", "100",
+    "--max-heart-beat-leak", "3",
+    "--min-vote-interval-ms", "50",
+    "--max-vote-interval-ms", "150",
+    "--max-wait-ack-time-ms", "2000",
+]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Proxy:
+    """Forwards 127.0.0.1:<port> to a target; ``block()`` cuts every connection and refuses new ones."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.blocked = False
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.blocked:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=1)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        peers = {a: b, b: a}
+        try:
+            while not self._stop and not self.blocked:
+                ready, _, _ = select.select([a, b], [], [], 0.1)
+                for s in ready:
+                    data = s.recv(1 << 16)
+                    if not data:
+                        return
+                    peers[s].sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def block(self) -> None:
+        self.blocked = True
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def unblock(self) -> None:
+        self.blocked = False
+
+    def close(self) -> None:
+        self._stop = True
+        self.block()
+        self.listener.close()
+
+
+@dataclass
+class TestCluster:
+    __test__ = False
+    root: Path
+    size: int = 3
+    extra: list[str] = field(default_factory=lambda: list(FAST))
+    group: str = "default"
+    # Without proxies members talk directly (no partitions possible; a killed member's port
+    # refuses connections at once, as in a real deployment).
+    proxied: bool = True
+
+    def __post_init__(self) -> None:
+        self.ids = [f"n{k}" for k in range(self.size)]
+        self.ports = dict(zip(self.ids, free_ports(self.size), strict=True))
+        # proxies[(a, b)] carries a's traffic to b
+        self.proxies = (
+            {(a, b): Proxy(self.ports[b]) for a in self.ids for b in self.ids if a != b} if self.proxied else {}
+        )
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.logs: dict[str, Path] = {}
+
+    @property
+    def peers(self) -> str:
+        """The client's view: the members' real addresses."""
+        return ";".join(f"{m}-127.0.0.1:{self.ports[m]}" for m in self.ids)
+
+    def view(self, member: str) -> str:
+        return ";".join(
+            f"{m}-127.0.0.1:{self.ports[m] if m == member or not self.proxied else self.proxies[(member, m)].port}"
+            for m in self.ids
+        )
+
+    def node_dir(self, member: str) -> Path:
+        return self.root / f"dledger-{member}"
+
+    def start(self, member: str) -> None:
+        log = self.root / f"{member}.log"
+        self.logs[member] = log
+        cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", self.group, "--id", member,
+               "--peers", self.view(member), "--store-dir", str(self.root), *self.extra]
+        with open(log, "a") as f:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=f, text=True, start_new_session=True)
+        self.procs[member] = proc
+        wait_ready(proc, 30)
+
+    def start_all(self) -> None:
+        for m in self.ids:
+            self.start(m)
+
+    def kill(self, member: str) -> None:
+        proc = self.procs.pop(member)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop(self, member: str) -> int:
+        proc = self.procs.pop(member)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(20)
+
+    def isolate(self, member: str) -> None:
+        for (a, b), p in self.proxies.items():
+            if member in (a, b):
+                p.block()
+
+    def heal(self) -> None:
+        for p in self.proxies.values():
+            p.unblock()
+
+    def client(self, timeout: float = 15.0) -> Client:
+        return Client(self.peers, self.group, timeout=timeout)
+
+    def status(self) -> dict[str, dict[str, object]]:
+        with Client(self.peers, self.group, timeout=5.0, request_timeout=1.0) as c:
+            return {s.id: s.as_dict() for s in c.status()}
+
+    def wait_leader(self, timeout: float = 20.0, exclude: str | None = None) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            leaders = [m for m, s in st.items() if s["role"] == "LEADER" and m != exclude]
+            if len(leaders) == 1:
+                return leaders[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no single leader within {timeout}s: {self.status()}")
+
+    def wait_for(self, cond, timeout: float = 20.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{what} not reached within {timeout}s: {self.status()}")
+
+    def close(self) -> None:
+        for member in list(self.procs):
+            proc = self.procs.pop(member)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for p in self.proxies.values():
+            p.close()
