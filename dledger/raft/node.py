@@ -318,6 +318,8 @@ class RaftNode:
                 self._outbox.append(ReadDone(r.handle, ResponseCode.NOT_LEADER, -1, r.term))
             self._reads.clear()
         if role == Role.LEADER:
+            # A leader never serves the follower queues; drop what an older leader left.
+            self.handler.clear()
             self._leader_start_end = self.store.ledger_end_index
             # Start pushing (COMPARE) and heartbeating at once rather than on the next tick.
             self.elector.tick()
