@@ -2,9 +2,10 @@
 
 One asyncio loop per process. Everything that touches a ``RaftNode`` runs in one actor task,
 in order: it takes every event that is waiting (peer messages, client proposals, the 10 ms
-tick), steps the nodes, makes the store durable once for the whole batch (group commit, off
-the loop in a thread), then sends what the batch produced. Acks and votes therefore never
-leave before the writes they speak for are on disk, and the loop never blocks on disk.
+tick) and steps the nodes. What a batch produced is sent once a flush that started after
+its writes has finished (group commit, msync off the loop in a thread, one at a time, while
+the actor goes on). Acks and votes therefore never leave before the writes they speak for
+are on disk, and the loop never blocks on disk.
 
 Peer messages travel one-way (the transport's ``send``); the consensus layer correlates a
 response with its request itself. Client calls (append, get, metadata, leadership transfer)
@@ -20,6 +21,7 @@ import random
 import signal
 import ssl as ssl_module
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,7 +116,10 @@ class NodeServer:
             store = self._open_store(cfg)
             term_store = FileTermStore(cfg.default_path)
             node_timings = timings or RaftTimings().scaled(cfg.raft_timing_scale)
-            node = RaftNode(cfg, store, term_store, random.Random(rng.random()), timings=node_timings)
+            # Request ids must never repeat across restarts (the replay fence): the wall clock at
+            # start grows across restarts and reboots, where the monotonic clock does not.
+            node = RaftNode(cfg, store, term_store, random.Random(rng.random()), timings=node_timings,
+                            incarnation=int(time.time() * 1000))
             self.groups[cfg.group] = _Group(cfg, node, store, peers)
         assert addr is not None
         self.address = addr
@@ -128,6 +133,11 @@ class NodeServer:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self._closed = False
+        # Output batches waiting for the flush that makes their writes durable (see _flusher).
+        self._batches: deque[tuple[int, list[tuple[_Group, Output]]]] = deque()
+        self._written_seq = 0
+        self._flushed_seq = 0
+        self._flush_wanted = asyncio.Event()
 
     @staticmethod
     def _open_store(cfg: DLedgerConfig) -> DLedgerStore:
@@ -144,6 +154,7 @@ class NodeServer:
         self.port = self.rpc_server.port
         self._tasks.append(asyncio.create_task(self._actor(), name="dledger-actor"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-ticker"))
+        self._tasks.append(asyncio.create_task(self._flusher(), name="dledger-flusher"))
         log.info("node %s serving groups %s on %s:%d", self.self_ids(), sorted(self.groups), self.host, self.port)
 
     def self_ids(self) -> str:
@@ -207,11 +218,36 @@ class NodeServer:
             if not outs:
                 continue
             if any(isinstance(o, Flush) for _g, o in outs):
-                # One msync for the whole batch, off the loop: group commit.
-                flushing = {id(g.store): g.store for g, o in outs if isinstance(o, Flush)}
-                await asyncio.gather(*(asyncio.to_thread(s.flush) for s in flushing.values()))
+                self._written_seq += 1
+            self._batches.append((self._written_seq, outs))
+            if self._written_seq > self._flushed_seq:
+                self._flush_wanted.set()
+            else:
+                self._perform_ready()
+
+    async def _flusher(self) -> None:
+        """Group commit, pipelined: while one msync runs (off the loop), the actor goes on
+        stepping; the outputs of every batch wait for the first flush that started after
+        the batch's writes, and are performed in batch order."""
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            target = self._written_seq
+            if target <= self._flushed_seq:
+                continue
+            await asyncio.gather(*(asyncio.to_thread(g.store.flush) for g in self.groups.values()))
+            self._flushed_seq = target
+            self._perform_ready()
+            if self._written_seq > self._flushed_seq:
+                self._flush_wanted.set()
+
+    def _perform_ready(self) -> None:
+        batches = self._batches
+        while batches and batches[0][0] <= self._flushed_seq:
+            _seq, outs = batches.popleft()
             for g, o in outs:
-                self._perform(g, o)
+                if not isinstance(o, Flush):
+                    self._perform(g, o)
 
     def _perform(self, g: _Group, out: Output) -> None:
         if isinstance(out, Send):

@@ -1,0 +1,143 @@
+"""Cluster benchmarks: three member processes on 127.0.0.1, beside PySyncObj doing the same job.
+
+- committed appends/s and MB/s with a pipelined batching client (100 B and 1 KiB bodies);
+  baseline: PySyncObj 0.3.17, three processes, tuned for throughput (see pysyncobj_peer);
+- single-client synchronous append latency, p50 and p99;
+- failover: from ``kill -9`` of the leader to the first acknowledged write, p50 and p99,
+  with the defaults and with the low-latency profile (LOW_LATENCY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dledger.client import AsyncClient
+from dledger.testing import TestCluster, free_ports
+
+# The documented low-latency profile: 100 ms heartbeats (a dead leader is noticed after
+# 300 ms), 50-150 ms vote intervals, DLedger's hard-coded waits scaled to a tenth.
+LOW_LATENCY = [
+    "--heart-beat-time-interval-ms", "100",
+    "--min-vote-interval-ms", "50",
+    "--max-vote-interval-ms", "150",
+    "--raft-timing-scale", "0.1",
+]
+
+
+@dataclass(slots=True)
+class Throughput:
+    entries_per_s: float
+    mb_per_s: float
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def dledger_throughput(body_size: int, count: int, chunk: int = 2000, window: int = 16,
+                       extra: list[str] | None = None) -> Throughput:
+    root = Path(tempfile.mkdtemp(prefix="dledger-bench-cluster-"))
+    cluster = TestCluster(root, extra=list(extra or []), proxied=False)
+    try:
+        cluster.start_all()
+        cluster.wait_leader(30)
+        body = b"x" * body_size
+
+        async def run() -> float:
+            async with AsyncClient(cluster.peers, timeout=60) as client:
+                await client.append_batch([body] * chunk)  # find the leader, warm up
+                sem = asyncio.Semaphore(window)
+
+                async def one() -> None:
+                    async with sem:
+                        await client.append_batch([body] * chunk)
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(one() for _ in range(count // chunk)))
+                return time.perf_counter() - t0
+
+        elapsed = asyncio.run(run())
+        done = (count // chunk) * chunk
+        return Throughput(done / elapsed, done * body_size / elapsed / 1e6)
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def pysyncobj_throughput(body_size: int, count: int, window: int = 5000) -> Throughput:
+    ports = free_ports(3)
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    procs = []
+    try:
+        for k in (1, 2):
+            partners = ",".join(a for j, a in enumerate(addrs) if j != k)
+            procs.append(subprocess.Popen([sys.executable, "-m", "dledger.perf.pysyncobj_peer", addrs[k], partners,
+                                           "--seconds", "600"], stdout=subprocess.DEVNULL))
+        partners = ",".join(addrs[1:])
+        out = subprocess.run([sys.executable, "-m", "dledger.perf.pysyncobj_peer", addrs[0], partners,
+                              "--drive", str(count), "--size", str(body_size), "--window", str(window),
+                              "--seconds", "300"], capture_output=True, text=True, timeout=400, check=True).stdout
+        result = json.loads(out.strip().splitlines()[-1])
+        n = result["committed"]
+        return Throughput(n / result["seconds"], n * body_size / result["seconds"] / 1e6)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def sync_latency(count: int = 2000, body_size: int = 100) -> tuple[float, float]:
+    """Seconds (p50, p99) of one append at a time from one client."""
+    root = Path(tempfile.mkdtemp(prefix="dledger-bench-latency-"))
+    cluster = TestCluster(root, extra=[], proxied=False)
+    try:
+        cluster.start_all()
+        cluster.wait_leader(30)
+        body = b"y" * body_size
+        times = []
+        with cluster.client(timeout=30) as c:
+            c.append(body)
+            for _ in range(count):
+                t0 = time.perf_counter()
+                c.append(body)
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times), _percentile(times, 0.99)
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def failover(kills: int = 20, extra: list[str] | None = None) -> tuple[float, float, list[float]]:
+    """Seconds from kill -9 of the leader to the first acknowledged write: (p50, p99, all)."""
+    root = Path(tempfile.mkdtemp(prefix="dledger-bench-failover-"))
+    cluster = TestCluster(root, extra=list(extra or []), proxied=False)
+    times: list[float] = []
+    try:
+        cluster.start_all()
+        with cluster.client(timeout=60) as c:
+            c.append(b"start")
+            for _ in range(kills):
+                leader = cluster.wait_leader(60)
+                c.append(b"before")
+                t0 = time.monotonic()
+                cluster.kill(leader)
+                c.append(b"after")
+                times.append(time.monotonic() - t0)
+                cluster.start(leader)
+                # Let the restarted member catch up so every kill starts from a full group.
+                time.sleep(0.5)
+        return statistics.median(times), _percentile(times, 0.99), times
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
