@@ -22,7 +22,7 @@ import time
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 
-class Log(SyncObj):  # type: ignore[misc]
+class Log(SyncObj):
     def __init__(self, self_addr: str, partners: list[str]) -> None:
         conf = SyncObjConf(
             logCompactionMinEntries=2**31,
@@ -36,7 +36,7 @@ class Log(SyncObj):  # type: ignore[misc]
         super().__init__(self_addr, partners, conf)
         self.count = 0
 
-    @replicated  # type: ignore[misc]
+    @replicated
     def append(self, body: bytes) -> int:
         self.count += 1
         return self.count
