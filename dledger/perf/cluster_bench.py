@@ -23,12 +23,12 @@ from pathlib import Path
 from dledger.client import AsyncClient
 from dledger.testing import TestCluster, free_ports
 
-# The documented low-latency profile: 100 ms heartbeats (a dead leader is noticed after
-# 300 ms), 50-150 ms vote intervals, DLedger's hard-coded waits scaled to a tenth.
+# The documented low-latency profile: 50 ms heartbeats (a dead leader is noticed after
+# 150 ms), 20-80 ms vote intervals, DLedger's hard-coded waits scaled to a tenth.
 LOW_LATENCY = [
-    "--heart-beat-time-interval-ms", "100",
-    "--min-vote-interval-ms", "50",
-    "--max-vote-interval-ms", "150",
+    "--heart-beat-time-interval-ms", "50",
+    "--min-vote-interval-ms", "20",
+    "--max-vote-interval-ms", "80",
     "--raft-timing-scale", "0.1",
 ]
 
