@@ -32,6 +32,7 @@ from dledger.errors import DLedgerError
 from dledger.net.transport import Request, Response, RpcClient, RpcServer, parse_addr
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
 from dledger.raft.member_state import Role
+from dledger.raft.member_state import parse_peers as parse_member_peers
 from dledger.raft.messages import MESSAGE_TYPES, HeartBeatRequest, Message, VoteRequest, message_from_wire
 from dledger.raft.node import RaftNode, error_response
 from dledger.raft.term_file import FileTermStore
@@ -50,19 +51,14 @@ GET_MAX_BYTES = 16 * 1024 * 1024
 
 
 def parse_peers(peers: str) -> dict[str, str]:
-    """``"n0-127.0.0.1:20911;n1-127.0.0.1:20912"`` to ``{"n0": "127.0.0.1:20911", ...}``."""
-    out: dict[str, str] = {}
-    for part in peers.split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        member, sep, addr = part.partition("-")
-        if not sep or not member or not addr:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad peer {part!r}, want id-host:port")
+    """DLedger's peers string to ``{id: "host:port"}``, with every address checked; bad input
+    is a DLedgerError (UNEXPECTED_ARGUMENT) the CLI and the client can report."""
+    try:
+        out = parse_member_peers(peers)
+    except ValueError as exc:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, str(exc)) from exc
+    for addr in out.values():
         parse_addr(addr)
-        if member in out:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"peer {member!r} listed twice")
-        out[member] = addr
     if not out:
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
     return out
