@@ -584,6 +584,146 @@ cdef class EntryLog:
                                f"entry {index} would land at {would}, the leader put it at {pos}")
         return self._put(&b[0], n, index, term, pos, magic, channel, <int32_t>chain_crc, body_crc)
 
+    def append_raw(self, blob, int64_t first_index, int64_t first_pos):
+        """Append encoded entries the leader made (its on-disk bytes of ``first_index`` on, all of
+        one data file): one memcpy into one data file, then the index units in one loop.
+
+        The headers are checked (contiguous indices from ``end + 1``, positions from
+        ``first_pos``, sizes, terms) and the landing position is checked before anything is
+        written, so a refused blob changes nothing. Body CRCs are the caller's (``codec.scan``).
+        Returns the last index appended.
+        """
+        cdef const unsigned char[::1] b = _ro(blob)
+        cdef Py_ssize_t n = b.shape[0]
+        if n <= 0:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty blob")
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if first_index != self.end + 1:
+            raise DLedgerError(ResponseCode.INCONSISTENT_INDEX,
+                               f"expected index {self.end + 1}, got {first_index}")
+        if first_pos < 0:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"negative pos {first_pos}")
+        cdef const unsigned char *src = &b[0]
+        cdef const unsigned char *q
+        cdef Py_ssize_t off = 0
+        cdef int64_t expect = first_index, prev_term = self.end_term, term
+        cdef int32_t size, body_size
+        while off < n:
+            if n - off < DL_BODY_OFFSET:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"torn entry at blob offset {off}")
+            q = src + off
+            size = <int32_t>dl_get32(q + 4)
+            body_size = <int32_t>dl_get32(q + 44)
+            term = <int64_t>dl_get64(q + 16)
+            if <int32_t>dl_get32(q) != DL_CURRENT_MAGIC or body_size <= 0 or size != body_size + DL_BODY_OFFSET:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad entry header at blob offset {off}")
+            if body_size > self.max_body_size:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                                   f"body of {body_size} bytes is over the limit of {self.max_body_size}")
+            if size > n - off:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"torn entry at blob offset {off}")
+            if <int64_t>dl_get64(q + 8) != expect:
+                raise DLedgerError(ResponseCode.INCONSISTENT_INDEX,
+                                   f"expected index {expect}, got {<int64_t>dl_get64(q + 8)}")
+            if <int64_t>dl_get64(q + 24) != first_pos + off:
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"entry {expect}: pos is not contiguous")
+            if term < prev_term:
+                raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"term {term} is below {prev_term}")
+            prev_term = term
+            expect += 1
+            off += size
+        if n + DL_MIN_BLANK_LEN > self.data.file_size:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"blob of {n} bytes does not fit a data segment of {self.data.file_size}")
+        # Where the blob and its first index unit would land; nothing is written before both agree.
+        cdef MappedFile last = self.data.last_file(0, False)
+        cdef int64_t would
+        if last is None:
+            would = 0
+        elif last.wrote_position >= last.file_size or n + DL_MIN_BLANK_LEN > last.file_size - last.wrote_position:
+            would = last.file_from_offset + last.file_size
+        else:
+            would = last.file_from_offset + last.wrote_position
+        if would != first_pos:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"entry {first_index} would land at {would}, the leader put it at {first_pos}")
+        cdef MappedFile xf = self.index.last_file(0, False)
+        cdef int64_t iwould
+        if xf is None:
+            iwould = 0
+        elif xf.wrote_position >= xf.file_size:
+            iwould = xf.file_from_offset + xf.file_size
+        else:
+            iwould = xf.file_from_offset + xf.wrote_position
+        if iwould != first_index * DL_INDEX_UNIT:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"index unit of entry {first_index} would land at {iwould}, "
+                               f"not {first_index * DL_INDEX_UNIT}")
+        cdef int64_t pos = self.data.pre_append(n, True)
+        if pos != first_pos:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"data pre-append gave {pos}, expected {first_pos}")
+        cdef MappedFile df = self.data.files[len(self.data.files) - 1]
+        _copy(df.ptr + df.wrote_position, src, n)
+        df.wrote_position += n
+        xf = self.index.last_file(0, True)
+        off = 0
+        while off < n:
+            if xf.wrote_position >= xf.file_size:
+                xf = self.index.last_file(0, True)
+            q = src + off
+            size = <int32_t>dl_get32(q + 4)
+            dl_write_index(xf.ptr + xf.wrote_position, <int32_t>dl_get32(q), first_pos + off, size,
+                           <int64_t>dl_get64(q + 8), <int64_t>dl_get64(q + 16))
+            xf.wrote_position += DL_INDEX_UNIT
+            off += size
+        self.end = expect - 1
+        self.end_term = prev_term
+        if self.begin == -1:
+            self.begin = first_index
+        return self.end
+
+    def read_raw_range(self, int64_t first, int64_t last, int64_t max_bytes):
+        """The stored bytes of entries ``first`` .. at most ``last``, as one blob: ``(blob,
+        first_pos, count)``. Stops at the end of the data file holding ``first`` (a blank record
+        sits there) and before ``max_bytes`` would be passed; holds at least one entry."""
+        cdef int64_t pos0
+        cdef int32_t size0
+        cdef const unsigned char *p0 = self._entry(first, &pos0, &size0)
+        if last > self.end:
+            last = self.end
+        cdef MappedFile df = self.data.find(pos0)
+        cdef int64_t file_end = df.file_from_offset + df.wrote_position
+        cdef int64_t nxt = pos0 + size0, total = size0, k = first + 1, off, upos
+        cdef int64_t cur_from = -1, cur_end = -1
+        cdef int32_t usize
+        cdef unsigned char *base = NULL
+        cdef const unsigned char *u
+        cdef const unsigned char *p
+        cdef MappedFile f
+        while k <= last:
+            off = k * DL_INDEX_UNIT
+            if off < cur_from or off >= cur_end:
+                f = self.index.find(off)
+                if f is None:
+                    break
+                cur_from = f.file_from_offset
+                cur_end = cur_from + f.file_size
+                base = f.ptr
+            u = base + (off - cur_from)
+            upos = <int64_t>dl_get64(u + 4)
+            usize = <int32_t>dl_get32(u + 12)
+            if upos != nxt or usize < DL_BODY_OFFSET or nxt + usize > file_end or total + usize > max_bytes:
+                break
+            p = df.ptr + (nxt - df.file_from_offset)
+            if <int64_t>dl_get64(p + 24) != upos or <int32_t>dl_get32(p + 4) != usize:
+                raise DLedgerError(ResponseCode.DISK_ERROR,
+                                   f"entry {k}: data at pos {upos} does not match its index unit")
+            nxt += usize
+            total += usize
+            k += 1
+        return (<char *>p0)[:total], pos0, k - first
+
     cdef inline const unsigned char *_unit(self, int64_t index) except NULL:
         if index < 0:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} < 0")

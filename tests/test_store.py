@@ -355,3 +355,96 @@ def test_replicas_are_byte_identical(tmp_path, small_config):
         b = sorted((tmp_path / "b" / "dledger-n1" / sub).iterdir())
         assert [p.name for p in a] == [p.name for p in b]
         assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b, strict=True))
+
+
+# -- raw (stored-bytes) replication ---------------------------------------------------------
+
+
+def _raw_refusals(store, blob: bytes, first: int, pos: int, count: int) -> None:
+    """Every kind of bad raw append is refused and leaves the store as it was."""
+    end, end_term = store.ledger_end_index, store.ledger_end_term
+    bad_crc = bytearray(blob)
+    bad_crc[50] ^= 0xFF  # a body byte of the first entry (its CRC is recorded)
+    bad_header_pos = oracle.encode_batch([b"abc"], first, 1, pos + 8)
+    cases = [
+        (blob, first + 1, pos, count),  # wrong first index
+        (blob, first - 1, pos, count) if first > 0 else (blob, first + 5, pos, count),
+        (blob, first, pos + 8, count),  # headers say another pos than the argument
+        (bad_header_pos, first, pos + 8, 1),  # consistent, but it would not land there
+        (bytes(bad_crc), first, pos, count),  # damaged body
+        (blob[:-1], first, pos, count),  # torn last entry
+        (blob[:30], first, pos, count),  # torn header
+        (b"", first, pos, 0),
+        (blob, first, pos, count + 1),  # says more entries than it holds
+        (oracle.encode_batch([b"old"], first, 0, pos), first, pos, 1) if end_term > 0 else (blob[:-1], first, pos, 1),
+    ]
+    for data, f, p, c in cases:
+        with pytest.raises(DLedgerError):
+            store.append_raw_as_follower(data, f, p, c)
+        assert (store.ledger_end_index, store.ledger_end_term) == (end, end_term)
+
+
+def test_raw_append_refuses_anything_wrong_and_changes_nothing(any_store):
+    bodies = [b"x" * (10 + k) for k in range(5)]
+    blob = oracle.encode_batch(bodies, 0, 1, 0)
+    _raw_refusals(any_store, blob, 0, 0, 5)
+    assert any_store.append_raw_as_follower(blob, 0, 0, 5) == 4
+    nxt_pos = len(blob)
+    more = oracle.encode_batch([b"more", b"again"], 5, 2, nxt_pos)
+    _raw_refusals(any_store, more, 5, nxt_pos, 2)
+    assert any_store.append_raw_as_follower(more, 5, nxt_pos) == 6
+    assert [any_store.get(i).body for i in range(7)] == [*bodies, b"more", b"again"]
+    assert any_store.ledger_end_term == 2
+    assert any_store.get(6).pos == nxt_pos + len(more) - (48 + 5)
+    raw, pos, count = any_store.get_raw_range(0, 6, 1 << 20)
+    assert (raw, pos, count) == (blob + more, 0, 7)
+    assert any_store.get_raw_range(2, 3, 1 << 20)[1:] == (any_store.get(2).pos, 2)
+    assert any_store.get_raw_range(2, 6, 1)[2] == 1  # at least one entry, whatever the budget
+
+
+def test_raw_append_refuses_a_blob_crossing_a_data_file(tmp_path, small_config):
+    store = _open(tmp_path / "n", small_config)
+    first = oracle.encode_batch([b"a" * 2000], 0, 1, 0)
+    store.append_raw_as_follower(first, 0, 0)
+    crossing = oracle.encode_batch([b"b" * 1000, b"c" * 1000], 1, 1, len(first))
+    with pytest.raises(DLedgerError) as exc:
+        store.append_raw_as_follower(crossing, 1, len(first))
+    assert exc.value.code == ResponseCode.DISK_ERROR
+    assert store.ledger_end_index == 0 and len(store.data_files) == 1
+    # The leader would have put them in the next file, after a blank record.
+    moved = oracle.encode_batch([b"b" * 1000, b"c" * 1000], 1, 1, 4096)
+    assert store.append_raw_as_follower(moved, 1, 4096) == 2
+    assert store.get(2).body == b"c" * 1000 and len(store.data_files) == 2
+    store.close()
+
+
+def test_raw_replication_is_byte_identical_to_per_entry(tmp_path, small_config):
+    """Leader blobs (split at data-file ends) appended raw give the same files as per-entry appends."""
+    leader = _open(tmp_path / "a" / "dledger-n0", small_config)
+    raw_follower = _open(tmp_path / "b" / "dledger-n0", small_config)
+    entry_follower = _open(tmp_path / "c" / "dledger-n0", small_config)
+    for i in range(200):
+        leader.append_as_leader(os.urandom(1 + i * 7 % 300), 1 + i // 70)
+    for e in leader.iter_entries():
+        entry_follower.append_as_follower(e)
+    first, frames = 0, 0
+    while first <= leader.ledger_end_index:
+        blob, pos, count = leader.get_raw_range(first, leader.ledger_end_index, 1500)
+        assert blob == b"".join(leader.get_raw(i) for i in range(first, first + count))
+        assert pos == leader.get(first).pos and (count == 1 or len(blob) <= 1500)
+        # Within one data file: no blank record inside.
+        assert pos // 4096 == (pos + len(blob) - 1) // 4096
+        assert raw_follower.append_raw_as_follower(blob, first, pos, count) == first + count - 1
+        first += count
+        frames += 1
+    assert frames > len(leader.data_files)
+    for s in (leader, raw_follower, entry_follower):
+        s.close()
+    for sub in ("data", "index"):
+        for other in ("b", "c"):
+            a = sorted((tmp_path / "a" / "dledger-n0" / sub).iterdir())
+            b = sorted((tmp_path / other / "dledger-n0" / sub).iterdir())
+            assert [p.name for p in a] == [p.name for p in b]
+            assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b, strict=True))
+    with _open(tmp_path / "b" / "dledger-n0", small_config) as again:
+        assert again.ledger_end_index == 199 and again.recovery.index_rewritten_from == -1

@@ -47,7 +47,11 @@ class EntryHandler:
 
     def handle_push(self, req: PushEntryRequest) -> None:
         if req.type == PushType.APPEND:
-            if not req.entries:
+            if req.raw:
+                malformed = req.entries or req.raw_count <= 0 or req.raw_index < 0 or req.raw_pos < 0
+            else:
+                malformed = not req.entries
+            if malformed:
                 self._respond(req, ResponseCode.UNEXPECTED_ARGUMENT)
                 return
             first = req.first_index
@@ -162,7 +166,16 @@ class EntryHandler:
             self._check_leader(req)
             check(not self._fenced(req), ResponseCode.INCONSISTENT_STATE, "replayed APPEND")
             self._fence_after(req)
-            for entry in req.entries:
+            if req.raw and req.first_index == write_index:
+                # The common case: the leader's stored bytes, validated and written in one call.
+                last = store.append_raw_as_follower(req.raw, req.raw_index, req.raw_pos, req.raw_count)
+                self.core.dirty = True
+                check(last == req.last_index, ResponseCode.INCONSISTENT_STATE)
+                entries = []
+            else:
+                # A resent batch overlapping what we hold: compare entry by entry.
+                entries = req.entry_list()
+            for entry in entries:
                 if entry.index < write_index:
                     # The overlap of a resent batch: it must be what we already hold.
                     check(entry.same_as(store.get(entry.index)), ResponseCode.INCONSISTENT_STATE)
@@ -257,7 +270,7 @@ class EntryHandler:
                 # Fall behind: a duplicate of what we already hold; maybe the ack was lost.
                 try:
                     self._check_leader(req)
-                    for entry in req.entries:
+                    for entry in req.entry_list():
                         check(entry.same_as(store.get(entry.index)), ResponseCode.INCONSISTENT_STATE)
                     log.warning(
                         "[PushFallBehind]The leader pushed an entry index=%d smaller than current "

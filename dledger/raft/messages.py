@@ -17,7 +17,8 @@ from enum import IntEnum
 from typing import Any, ClassVar
 
 from dledger.codes import RequestCode, ResponseCode
-from dledger.store.entry import Entry
+from dledger.errors import check
+from dledger.store.entry import Entry, entries_from_raw
 
 
 class VoteResult(IntEnum):
@@ -98,6 +99,10 @@ class Message:
                 value = PushType(value)
             elif f.name == "bodies":
                 value = [bytes(b) for b in value]
+            elif f.name == "raw":
+                if not isinstance(value, bytes | bytearray | memoryview):
+                    raise TypeError(f"raw is {type(value).__name__}, not bytes")
+                value = bytes(value)
             elif isinstance(value, list):
                 value = list(value)
             kwargs[f.name] = value
@@ -157,21 +162,43 @@ class HeartBeatResponse(Message):
 
 @dataclass(slots=True)
 class PushEntryRequest(Message):
-    """One push. ``entries`` holds the single entry (APPEND, COMPARE, TRUNCATE), the batch
-    (batch APPEND), or nothing (COMMIT); DLedger's ``entry``/``batchEntry`` pair in one list."""
+    """One push. ``entries`` holds the single entry (APPEND, COMPARE, TRUNCATE), a batch
+    given as entries, or nothing (COMMIT); DLedger's ``entry``/``batchEntry`` pair in one list.
+    The leader sends a batch APPEND as ``raw`` instead: its stored bytes of the entries, which
+    the follower validates and appends in one store call (no object per entry either side)."""
 
     type: PushType = PushType.APPEND
     commit_index: int = -1
     entries: list[Entry] = field(default_factory=list)
+    # A batch APPEND in its stored form instead of ``entries``: the leader's bytes of entries
+    # raw_index .. raw_index + raw_count - 1 (one data file's worth), raw[0] at raw_pos.
+    raw: bytes = b""
+    raw_index: int = -1
+    raw_pos: int = -1
+    raw_count: int = 0
     REQUEST_CODE: ClassVar[RequestCode] = RequestCode.PUSH
 
     @property
     def first_index(self) -> int:
+        if self.raw:
+            return self.raw_index
         return self.entries[0].index if self.entries else -1
 
     @property
     def last_index(self) -> int:
+        if self.raw:
+            return self.raw_index + self.raw_count - 1
         return self.entries[-1].index if self.entries else -1
+
+    def entry_list(self) -> list[Entry]:
+        """The pushed entries as objects, decoding ``raw`` if that is the form (raises
+        DLedgerError on a blob that does not decode to ``raw_count`` entries)."""
+        if not self.raw:
+            return self.entries
+        entries = entries_from_raw(self.raw, self.raw_index, self.raw_pos)
+        check(len(entries) == self.raw_count, ResponseCode.UNEXPECTED_ARGUMENT,
+              f"blob holds {len(entries)} entries, not {self.raw_count}")
+        return entries
 
 
 @dataclass(slots=True)

@@ -104,8 +104,6 @@ class EntryDispatcher:
     # APPEND pushes in flight: req_id -> (first index, last index, send time). DLedger's
     # futures know their request; our answers are matched to theirs by req_id.
     append_inflight: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    batch: list[Entry] = field(default_factory=list)
-    batch_size: int = 0
     # bounds of the compare search (see _on_compare_response); reset with compare_index
     match_floor: int = -1
     mismatch_ceiling: int = 1 << 62
@@ -130,7 +128,6 @@ class EntryDispatcher:
             self.pending_map.clear()
             self.batch_pending_map.clear()
             self.append_inflight.clear()
-            self._reset_batch()
             self.outstanding = None
             self.backoff_until = NEVER
             self.throttle_until = NEVER
@@ -148,7 +145,6 @@ class EntryDispatcher:
             self.rep.update_peer_water_mark(self.term, self.peer_id, index)
             self.rep.wakeup_quorum_checker = True
             self.write_index = index + 1
-            self._reset_batch()
         elif target == PushType.COMPARE:
             if self.type == PushType.APPEND:
                 self._reset_compare()
@@ -158,10 +154,6 @@ class EntryDispatcher:
         elif target == PushType.TRUNCATE:
             self._reset_compare()
         self.type = target
-
-    def _reset_batch(self) -> None:
-        self.batch = []
-        self.batch_size = 0
 
     # --- the loop (doWork) ----------------------------------------------------------------
 
@@ -218,20 +210,24 @@ class EntryDispatcher:
         return req_id
 
     def _throttled(self, entry: Entry) -> bool:
-        """checkQuotaAndWait. DLedger sleeps before pushing; we push, then pause this peer."""
+        return self._throttled_range(entry.index, entry.pos, entry.size)
+
+    def _throttled_range(self, first_index: int, first_pos: int, nbytes: int) -> bool:
+        """checkQuotaAndWait, for a push of ``nbytes`` from entry ``first_index`` (at
+        ``first_pos``). DLedger sleeps before pushing; we push, then pause this peer."""
         core = self.rep.core
         now = core.now
         if now < self.throttle_until:
             return True
         store = core.store
-        if store.ledger_end_index - entry.index <= core.timings.dispatcher_max_pending_size:
+        if store.ledger_end_index - first_index <= core.timings.dispatcher_max_pending_size:
             return False
         if not self.rep.throttle_enabled or self.quota is None:
             return False
         end = store.get(store.ledger_end_index)
-        if end.pos + end.size - entry.pos < core.config.peer_push_throttle_point:
+        if end.pos + end.size - first_pos < core.config.peer_push_throttle_point:
             return False
-        self.quota.sample(entry.size, now)
+        self.quota.sample(nbytes, now)
         if self.quota.validate_now(now):
             left = Quota.left_now(now)
             log.warning("[Push-%s]Quota exhaust, will pause %dms", self.peer_id, left)
@@ -291,8 +287,6 @@ class EntryDispatcher:
         timings = core.timings
         while self.check_and_fresh_state() and self.type == PushType.APPEND:
             if self.write_index > store.ledger_end_index:
-                if self.batch:
-                    self._send_batch()
                 self._do_commit()
                 self._do_check_batch_append_response()
                 break
@@ -306,18 +300,11 @@ class EntryDispatcher:
                 self._do_check_batch_append_response()
                 break
             if core.now < self.throttle_until:
-                if self.batch:
-                    self._send_batch()
                 break
-            entry = self._entry_for_append(self.write_index)
-            if entry is None:
+            count = self._send_range(self.write_index, store.ledger_end_index)
+            if not count:
                 break
-            self._throttled(entry)
-            self.batch.append(entry)
-            self.batch_size += entry.size
-            if self.batch_size >= core.config.max_batch_push_size:
-                self._send_batch()
-            self.write_index += 1
+            self.write_index += count
 
     def _clean_batch_pending(self) -> None:
         wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
@@ -326,15 +313,38 @@ class EntryDispatcher:
                 del self.batch_pending_map[first]
         self._clean_inflight(wm)
 
-    def _send_batch(self) -> None:
-        entries = self.batch
-        self._reset_batch()
-        req_id = self._push(PushType.APPEND, entries)
-        now = self.rep.core.now
-        first = entries[0].index
-        self.batch_pending_map[first] = (now, len(entries))
-        self.append_inflight[req_id] = (first, entries[-1].index, now)
+    def _send_range(self, first: int, last: int) -> int:
+        """Push entries ``first`` .. at most ``last`` as one batch APPEND carrying the stored
+        bytes (up to ``max_batch_push_size``, within one data file); returns how many went."""
+        core = self.rep.core
+        try:
+            blob, pos, count = core.store.get_raw_range(first, last, core.config.max_batch_push_size)
+        except DLedgerError as e:
+            if e.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN:
+                self.change_state(-1, PushType.COMPARE)
+                return 0
+            raise
+        self._throttled_range(first, pos, len(blob))
+        req_id = core.new_req_id()
+        core.send(
+            self.peer_id,
+            PushEntryRequest(
+                leader_id=self.leader_id,
+                term=self.term,
+                type=PushType.APPEND,
+                raw=blob,
+                raw_index=first,
+                raw_pos=pos,
+                raw_count=count,
+                commit_index=core.store.committed_index,
+                req_id=req_id,
+            ),
+        )
+        now = core.now
+        self.batch_pending_map[first] = (now, count)
+        self.append_inflight[req_id] = (first, first + count - 1, now)
         self.last_push_commit_time_ms = now
+        return count
 
     def _do_check_batch_append_response(self) -> None:
         wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
@@ -343,13 +353,12 @@ class EntryDispatcher:
         if pair is not None and core.now - pair[0] > core.config.max_push_time_out_ms:
             first, last = wm + 1, wm + pair[1]
             log.warning("[Push-%s]Retry to push entry from %d to %d", self.peer_id, first, last)
-            # DLedger clears a half-built batch here and loses it; send it first instead.
-            if self.batch:
-                self._send_batch()
-            self.batch = core.store.get_range(first, last)
-            self.batch_size = sum(e.size for e in self.batch)
-            if self.batch:
-                self._send_batch()
+            # The batch may have been pushed as more than one frame (one per data file).
+            while first <= min(last, core.store.ledger_end_index):
+                count = self._send_range(first, last)
+                if not count:
+                    break
+                first += count
 
     def _do_commit(self) -> None:
         core = self.rep.core

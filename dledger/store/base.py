@@ -38,6 +38,16 @@ class DLedgerStore(Protocol):
         """Append an entry made by the leader: index must be end+1, pos must land where the leader put it."""
         ...
 
+    def append_raw_as_follower(self, blob: bytes, first_index: int, first_pos: int, count: int = -1) -> int:
+        """Append the leader's encoded entries ``first_index``.. (its stored bytes, ``blob[0]`` at
+        ``first_pos``; ``count`` entries when not -1), all or nothing; returns the last index."""
+        ...
+
+    def get_raw_range(self, first: int, last: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """``(blob, first_pos, count)``: the stored bytes of entries ``first`` .. at most ``last``,
+        within one data file, at most ``max_bytes`` unless the first alone is larger."""
+        ...
+
     def get(self, index: int) -> Entry: ...
 
     def get_range(self, start: int, end: int) -> list[Entry]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dledger import format_py
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+
 MAGIC_1 = 1
 CURRENT_MAGIC = MAGIC_1
 BLANK_MAGIC_CODE = -1
@@ -41,3 +45,31 @@ class Entry:
             and self.pos == other.pos
             and self.body == other.body
         )
+
+
+def entries_from_raw(blob: bytes, first_index: int, first_pos: int, prev_term: int = -1) -> list[Entry]:
+    """Decode a blob of encoded entries (the leader's on-disk bytes of ``first_index`` on,
+    ``blob[0]`` at ``first_pos``), checked as ``codec.scan`` checks: contiguous indices from
+    ``first_index``, contiguous positions, sizes, terms from ``prev_term``, recorded CRCs.
+    Pure Python, one object per entry: for tests, the memory store and the rare paths that
+    compare entry by entry; raises DLedgerError on anything wrong."""
+    rows, stop, code = format_py.scan(blob, first_pos, 0, -1, first_index, prev_term, True)
+    if code != format_py.END or stop != len(blob) or not rows:
+        raise DLedgerError(
+            ResponseCode.UNEXPECTED_ARGUMENT,
+            f"bad entry blob at offset {stop} ({code}) for index {first_index + len(rows)}",
+        )
+    out = []
+    for index, term, pos, size, magic, body_off, _blen, body_crc in rows:
+        h = format_py.decode_header(blob, body_off - BODY_OFFSET)
+        out.append(Entry(index, term, pos, bytes(blob[body_off:body_off + size - BODY_OFFSET]), magic, h[5], h[6],
+                         body_crc))
+    return out
+
+
+def entries_to_raw(entries: list[Entry]) -> bytes:
+    """The encoded form of consecutive entries (the memory store's twin of the file bytes)."""
+    return b"".join(
+        format_py.encode_entry(e.index, e.term, e.pos, e.body, e.magic, e.channel, e.chain_crc, e.body_crc)
+        for e in entries
+    )

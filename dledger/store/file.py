@@ -536,6 +536,43 @@ class MmapFileStore:
             self.flush()
         return entry
 
+    def append_raw_as_follower(self, blob: bytes, first_index: int, first_pos: int, count: int = -1) -> int:
+        """Append the leader's encoded entries: ``blob`` is its stored bytes of entries
+        ``first_index``.. (``count`` of them when not -1), ``blob[0]`` at ``first_pos``.
+
+        One ``codec.scan`` validates the lot (contiguous indices from ``first_index``, contiguous
+        positions, sizes, terms not below ours, recorded CRCs); one kernel call writes it (one
+        memcpy, then the index units) after checking where it lands. All or nothing: anything
+        wrong raises DLedgerError and leaves the store as it was. Returns the last index.
+        """
+        self._writable()
+        lg = self._log
+        check(
+            first_index == lg.end + 1,
+            ResponseCode.INCONSISTENT_INDEX,
+            f"expected index {lg.end + 1}, got {first_index}",
+        )
+        cols, stop, code = _codec.scan(blob, first_pos, 0, -1, first_index, lg.end_term, True, -1)
+        n = len(cols["index"])
+        if code != _codec.SCAN_END or stop != len(blob) or n == 0:
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"entries from {first_index}: {_codec.STOP_NAMES[code]} at blob offset {stop} "
+                f"after {n} entries",
+            )
+        check(count < 0 or n == count, ResponseCode.UNEXPECTED_ARGUMENT, f"blob holds {n} entries, not {count}")
+        lens = cols["body_len"]
+        check(int(lens.min()) > 0, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body")
+        check(
+            int(lens.max()) <= self.max_body_size,
+            ResponseCode.UNEXPECTED_ARGUMENT,
+            f"body of {int(lens.max())} bytes is over the limit of {self.max_body_size}",
+        )
+        last: int = lg.append_raw(blob, first_index, first_pos)
+        if self.sync:
+            self.flush()
+        return last
+
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, index: int) -> Entry:
@@ -550,6 +587,13 @@ class MmapFileStore:
         """The encoded entry (header and body) exactly as stored."""
         raw: bytes = self._log.read_raw(index)
         return raw
+
+    def get_raw_range(self, first: int, last: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """``(blob, first_pos, count)``: the stored bytes of entries ``first`` .. at most ``last``
+        in one copy, stopping at the end of the data file (where a blank record sits) and
+        before ``max_bytes`` is passed; at least one entry."""
+        blob, pos, count = self._log.read_raw_range(first, last, max_bytes)
+        return blob, int(pos), int(count)
 
     def get_range(self, start: int, end: int) -> list[Entry]:
         return [self.get(i) for i in range(start, min(end, self.ledger_end_index) + 1)]

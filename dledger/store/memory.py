@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError, check
-from dledger.store.entry import BODY_OFFSET, Entry
+from dledger.store.entry import BODY_OFFSET, Entry, entries_from_raw, entries_to_raw
 
 
 class MemoryStore:
@@ -85,6 +85,38 @@ class MemoryStore:
         )
         check(entry.pos == self._next_pos, ResponseCode.DISK_ERROR, f"pos {entry.pos} != {self._next_pos}")
         return self._put(entry)
+
+    def append_raw_as_follower(self, blob: bytes, first_index: int, first_pos: int, count: int = -1) -> int:
+        """Append the leader's encoded entries (see ``MmapFileStore.append_raw_as_follower``);
+        all or nothing. Returns the last index."""
+        check(
+            first_index == self._end + 1,
+            ResponseCode.INCONSISTENT_INDEX,
+            f"expected index {self._end + 1}, got {first_index}",
+        )
+        check(first_pos == self._next_pos, ResponseCode.DISK_ERROR, f"pos {first_pos} != {self._next_pos}")
+        entries = entries_from_raw(blob, first_index, first_pos, self._end_term)
+        check(count < 0 or len(entries) == count, ResponseCode.UNEXPECTED_ARGUMENT,
+              f"blob holds {len(entries)} entries, not {count}")
+        for e in entries:
+            self._check_body(e.body)
+        for e in entries:
+            self._put(e)
+        return self._end
+
+    def get_raw_range(self, first: int, last: int, max_bytes: int) -> tuple[bytes, int, int]:
+        """``(blob, first_pos, count)``: the encoded entries ``first`` .. at most ``last``, at most
+        ``max_bytes`` unless the first alone is larger."""
+        head = self.get(first)
+        out = [head]
+        total = head.size
+        for i in range(first + 1, min(last, self._end) + 1):
+            e = self._entries[i]
+            if total + e.size > max_bytes:
+                break
+            out.append(e)
+            total += e.size
+        return entries_to_raw(out), head.pos, len(out)
 
     def get(self, index: int) -> Entry:
         check(index >= 0, ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} < 0")

@@ -77,7 +77,7 @@ def test_batch_push_sends_entries_in_one_request() -> None:
     node, _ = leader_in_append_state()
     node.propose(1, [b"b", b"c", b"d"])
     pushes = sent(node.drain(), PushEntryRequest, to="n1")
-    assert len(pushes) == 1 and [e.index for e in pushes[0].entries] == [1, 2, 3]
+    assert len(pushes) == 1 and [e.index for e in pushes[0].entry_list()] == [1, 2, 3]
     assert pushes[0].commit_index == 0
 
 
@@ -136,7 +136,7 @@ def test_compare_search_walks_down_then_appends() -> None:
     d = node.replicator.dispatchers["n1"]
     assert d.type == PushType.APPEND and node.replicator.water_marks["n1"] == 1
     push = one(out, PushEntryRequest, to="n1")
-    assert push.type == PushType.APPEND and [e.index for e in push.entries] == [2, 3]
+    assert push.type == PushType.APPEND and [e.index for e in push.entry_list()] == [2, 3]
 
 
 def test_compare_never_truncates_below_a_match() -> None:
