@@ -664,12 +664,8 @@ class RpcClient:
     ) -> Response:
         """Send a request and wait for its response (whatever its code)."""
         loop = asyncio.get_running_loop()
-        timeout = self.timeout if timeout is None else timeout
-        deadline = loop.time() + timeout
-        ep = self._endpoints.get(addr)
-        conn = ep.conn if ep is not None else None
-        if conn is None or conn.closed:
-            conn = await self._connection(addr, deadline)
+        deadline = loop.time() + (self.timeout if timeout is None else timeout)
+        conn = await self._connected(addr, deadline)
         return await conn.request(Frame(Kind.REQUEST, 0, int(code), group, body or {}), deadline - loop.time())
 
     async def send(
@@ -683,10 +679,7 @@ class RpcClient:
         """Fire and forget: the server runs the handler and sends nothing back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.timeout if timeout is None else timeout)
-        ep = self._endpoints.get(addr)
-        conn = ep.conn if ep is not None else None
-        if conn is None or conn.closed:
-            conn = await self._connection(addr, deadline)
+        conn = await self._connected(addr, deadline)
         conn._write_or_raise(Frame(Kind.ONEWAY, 0, int(code), group, body or {}))
         if conn.paused:
             try:
@@ -695,6 +688,14 @@ class RpcClient:
                 raise DLedgerError(ResponseCode.TIMEOUT, f"{addr}: send buffer did not drain") from None
             except ConnectionError:
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, f"connection to {addr} lost") from None
+
+    async def _connected(self, addr: str, deadline: float) -> _ClientConnection:
+        """The live connection to ``addr``, made (or remade) when there is none."""
+        ep = self._endpoints.get(addr)
+        conn = ep.conn if ep is not None else None
+        if conn is None or conn.closed:
+            conn = await self._connection(addr, deadline)
+        return conn
 
     async def close(self) -> None:
         self._closed = True

@@ -31,10 +31,12 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str] | None:
     return out
 
 
-def write_properties(path: str | os.PathLike[str], values: dict[str, object]) -> None:
-    """Atomically replace ``path`` with the given keys (``None`` values are written empty)."""
+def write_properties(path: str | os.PathLike[str], values: dict[str, object], *, dated: bool = True) -> None:
+    """Atomically replace ``path`` with the given keys (``None`` values are written empty).
+
+    ``dated`` starts the file with the date comment java.util.Properties.store writes."""
     target = Path(path)
-    lines = [f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}"]
+    lines = [f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}"] if dated else []
     lines += [f"{key}={'' if value is None else value}" for key, value in values.items()]
     tmp = target.with_name(target.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
