@@ -30,7 +30,7 @@ from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.net.transport import Request, Response, RpcClient, RpcServer, parse_addr
-from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import Role
 from dledger.raft.member_state import parse_peers as parse_member_peers
 from dledger.raft.messages import MESSAGE_TYPES, HeartBeatRequest, Message, VoteRequest, message_from_wire
@@ -209,10 +209,21 @@ class NodeServer:
                         g, fn = payload
                         fn(now)
                         outs.extend((g, o) for o in g.node.drain())
+                    elif kind == "flushed":
+                        g, token = payload
+                        outs.extend((g, o) for o in g.node.flushed(now, token))
                 except Exception:
                     log.exception("event %s failed", kind)
             if not outs:
                 continue
+            if any(is_early(o) for _g, o in outs):
+                # The leader's pushes and append results need not wait for our flush.
+                for g, o in outs:
+                    if is_early(o):
+                        self._perform(g, o)
+                outs = [(g, o) for g, o in outs if not is_early(o)]
+                if not outs:
+                    continue
             if any(isinstance(o, Flush) for _g, o in outs):
                 self._written_seq += 1
             self._batches.append((self._written_seq, outs))
@@ -242,7 +253,9 @@ class NodeServer:
         while batches and batches[0][0] <= self._flushed_seq:
             _seq, outs = batches.popleft()
             for g, o in outs:
-                if not isinstance(o, Flush):
+                if isinstance(o, Flush):
+                    self._events.put_nowait(("flushed", (g, o.token)))
+                else:
                     self._perform(g, o)
 
     def _perform(self, g: _Group, out: Output) -> None:

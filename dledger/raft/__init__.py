@@ -3,7 +3,7 @@
 See ``node.RaftNode`` for the entry points and ``effects`` for what they return.
 """
 
-from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import MemberState, MemoryTermStore, Role, TermStore, parse_peers
 from dledger.raft.messages import (
     AppendEntryRequest,
@@ -59,6 +59,7 @@ __all__ = [
     "VoteResponse",
     "VoteResult",
     "error_response",
+    "is_early",
     "message_from_wire",
     "parse_peers",
 ]

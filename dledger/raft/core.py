@@ -8,10 +8,11 @@ no part reads a clock or touches a socket.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 
 from dledger.config import DLedgerConfig
-from dledger.raft.effects import Output, Send
+from dledger.raft.effects import Flush, Output, Send
 from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import Message
 from dledger.raft.timings import RaftTimings
@@ -46,6 +47,11 @@ class Core:
         self.out: list[Output] = []
         # Set when the store was written since the last Flush effect.
         self.dirty = False
+        # How far our own log is known durable (and unchanged since): the leader counts its
+        # own copy only this far. Flush effects not yet reported: (token, end index).
+        self.durable_index = store.ledger_end_index
+        self.unflushed: deque[tuple[int, int]] = deque()
+        self._next_flush_token = 0
         self._next_req_id = 0
         # The node's reaction to a role change (reset replication, fail waiters, notify).
         self.on_role_change: Callable[[int, Role], None] = lambda term, role: None
@@ -62,11 +68,33 @@ class Core:
         self._next_req_id += 1
         return self._next_req_id
 
-    def send(self, to: str, msg: Message) -> None:
+    def send(self, to: str, msg: Message, early: bool = False) -> None:
         msg.group = self.ms.group
         msg.local_id = self.ms.self_id
         msg.remote_id = to
-        self.out.append(Send(to, msg))
+        self.out.append(Send(to, msg, early))
+
+    def new_flush(self) -> Flush:
+        """The Flush effect for the writes made so far; ``flushed`` reports it done."""
+        self._next_flush_token += 1
+        end = self.store.ledger_end_index
+        self.unflushed.append((self._next_flush_token, end))
+        return Flush(end, self._next_flush_token)
+
+    def flushed(self, token: int) -> None:
+        """Flush ``token`` (and every earlier one) is done: move ``durable_index`` up."""
+        q = self.unflushed
+        while q and q[0][0] <= token:
+            _, end = q.popleft()
+            if end > self.durable_index:
+                self.durable_index = end
+
+    def log_cut(self) -> None:
+        """The log was truncated: what a flush in flight reports must not reach past the cut
+        (those indexes now name other, newer entries that a later flush covers)."""
+        end = self.store.ledger_end_index
+        self.durable_index = min(self.durable_index, end)
+        self.unflushed = deque((t, min(e, end)) for t, e in self.unflushed)
 
     def reply(self, req: Message, resp: Message) -> None:
         req.base_reply(resp)

@@ -4,6 +4,10 @@ DLedger runs this as a thread that loops every 10 ms and blocks on a latch while
 heartbeats are out. Here a vote round and a heartbeat round are records: the responses
 update their counters, the latch condition is checked after every response, and ``tick``
 plays the latch timeout. The decisions, counters, codes and their order are DLedger's.
+
+One addition: a member that restarts in a term it voted for itself in first stands in the
+next term (``no_candidacy_term``), because a leader's pushes may carry entries it had not
+flushed when it crashed (see ``effects``).
 """
 
 from __future__ import annotations
@@ -91,6 +95,11 @@ class Elector:
         self.confirmed_hb_seq = 0
         self.confirmed_hb_term = -1
         self.take_leadership_task: TakeLeadershipTask | None = None
+        # A member that voted for itself in the term it restarts in may have led that term,
+        # and its pushes go out before its own flush (effects.py): entries a crash took from
+        # it may live on at followers. Leading that term again could put a different entry
+        # at the same (index, term). So it never stands again in that term.
+        self.no_candidacy_term = core.ms.curr_term if core.ms.curr_vote_for == core.ms.self_id else -1
 
     # --- role changes (DLedgerLeaderElector.changeRoleTo*) --------------------------------
 
@@ -306,7 +315,11 @@ class Elector:
             return
         if not ms.is_candidate():
             return
-        if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
+        if (
+            self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT
+            or self.need_increase_term_immediately
+            or ms.curr_term == self.no_candidacy_term
+        ):
             prev = ms.curr_term
             term = ms.next_term()
             log.info("%s_[INCREASE_TERM] from %d to %d", ms.self_id, prev, term)

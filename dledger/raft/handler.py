@@ -227,8 +227,10 @@ class EntryHandler:
                 # (spec §8 invariant 5); the leader's next APPEND overlaps and is verified.
                 check(req.entries[0].same_as(store.get(truncate_index)), ResponseCode.INCONSISTENT_STATE)
                 store.truncate(store.get(committed))
+                self.core.log_cut()
             else:
                 index = store.truncate(req.entries[0])
+                self.core.log_cut()
                 check(index == truncate_index, ResponseCode.INCONSISTENT_STATE)
             self.core.dirty = True
         except DLedgerError as e:

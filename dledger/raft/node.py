@@ -9,7 +9,8 @@ Entry points take the caller's clock (``now_ms``) and never block::
     out = node.drain()              # ...or right away
 
 Every call returns the outputs accumulated since the previous one (see ``effects``): act on
-them in order, and finish a ``Flush`` before anything after it.
+them in order, finish a ``Flush`` before anything after it and report it with
+``node.flushed(now, flush.token)``; early outputs may go at once (see ``effects``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.raft.core import NEVER, Core, elapsed
-from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.effects import AppendDone, Output, ReadDone, RoleChanged, Send, TransferDone
 from dledger.raft.elector import Elector
 from dledger.raft.handler import EntryHandler
 from dledger.raft.member_state import MemberState, Role, TermStore
@@ -185,6 +186,14 @@ class RaftNode:
         """Outputs accumulated by ``propose``/``read_index``/``transfer_leadership``."""
         return self._finish()
 
+    def flushed(self, now_ms: int, token: int) -> list[Output]:
+        """The ``Flush`` effect ``token`` was carried out: the log is durable as far as it
+        reached. A leader now counts its own copy of those entries toward the quorum."""
+        self._begin(now_ms)
+        self.core.flushed(token)
+        self.replicator.on_flushed()
+        return self._finish()
+
     def propose(self, now_ms: int, bodies: Sequence[bytes]) -> int:
         """Append ``bodies`` as one batch; returns a handle later reported by ``AppendDone``."""
         self._begin(now_ms)
@@ -251,7 +260,7 @@ class RaftNode:
         if self.core.dirty:
             self.core.dirty = False
             # Everything below may speak for the entries just written: flush them first.
-            out.insert(0, Flush(self.store.ledger_end_index))
+            out.insert(0, self.core.new_flush())
         return out
 
     def _deliver_committed(self) -> None:
@@ -528,3 +537,6 @@ class MultiRaft:
         for group, node in self.nodes.items():
             out.extend((group, o) for o in node.drain())
         return out
+
+    def flushed(self, now_ms: int, group: str, token: int) -> list[tuple[str, Output]]:
+        return [(group, o) for o in self.get(group).flushed(now_ms, token)]

@@ -206,6 +206,7 @@ class EntryDispatcher:
                 commit_index=core.store.committed_index,
                 req_id=req_id,
             ),
+            early=True,
         )
         return req_id
 
@@ -339,6 +340,7 @@ class EntryDispatcher:
                 commit_index=core.store.committed_index,
                 req_id=req_id,
             ),
+            early=True,
         )
         now = core.now
         self.batch_pending_map[first] = (now, count)
@@ -577,8 +579,9 @@ class Replicator:
         self.on_append_done(p.waiter, resp)
 
     def wait_ack(self, entry_index: int, entry_term: int, pos: int, positions: list[int], waiter: Any) -> None:
-        """waitAck: record the append and count the leader's own copy."""
-        self.update_peer_water_mark(entry_term, self.core.ms.self_id, entry_index)
+        """waitAck: record the append. DLedger counts the leader's own copy here; we count it
+        when it is durable (``on_flushed``), so that pushes can go out before our flush."""
+        self._check_term_for_water_mark(entry_term)
         self._check_term_for_pending_map(entry_term)
         old = self.pending.get(entry_index)
         if old is not None:
@@ -601,7 +604,7 @@ class Replicator:
         self._check_term_for_pending_map(term)
         self._check_term_for_water_mark(term)
         if elapsed(core.now, self.last_check_leak_time_ms) > core.timings.leak_check_interval_ms:
-            self.update_peer_water_mark(term, ms.self_id, store.ledger_end_index)
+            self.update_peer_water_mark(term, ms.self_id, core.durable_index)
             self.last_check_leak_time_ms = core.now
         marks = sorted(self.water_marks.values(), reverse=True)
         quorum_index = marks[len(marks) // 2]
@@ -639,11 +642,19 @@ class Replicator:
         if role == Role.LEADER:
             self._check_term_for_water_mark(term)
             self._check_term_for_pending_map(term)
-            self.update_peer_water_mark(term, self.core.ms.self_id, self.core.store.ledger_end_index)
+            self.update_peer_water_mark(term, self.core.ms.self_id, self.core.durable_index)
         else:
             # DLedger leaves these futures until a later leadership; the caller deserves to
             # know now that this leader can no longer confirm them.
             self.fail_pending(ResponseCode.TERM_CHANGED)
+
+    def on_flushed(self) -> None:
+        """Our own log is durable up to ``core.durable_index``: count it, as a peer's ack."""
+        ms = self.core.ms
+        if not ms.is_leader():
+            return
+        self.update_peer_water_mark(ms.curr_term, ms.self_id, self.core.durable_index)
+        self.check_quorum()
 
     def on_push_response(self, resp: PushEntryResponse) -> None:
         d = self.dispatchers.get(resp.local_id)

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from sim import SIM_TIMINGS, sim_config
 
-from dledger.raft.effects import Output, Send
+from dledger.raft.effects import Flush, Output, Send
 from dledger.raft.member_state import MemoryTermStore
 from dledger.raft.messages import HeartBeatRequest, HeartBeatResponse, Message, VoteRequest, VoteResponse, VoteResult
 from dledger.raft.node import RaftNode
@@ -78,3 +78,13 @@ def follow(node: RaftNode, leader: str, now: int = 0) -> list[Output]:
     out = node.step(now, to_node(node, HeartBeatRequest(leader_id=leader, term=node.term, req_id=1), leader))
     assert node.ms.leader_id == leader, node.ms
     return out
+
+
+def flush(node: RaftNode, out: list[Output], now: int = 0) -> list[Output]:
+    """Carry out the Flush effects in ``out`` (the store is memory) and report them, as the
+    node runtime does; returns what the node said back."""
+    back: list[Output] = []
+    for o in out:
+        if isinstance(o, Flush):
+            back += node.flushed(now, o.token)
+    return back

@@ -38,7 +38,7 @@ from typing import Any
 
 from dledger.codes import ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
-from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import Message, message_from_wire
 from dledger.raft.node import RaftNode
@@ -336,6 +336,12 @@ class Simulation:
     def _emit(self, sn: SimNode, out: list[Output]) -> None:
         if not out:
             return
+        if any(is_early(o) for o in out):
+            # The leader's pushes and append results do not wait for a flush in flight.
+            self._carry_out(sn, [o for o in out if is_early(o)])
+            out = [o for o in out if not is_early(o)]
+            if not out:
+                return
         if self.torn and (sn.io_queue or isinstance(out[0], Flush)):
             # A flush in flight: this batch, and everything after it, waits its turn.
             sn.io_queue.append(out)
@@ -350,12 +356,14 @@ class Simulation:
                 self._carry_out(sn, out)
 
     def _carry_out(self, sn: SimNode, out: list[Output]) -> None:
+        token: int | None = None
         for o in out:
             if isinstance(o, Send):
                 self._send(sn.id, o.to, o.msg)
             elif isinstance(o, Flush):
                 start, old = sn.store.do_flush()
                 self.checker.on_flush(sn, start, old)
+                token = o.token
             elif isinstance(o, AppendDone):
                 bodies = sn.handles.pop(o.handle, None)
                 if bodies is not None:
@@ -370,6 +378,11 @@ class Simulation:
                     self.checker.on_read(sn, o, acked_at_issue)
             elif isinstance(o, (RoleChanged, TransferDone)):
                 pass
+        if token is not None and sn.node is not None:
+            # Report the flush, as the node runtime does: a leader now counts its own copy.
+            after = sn.node.flushed(self.now, token)
+            self.checker.after_event(sn)
+            self._emit(sn, after)
 
     def _send(self, src: str, dst: str, msg: Message) -> None:
         if dst not in self.by_id:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from raft_helpers import elect, follow, make_node, one, sent, to_node
+from raft_helpers import elect, flush, follow, make_node, one, sent, to_node
 from sim import SIM_TIMINGS, SimParams, Simulation, sim_config
 
 from dledger.codes import ResponseCode
@@ -26,6 +26,7 @@ from dledger.raft.messages import (
     MetadataResponse,
     PushEntryRequest,
     PushType,
+    VoteRequest,
     VoteResponse,
     VoteResult,
     message_from_wire,
@@ -145,7 +146,7 @@ def test_apply_delivers_committed_entries_in_order() -> None:
     node.tick(0)
     node.propose(1, [b"a", b"b"])
     node.propose(2, [b"c"])
-    node.drain()
+    flush(node, node.drain(), 2)
     assert seen == [0, 1, 2] and node.applied_index == 2
 
 
@@ -164,7 +165,7 @@ def test_read_index() -> None:
     assert [o.code for o in node.drain() if isinstance(o, ReadDone) and o.handle == h] == [ResponseCode.NOT_LEADER]
     elect(node)
     node.propose(0, [b"a"])
-    node.drain()
+    flush(node, node.drain())
     node.replicator.water_marks.update({"n1": 0})
     node.replicator.check_quorum()
     assert node.committed_index == 0
@@ -274,3 +275,18 @@ def test_role_changes_are_reported() -> None:
     node = make_node()
     out = elect(node)
     assert [(o.term, o.role) for o in out if isinstance(o, RoleChanged)] == [(0, Role.LEADER)]
+
+
+@pytest.mark.parametrize(("voted_for", "stands_in"), [("n0", 6), ("n1", 5), (None, 5)])
+def test_a_restarted_member_does_not_stand_again_in_a_term_it_voted_for_itself(
+    voted_for: str | None, stands_in: int
+) -> None:
+    # It may have led term 5 and lost unflushed entries its pushes had already spread:
+    # leading term 5 again could give one (index, term) two different entries.
+    node = make_node(term_store=MemoryTermStore(5, voted_for))
+    reqs: list[VoteRequest] = []
+    for now in range(0, 2000, 10):
+        reqs = sent(node.tick(now), VoteRequest)
+        if reqs:
+            break
+    assert reqs and {r.term for r in reqs} == {stands_in}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from raft_helpers import elect, follow, make_node, one, sent, to_node
+from raft_helpers import elect, flush, follow, make_node, one, sent, to_node
 
 from dledger.codes import ResponseCode
-from dledger.raft.effects import AppendDone, Flush, Output
+from dledger.raft.effects import AppendDone, Flush, Output, Send, is_early
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import (
     AppendEntryRequest,
@@ -91,12 +91,47 @@ def test_single_push_mode_sends_one_entry_per_request() -> None:
 def test_ack_advances_watermark_and_completes_append() -> None:
     node, _ = leader_in_append_state()
     h = node.propose(1, [b"b", b"c"])
-    push = one(node.drain(), PushEntryRequest, to="n1")
+    written = node.drain()
+    push = one(written, PushEntryRequest, to="n1")
     out = answer(node, push, ResponseCode.SUCCESS, 0, 2, now=2)
-    (d,) = done(out)
+    # One follower's durable copy is not a majority of three: the leader's own copy counts
+    # only once its flush is reported.
+    assert not done(out) and node.committed_index == 0
+    (d,) = done(flush(node, written, now=3))
     assert d.handle == h and d.response.code == ResponseCode.SUCCESS
     assert d.response.index == 2 and len(d.response.positions) == 2
     assert node.replicator.water_marks["n1"] == 2 and node.committed_index == 2
+
+
+def test_pushes_go_before_the_leaders_flush_and_acks_after_the_followers() -> None:
+    node, _ = leader_in_append_state()
+    node.propose(1, [b"b"])
+    written = node.drain()
+    assert isinstance(written[0], Flush)
+    pushes = [o for o in written if isinstance(o, Send) and isinstance(o.msg, PushEntryRequest)]
+    assert len(pushes) == 2 and all(o.early and is_early(o) for o in pushes)
+    # Both followers durable: a majority without the leader's copy, so the append is done
+    # before the leader's own flush is.
+    out = []
+    for p in pushes:
+        assert isinstance(p.msg, PushEntryRequest)
+        out += answer(node, p.msg, ResponseCode.SUCCESS, 0, 1, now=2)
+    (d,) = done(out)
+    assert d.response.code == ResponseCode.SUCCESS and node.committed_index == 1 and is_early(d)
+    # A follower's answer speaks for its flush: it waits for it.
+    f = follower()
+    acked = push(f, PushType.APPEND, entries([0]))
+    assert isinstance(acked[0], Flush)
+    assert not [o for o in acked if is_early(o)]
+
+
+def test_a_flush_reports_no_further_than_a_truncate_left_the_log() -> None:
+    f = follower([0, 0, 0])
+    flush_before = f.core.new_flush()  # a flush in flight covering entries 0..2
+    push(f, PushType.TRUNCATE, entries([0, 0])[1:])  # the leader cuts us back to entry 1
+    assert f.store.ledger_end_index == 1
+    f.flushed(1, flush_before.token)
+    assert f.core.durable_index <= 1
 
 
 def test_unacked_push_is_retried_after_max_push_timeout() -> None:
@@ -213,9 +248,10 @@ def test_wire_append_answers_the_client() -> None:
     node, _ = leader_in_append_state()
     req = to_node(node, AppendEntryRequest(bodies=[b"b"], req_id=77), "client-1")
     out = node.step(1, req)
-    assert isinstance(out[0], Flush)  # the entry is made durable before anything is sent
+    assert isinstance(out[0], Flush)  # the answer waits for the entry to be durable
     (push,) = [p for p in sent(out, PushEntryRequest, to="n1") if p.type == PushType.APPEND]
-    resp = one(answer(node, push, ResponseCode.SUCCESS, 0, 1, now=2), AppendEntryResponse, to="client-1")
+    assert not answer(node, push, ResponseCode.SUCCESS, 0, 1, now=2)
+    resp = one(flush(node, out, now=3), AppendEntryResponse, to="client-1")
     assert (resp.code, resp.req_id, resp.index, resp.leader_id) == (ResponseCode.SUCCESS, 77, 1, "n0")
 
 
