@@ -126,6 +126,7 @@ class NodeServer:
         self.rpc_client = RpcClient(secret=secret, ssl=client_ssl)
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._peer_queues: dict[str, asyncio.Queue[tuple[str, Message]]] = {}
+        self._peer_busy: set[str] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self._closed = False
@@ -242,7 +243,7 @@ class NodeServer:
             target = self._written_seq
             if target <= self._flushed_seq:
                 continue
-            await asyncio.gather(*(asyncio.to_thread(g.store.flush) for g in self.groups.values()))
+            await asyncio.gather(*(asyncio.to_thread(g.store.flush_entries) for g in self.groups.values()))
             self._flushed_seq = target
             self._perform_ready()
             if self._written_seq > self._flushed_seq:
@@ -278,6 +279,18 @@ class NodeServer:
         if q is None:
             q = self._peer_queues[addr] = asyncio.Queue()
             self._tasks.append(asyncio.create_task(self._peer_sender(addr, q), name=f"dledger-send-{addr}"))
+        if q.empty() and addr not in self._peer_busy:
+            # Nothing queued or on its way to this peer: write it now, one task hop less.
+            try:
+                if self.rpc_client.send_nowait(addr, int(msg.REQUEST_CODE), msg.to_wire(), group=g.config.group):
+                    return
+            except DLedgerError as exc:
+                log.debug("send to %s failed (%s)", addr, exc)
+                self._answer_unreachable(g.config.group, msg)
+                return
+            except Exception:
+                log.exception("send to %s failed", addr)
+                return
         if q.qsize() >= PEER_QUEUE_LIMIT:
             return  # Raft resends what a lagging peer misses
         q.put_nowait((g.config.group, msg))
@@ -285,6 +298,8 @@ class NodeServer:
     async def _peer_sender(self, addr: str, q: asyncio.Queue[tuple[str, Message]]) -> None:
         while True:
             group, msg = await q.get()
+            # Until this message is written, later ones queue behind it (keeps their order).
+            self._peer_busy.add(addr)
             try:
                 await self.rpc_client.send(addr, int(msg.REQUEST_CODE), msg.to_wire(), group=group, timeout=1.0)
             except DLedgerError as exc:
@@ -298,6 +313,8 @@ class NodeServer:
                     self._answer_unreachable(group, m)
             except Exception:
                 log.exception("send to %s failed", addr)
+            finally:
+                self._peer_busy.discard(addr)
 
     def _answer_unreachable(self, group: str, msg: Message) -> None:
         """A vote or heartbeat that could not be sent is answered NETWORK_ERROR, as DLedger's

@@ -689,6 +689,18 @@ class RpcClient:
             except ConnectionError:
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, f"connection to {addr} lost") from None
 
+    def send_nowait(self, addr: str, code: int, body: dict[str, Any], group: str | None = None) -> bool:
+        """``send`` without a coroutine, for the common case: writes the frame and returns True
+        when a connection to ``addr`` is up and its buffer is not full; otherwise writes
+        nothing and returns False (then ``send``, which connects and waits). Encoding errors
+        and a connection found closed raise as in ``send``."""
+        ep = self._endpoints.get(addr)
+        conn = ep.conn if ep is not None else None
+        if conn is None or conn.closed or conn.paused:
+            return False
+        conn._write_or_raise(Frame(Kind.ONEWAY, 0, int(code), group, body))
+        return True
+
     async def _connected(self, addr: str, deadline: float) -> _ClientConnection:
         """The live connection to ``addr``, made (or remade) when there is none."""
         ep = self._endpoints.get(addr)

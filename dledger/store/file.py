@@ -709,6 +709,18 @@ class MmapFileStore:
             self._log.data.flush(0)
             self._log.index.flush(0)
 
+    def flush_entries(self) -> None:
+        """msync the data files only: what an acknowledgement needs, at half the cost.
+
+        The index is derived from the data: recovery checks it against the data it scans and
+        rewrites a tail that never reached the disk, and ``flush`` (the background service,
+        every ``flush_file_interval`` ms, and every checkpoint) writes it.
+        """
+        if self.readonly or self._closed:
+            return
+        with self._lock:
+            self._log.data.flush(0)
+
     def persist_checkpoint(self) -> None:
         """Write ``checkpoint`` (endIndex, committedIndex). Call after a flush: it vouches for it."""
         if self.readonly:

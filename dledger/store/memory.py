@@ -162,6 +162,9 @@ class MemoryStore:
     def flush(self) -> None:
         return None
 
+    def flush_entries(self) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
