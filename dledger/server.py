@@ -1,11 +1,14 @@
 """The node runtime: drives the sans-IO consensus objects with real time, the store and sockets.
 
-One asyncio loop per process. Everything that touches a ``RaftNode`` runs in one actor task,
-in order: it takes every event that is waiting (peer messages, client proposals, the 10 ms
-tick) and steps the nodes. What a batch produced is sent once a flush that started after
-its writes has finished (group commit, msync off the loop in a thread, one at a time, while
-the actor goes on). Acks and votes therefore never leave before the writes they speak for
-are on disk, and the loop never blocks on disk.
+One asyncio loop per process, and every call on a ``RaftNode`` runs on it, one at a time,
+as its input arrives: a peer message straight from the connection that read it, a client
+call from its request, the tick every 10 ms. What a call returns is acted on at once when
+it is early (the leader's pushes, append results) or when no flush is in flight; the rest
+waits, in order, for a flush that started after the call's writes (group commit: one msync
+at a time, on a thread of its own, covering every write made before it started). Acks and
+votes therefore never leave before the writes they speak for are on disk, and the loop
+never blocks on disk. Each hop through a queue or a task costs a loop turn, which on a
+busy machine is a scheduling delay: the hot path has none.
 
 Peer messages travel one-way (the transport's ``send``); the consensus layer correlates a
 response with its request itself. Client calls (append, get, metadata, leadership transfer)
@@ -15,6 +18,8 @@ are request/response RPCs answered when the consensus layer reports them done.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import logging
 import os
 import random
@@ -43,6 +48,7 @@ from dledger.store.memory import MemoryStore
 log = logging.getLogger(__name__)
 
 TICK_MS = 10
+FLUSH_RETRY_MS = 100
 # Peer messages waiting for a slow or dead peer are dropped past this; Raft resends.
 PEER_QUEUE_LIMIT = 10_000
 # The most entries (and bytes) one GET may return.
@@ -122,19 +128,22 @@ class NodeServer:
         _bind_host, port = parse_addr(addr)
         self.host = host if host is not None else "127.0.0.1"
         self.port = port
-        self.rpc_server = RpcServer(self._handle, self.host, port, secret=secret, ssl=server_ssl)
+        self.rpc_server = RpcServer(self._handle, self.host, port, secret=secret, ssl=server_ssl,
+                                    oneway_handler=self._handle_peer)
         self.rpc_client = RpcClient(secret=secret, ssl=client_ssl)
-        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._peer_queues: dict[str, asyncio.Queue[tuple[str, Message]]] = {}
         self._peer_busy: set[str] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self._closed = False
-        # Output batches waiting for the flush that makes their writes durable (see _flusher).
-        self._batches: deque[tuple[int, list[tuple[_Group, Output]]]] = deque()
+        # Outputs waiting for the flush that makes their writes durable, in order: (the
+        # number of flushes they need done, group, outputs). See _emit and _start_flush.
+        self._batches: deque[tuple[int, _Group, list[Output]]] = deque()
         self._written_seq = 0
         self._flushed_seq = 0
-        self._flush_wanted = asyncio.Event()
+        self._flush_running = False
+        self._flush_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-flush")
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @staticmethod
     def _open_store(cfg: DLedgerConfig) -> DLedgerStore:
@@ -147,11 +156,10 @@ class NodeServer:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.rpc_server.start()
         self.port = self.rpc_server.port
-        self._tasks.append(asyncio.create_task(self._actor(), name="dledger-actor"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-ticker"))
-        self._tasks.append(asyncio.create_task(self._flusher(), name="dledger-flusher"))
         log.info("node %s serving groups %s on %s:%d", self.self_ids(), sorted(self.groups), self.host, self.port)
 
     def self_ids(self) -> str:
@@ -174,90 +182,101 @@ class NodeServer:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.rpc_client.close()
+        # A flush still running finishes first (close flushes again and writes the checkpoint).
+        await asyncio.to_thread(self._flush_pool.shutdown, wait=True)
         for g in self.groups.values():
             for fut in g.waiters.values():
                 if not fut.done():
                     fut.set_exception(DLedgerError(ResponseCode.NETWORK_ERROR, "node shutting down"))
             await asyncio.to_thread(g.store.close)
 
-    # -- the actor -----------------------------------------------------------------------
+    # -- driving the nodes ---------------------------------------------------------------
 
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_MS / 1000)
-            self._events.put_nowait(("tick", None))
+            for g in self.groups.values():
+                self._drive(g, g.node.tick)
 
-    async def _actor(self) -> None:
-        while True:
-            events = [await self._events.get()]
-            while not self._events.empty():
-                events.append(self._events.get_nowait())
-            now = int(time.monotonic() * 1000)
-            outs: list[tuple[_Group, Output]] = []
-            ticked = False
-            for kind, payload in events:
-                try:
-                    if kind == "tick":
-                        if ticked:
-                            continue
-                        ticked = True
-                        for g in self.groups.values():
-                            outs.extend((g, o) for o in g.node.tick(now))
-                    elif kind == "msg":
-                        g, msg = payload
-                        outs.extend((g, o) for o in g.node.step(now, msg))
-                    elif kind == "call":
-                        g, fn = payload
-                        fn(now)
-                        outs.extend((g, o) for o in g.node.drain())
-                    elif kind == "flushed":
-                        g, token = payload
-                        outs.extend((g, o) for o in g.node.flushed(now, token))
-                except Exception:
-                    log.exception("event %s failed", kind)
-            if not outs:
-                continue
-            if any(is_early(o) for _g, o in outs):
-                # The leader's pushes and append results need not wait for our flush.
-                for g, o in outs:
-                    if is_early(o):
-                        self._perform(g, o)
-                outs = [(g, o) for g, o in outs if not is_early(o)]
-                if not outs:
-                    continue
-            if any(isinstance(o, Flush) for _g, o in outs):
-                self._written_seq += 1
-            self._batches.append((self._written_seq, outs))
-            if self._written_seq > self._flushed_seq:
-                self._flush_wanted.set()
+    def _drive(self, g: _Group, call: Callable[[int], list[Output]]) -> None:
+        """Make one call on ``g.node`` now and act on what it returns."""
+        if self._closed:
+            return
+        try:
+            outs = call(int(time.monotonic() * 1000))
+        except Exception:
+            log.exception("group %s: a consensus call failed", g.config.group)
+            return
+        self._emit(g, outs)
+
+    def _emit(self, g: _Group, outs: list[Output]) -> None:
+        rest: list[Output] = []
+        for o in outs:
+            if is_early(o):
+                self._perform(g, o)  # the leader's pushes and append results need no flush of ours
             else:
-                self._perform_ready()
+                rest.append(o)
+        if not rest:
+            return
+        if any(isinstance(o, Flush) for o in rest):
+            self._written_seq += 1
+        if self._written_seq > self._flushed_seq:
+            self._batches.append((self._written_seq, g, rest))
+            self._start_flush()
+        else:
+            self._perform_batch(g, rest)
 
-    async def _flusher(self) -> None:
-        """Group commit, pipelined: while one msync runs (off the loop), the actor goes on
-        stepping; the outputs of every batch wait for the first flush that started after
-        the batch's writes, and are performed in batch order."""
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted.clear()
-            target = self._written_seq
-            if target <= self._flushed_seq:
-                continue
-            await asyncio.gather(*(asyncio.to_thread(g.store.flush_entries) for g in self.groups.values()))
-            self._flushed_seq = target
-            self._perform_ready()
-            if self._written_seq > self._flushed_seq:
-                self._flush_wanted.set()
+    def _start_flush(self) -> None:
+        """Group commit, pipelined: one msync at a time, off the loop, covering every write
+        made before it started; the nodes go on meanwhile."""
+        if self._flush_running or self._written_seq <= self._flushed_seq or self._closed:
+            return
+        self._flush_running = True
+        target = self._written_seq
+        loop = self._loop
+        assert loop is not None
+        stores = [g.store for g in self.groups.values()]
 
-    def _perform_ready(self) -> None:
+        def flush() -> None:
+            for store in stores:
+                store.flush_entries()
+
+        def done(f: concurrent.futures.Future[None]) -> None:
+            try:
+                loop.call_soon_threadsafe(self._flush_done, target, f)
+            except RuntimeError:
+                pass  # the loop is closed: the process is stopping
+
+        self._flush_pool.submit(flush).add_done_callback(done)
+
+    def _flush_done(self, target: int, f: concurrent.futures.Future[None]) -> None:
+        self._flush_running = False
+        if self._closed:
+            return
+        exc = f.exception()
+        if exc is not None:
+            # Nothing the flush covers may be acknowledged; keep trying (a full or failing
+            # disk may recover) while the consensus layer times the waiting appends out.
+            log.error("flush failed: %s; retrying in %d ms", exc, FLUSH_RETRY_MS)
+            assert self._loop is not None
+            self._loop.call_later(FLUSH_RETRY_MS / 1000, self._start_flush)
+            return
+        self._flushed_seq = target
         batches = self._batches
-        while batches and batches[0][0] <= self._flushed_seq:
-            _seq, outs = batches.popleft()
-            for g, o in outs:
-                if isinstance(o, Flush):
-                    self._events.put_nowait(("flushed", (g, o.token)))
-                else:
-                    self._perform(g, o)
+        while batches and batches[0][0] <= target:
+            _seq, g, outs = batches.popleft()
+            self._perform_batch(g, outs)
+        self._start_flush()
+
+    def _perform_batch(self, g: _Group, outs: list[Output]) -> None:
+        tokens = []
+        for o in outs:
+            if isinstance(o, Flush):
+                tokens.append(o.token)
+            else:
+                self._perform(g, o)
+        for token in tokens:
+            self._drive(g, functools.partial(_flushed, g.node, token))
 
     def _perform(self, g: _Group, out: Output) -> None:
         if isinstance(out, Send):
@@ -324,8 +343,9 @@ class NodeServer:
             return
         g = self.groups.get(group)
         reply = error_response(msg, ResponseCode.NETWORK_ERROR, term=msg.term)
-        if g is not None and reply is not None:
-            self._events.put_nowait(("msg", (g, reply)))
+        if g is not None and reply is not None and self._loop is not None:
+            # Later, not from inside the call whose outputs are being sent.
+            self._loop.call_soon(self._drive, g, functools.partial(_step, g.node, reply))
 
     # -- requests ------------------------------------------------------------------------
 
@@ -374,17 +394,18 @@ class NodeServer:
                 self._send_peer(g, msg.local_id, reply)
             log.debug("%s from %s: %s", type(msg).__name__, request.peer, code.name)
             return None
-        self._events.put_nowait(("msg", (g, msg)))
+        self._drive(g, functools.partial(_step, g.node, msg))
         return None
 
     def _call(self, g: _Group, fn: Any) -> asyncio.Future[Any]:
         """Run ``fn(now) -> handle`` in the actor; the future gets the matching *Done output."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
-        def run(now: int) -> None:
+        def run(now: int) -> list[Output]:
             g.waiters[fn(now)] = fut
+            return g.node.drain()
 
-        self._events.put_nowait(("call", (g, run)))
+        self._drive(g, run)
         return fut
 
     async def _append(self, g: _Group, body: dict[str, Any]) -> Response:
@@ -454,6 +475,14 @@ class NodeServer:
         r = done.response
         return Response(r.code, {"leader": r.leader_id, "term": r.term},
                         None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
+
+
+def _step(node: RaftNode, msg: Message, now: int) -> list[Output]:
+    return node.step(now, msg)
+
+
+def _flushed(node: RaftNode, token: int, now: int) -> list[Output]:
+    return node.flushed(now, token)
 
 
 async def run_server(server: NodeServer, on_ready: Callable[[NodeServer], None] | None = None) -> int:

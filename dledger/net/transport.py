@@ -335,6 +335,13 @@ class _ServerConnection(_Connection):
 
     def _dispatch(self, frame: Frame) -> None:
         request = Request(frame.code, frame.group, frame.body, frame.id, self.peer, frame.kind == Kind.ONEWAY)
+        oneway = self.server.oneway_handler
+        if oneway is not None and request.oneway:
+            try:
+                oneway(request)
+            except Exception:
+                log.exception("one-way handler failed on code %s from %s", request.code, self.peer)
+            return
         task = _start_task(self._loop, self._serve(request))
         # An eagerly started task (3.12+) may already be done: nothing to track then.
         if not task.done():
@@ -401,6 +408,9 @@ class RpcServer:
     (success, empty body). Raising ``DLedgerError`` answers with its code; any other
     exception answers ``INTERNAL_ERROR`` with a one-line message. Requests of one
     connection run concurrently.
+
+    ``oneway_handler``, when given, takes one-way frames instead: it is called right where
+    the frame is read, with no task, and must not block (an exception is logged).
     """
 
     def __init__(
@@ -414,8 +424,10 @@ class RpcServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         handshake_timeout: float = auth.DEFAULT_HANDSHAKE_TIMEOUT,
         max_inflight: int = _DEFAULT_MAX_INFLIGHT,
+        oneway_handler: Callable[[Request], None] | None = None,
     ) -> None:
         self.handler = handler
+        self.oneway_handler = oneway_handler
         self.host = host
         self._port = port
         self._key = auth.as_key(secret) if secret is not None else None

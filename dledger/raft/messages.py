@@ -71,9 +71,12 @@ class Message:
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"_type": type(self).__name__}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "entries":
+        for name in _field_names(type(self)):
+            value = getattr(self, name)
+            if type(value) in _PLAIN:  # most fields: nothing to convert
+                out[name] = value
+                continue
+            if name == "entries":
                 value = [_entry_to_wire(e) for e in value]
             elif isinstance(value, IntEnum):
                 value = int(value)
@@ -81,31 +84,34 @@ class Message:
                 value = list(value)
             elif isinstance(value, dict):
                 value = dict(value)
-            out[f.name] = value
+            out[name] = value
         return out
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Message:
         kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name not in data:
+        for name in _field_names(cls):
+            if name not in data:
                 continue
-            value = data[f.name]
-            if f.name == "entries":
+            value = data[name]
+            if type(value) in _PLAIN and name not in _CONVERTED:
+                kwargs[name] = value
+                continue
+            if name == "entries":
                 value = [_entry_from_wire(e) for e in value]
-            elif f.name == "vote_result":
+            elif name == "vote_result":
                 value = VoteResult(value)
-            elif f.name == "type":
+            elif name == "type":
                 value = PushType(value)
-            elif f.name == "bodies":
+            elif name == "bodies":
                 value = [bytes(b) for b in value]
-            elif f.name == "raw":
+            elif name == "raw":
                 if not isinstance(value, bytes | bytearray | memoryview):
                     raise TypeError(f"raw is {type(value).__name__}, not bytes")
                 value = bytes(value)
             elif isinstance(value, list):
                 value = list(value)
-            kwargs[f.name] = value
+            kwargs[name] = value
         return cls(**kwargs)
 
     def base_reply(self, resp: Message) -> Message:
@@ -115,6 +121,22 @@ class Message:
         resp.local_id = self.remote_id
         resp.req_id = self.req_id
         return resp
+
+
+# Field values sent and taken as they are (the wire decoder gives exactly these types), except
+# the fields named in _CONVERTED, which from_wire turns into enums or checks.
+_PLAIN = frozenset({int, str, bytes, bool, float, type(None)})
+_CONVERTED = frozenset({"vote_result", "type", "raw"})
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def _entry_to_wire(e: Entry) -> list[Any]:
