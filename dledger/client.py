@@ -238,16 +238,37 @@ class AsyncClient:
 
 
 class Client:
-    """The blocking twin of ``AsyncClient``: runs one in an event loop of its own thread."""
+    """The blocking twin of ``AsyncClient``: runs one on an event loop of its own, in the
+    calling thread, for the length of each call (no helper thread: a hand-off between
+    threads costs each call a scheduling delay).
+
+    Safe to share between threads: their calls take turns. For many calls at once, use
+    ``AsyncClient`` (or ``append_batch``, which pipelines). Not for use inside a running
+    asyncio loop, which it would block: use ``AsyncClient`` there.
+    """
 
     def __init__(self, peers: str | dict[str, str], group: str = "default", **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="dledger-client", daemon=True)
-        self._thread.start()
-        self._async = self._run(_make(peers, group, kwargs))
+        self._lock = threading.Lock()
+        try:
+            self._async = self._run(_make(peers, group, kwargs))
+        except BaseException:
+            self._loop.close()
+            raise
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise RuntimeError("dledger.Client blocks; inside a running asyncio loop use AsyncClient")
+        with self._lock:
+            if self._loop.is_closed():
+                coro.close()
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "client is closed")
+            return self._loop.run_until_complete(coro)
 
     @property
     def leader(self) -> str | None:
@@ -278,9 +299,8 @@ class Client:
         if self._loop.is_closed():
             return
         self._run(self._async.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        with self._lock:
+            self._loop.close()
 
     def __enter__(self) -> Client:
         return self

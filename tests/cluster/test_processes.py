@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -43,6 +44,25 @@ def test_leader_elected_and_takes_writes(cluster: TestCluster):
         assert c.leader == leader
     cluster.wait_for(lambda: all(s["committed_index"] == 199 for s in cluster.status().values()),
                      what="every member committed 199")
+    # The blocking client is shared by threads (their calls take turns) and refuses to block
+    # a running event loop.
+    with cluster.client() as c:
+        got: list[int] = []
+        threads = [threading.Thread(target=lambda: got.extend(c.append(b"t").index for _ in range(20)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(got) == list(range(200, 280))
+
+        async def inside_a_loop() -> None:
+            c.metadata()
+
+        with pytest.raises(RuntimeError, match="AsyncClient"):
+            asyncio.run(inside_a_loop())
+    with pytest.raises(DLedgerError):
+        c.metadata()
 
 
 def test_kill_9_leader_gives_a_new_leader_and_the_old_one_catches_up(cluster: TestCluster):
