@@ -18,7 +18,7 @@ import ssl as ssl_module
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
@@ -50,9 +50,11 @@ BATCH_MAX_BYTES = 4 * 1024 * 1024
 PIPELINE_WINDOW = 8
 
 
-@dataclass(slots=True, frozen=True)
-class AppendResult:
-    index: int
+class AppendResult(NamedTuple):
+    """Where an appended body landed. A named tuple: a batch of 10^5 appends returns 10^5 of
+    these, and a tuple is made at half the cost of a frozen dataclass."""
+
+    index: int  # type: ignore[assignment]  # shadows tuple.index(), which nobody needs here
     pos: int
 
 
@@ -161,17 +163,7 @@ class AsyncClient:
         Large batches go as several requests, up to PIPELINE_WINDOW in flight at once. Requests
         on one connection are applied in the order sent, so the entries keep the order given.
         """
-        chunks: list[list[bytes]] = []
-        cur: list[bytes] = []
-        size = 0
-        for b in bodies:
-            if cur and (len(cur) >= BATCH_MAX_BODIES or size + len(b) > BATCH_MAX_BYTES):
-                chunks.append(cur)
-                cur, size = [], 0
-            cur.append(bytes(b))
-            size += len(b)
-        if cur:
-            chunks.append(cur)
+        chunks = _chunks(bodies)
         if not chunks:
             return []
         if self._leader is None:
@@ -196,7 +188,7 @@ class AsyncClient:
         last = resp.body["index"]
         positions = resp.body.get("positions") or [resp.body["pos"]]
         first = last - len(chunk) + 1
-        return [AppendResult(first + k, p) for k, p in enumerate(positions)]
+        return list(map(AppendResult._make, zip(range(first, last + 1), positions, strict=True)))
 
     async def get(self, index: int) -> Entry:
         """The committed entry ``index``, read linearizably from the leader."""
@@ -307,6 +299,29 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _chunks(bodies: Sequence[bytes]) -> list[list[bytes]]:
+    """Split ``bodies`` into requests of at most BATCH_MAX_BODIES / BATCH_MAX_BYTES, as bytes.
+
+    Per-body work is done by C loops (map, sum): at 10^5-10^6 bodies/s a Python loop over
+    them is a visible share of the client's CPU.
+    """
+    if not isinstance(bodies, list) or set(map(type, bodies)) - {bytes}:
+        bodies = [bytes(b) for b in bodies]
+    lens = list(map(len, bodies))
+    if len(bodies) <= BATCH_MAX_BODIES and sum(lens) <= BATCH_MAX_BYTES:
+        return [list(bodies)] if bodies else []
+    chunks: list[list[bytes]] = []
+    start = 0
+    size = 0
+    for k, n in enumerate(lens):
+        if k > start and (k - start >= BATCH_MAX_BODIES or size + n > BATCH_MAX_BYTES):
+            chunks.append(bodies[start:k])
+            start, size = k, 0
+        size += n
+    chunks.append(bodies[start:])
+    return chunks
 
 
 async def _make(peers: str | dict[str, str], group: str, kwargs: dict[str, Any]) -> AsyncClient:

@@ -83,6 +83,53 @@ def encode(
     return HEADER.pack(len(payload)), payload
 
 
+# A body field this big is written after the rest of the frame as its own buffer (see
+# encode_parts) instead of being copied into the packed payload.
+TAIL_MIN = 64 * 1024
+TAIL_FIELD = "raw"
+
+
+def _bin_header(n: int) -> bytes:
+    if n < 1 << 8:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+def encode_parts(
+    frame: Frame, packer: msgpack.Packer | None = None, max_frame: int = DEFAULT_MAX_FRAME
+) -> list[bytes]:
+    """The frame as buffers to write in order: ``[header, payload]``, or, when the body holds
+    a big ``raw`` bytes value (a batch push), ``[header, payload up to that value, value]``.
+
+    The second form is the same msgpack (the body map is packed last in the frame map and
+    ``raw`` last in the body map, its bin header at the end of the middle part), so that a
+    megabyte of entries goes to the socket without being copied into the payload first.
+    """
+    body = frame.body
+    tail = body.get(TAIL_FIELD) if body else None
+    if type(tail) is not bytes or len(tail) < TAIL_MIN:
+        return list(encode(frame, packer, max_frame))
+    pk = packer if packer is not None else new_packer()
+    m: dict[str, Any] = {"k": frame.kind, "i": frame.id, "c": frame.code}
+    if frame.group is not None:
+        m["g"] = frame.group
+    if frame.message:
+        m["m"] = frame.message
+    rest = {k: v for k, v in body.items() if k != TAIL_FIELD}
+    head = [pk.pack_map_header(len(m) + 1)]
+    head += [pk.pack(x) for kv in m.items() for x in kv]
+    head += [pk.pack("b"), pk.pack_map_header(len(rest) + 1)]
+    head += [pk.pack(x) for kv in rest.items() for x in kv]
+    head += [pk.pack(TAIL_FIELD), _bin_header(len(tail))]
+    prefix = b"".join(head)
+    size = len(prefix) + len(tail)
+    if size > max_frame:
+        raise FrameError(f"frame of {size} bytes exceeds the maximum of {max_frame}")
+    return [HEADER.pack(size), prefix, tail]
+
+
 def encode_bytes(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     """One frame as a single bytes object (tests, small control frames)."""
     header, payload = encode(frame, max_frame=max_frame)

@@ -29,7 +29,7 @@ from typing import Any
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net import auth
-from dledger.net.frames import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError, Kind, encode, new_packer
+from dledger.net.frames import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError, Kind, encode_parts, new_packer
 
 log = logging.getLogger(__name__)
 
@@ -188,15 +188,15 @@ class _Connection(asyncio.BufferedProtocol):
         """Queue a frame; raises FrameError/TypeError/ValueError if it cannot be encoded."""
         if self.closed or self.transport is None:
             raise ConnectionResetError("connection closed")
-        header, payload = encode(frame, self.packer, self.max_frame)
-        if len(payload) >= _DIRECT_WRITE:
+        parts = encode_parts(frame, self.packer, self.max_frame)
+        size = sum(map(len, parts))
+        if size >= _DIRECT_WRITE:
             self.flush()
-            self.transport.write(header)
-            self.transport.write(payload)
+            for part in parts:
+                self.transport.write(part)
             return
-        self._out.append(header)
-        self._out.append(payload)
-        self._out_size += len(header) + len(payload)
+        self._out += parts
+        self._out_size += size
         if self._out_size >= _COALESCE_LIMIT:
             self.flush()
         elif self._flush_handle is None:

@@ -6,25 +6,35 @@ journal file (in memory: less durable than dledger, which writes every entry to 
 
     python -m dledger.perf.pysyncobj_peer SELF PARTNER,PARTNER [--drive N --size B --window W --seconds S]
 
-A driving member waits for a leader, then keeps up to W appends in flight until N have
-committed, and prints one JSON line: {"committed": N, "seconds": t}. Other members serve
-until killed.
+A driving member stands for election first (shorter timeouts), waits for a leader, then
+keeps up to W appends in flight until N have committed, and prints one JSON line:
+{"committed": N, "seconds": t, "leader": whether it led}. Other members serve until killed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
+# Election timeouts (seconds): the driving member stands first, so that it leads and its
+# appends need no forwarding; the others wait well past it. Both satisfy PySyncObj's own
+# checks (raftMinTimeout > 3 x appendEntriesPeriod).
+DRIVER_TIMEOUTS = (0.35, 0.5)
+OTHER_TIMEOUTS = (1.5, 2.5)
+
 
 class Log(SyncObj):
-    def __init__(self, self_addr: str, partners: list[str]) -> None:
+    def __init__(self, self_addr: str, partners: list[str], driver: bool = False) -> None:
+        low, high = DRIVER_TIMEOUTS if driver else OTHER_TIMEOUTS
         conf = SyncObjConf(
+            raftMinTimeout=low,
+            raftMaxTimeout=high,
             logCompactionMinEntries=2**31,
             logCompactionMinTime=10**9,
             appendEntriesBatchSizeBytes=2**20,
@@ -51,13 +61,19 @@ def main() -> int:
     p.add_argument("--window", type=int, default=5000)
     p.add_argument("--seconds", type=float, default=60.0)
     args = p.parse_args()
-    log = Log(args.self_addr, args.partners.split(","))
+    log = Log(args.self_addr, args.partners.split(","), driver=bool(args.drive))
     if not args.drive:
-        time.sleep(args.seconds)
+        # Serve; on SIGTERM report what this member applied (to compare replicas).
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop.wait(args.seconds)
+        time.sleep(0.5)  # let the last commits arrive
+        print(json.dumps({"applied": log.count, "log": log.raftLastApplied}), flush=True)
         return 0
     deadline = time.monotonic() + 30
     while log._getLeader() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    led = bool(log._isLeader())
     body = b"x" * args.size
     sem = threading.Semaphore(args.window)
     done = threading.Event()
@@ -77,7 +93,8 @@ def main() -> int:
         log.append(body, callback=cb)
     done.wait(args.seconds)
     elapsed = time.monotonic() - t0
-    print(json.dumps({"committed": state["ok"], "failed": state["failed"], "seconds": elapsed}), flush=True)
+    print(json.dumps({"committed": state["ok"], "failed": state["failed"], "seconds": elapsed, "leader": led}),
+          flush=True)
     return 0
 
 

@@ -319,7 +319,7 @@ class EntryDispatcher:
         bytes (up to ``max_batch_push_size``, within one data file); returns how many went."""
         core = self.rep.core
         try:
-            blob, pos, count = core.store.get_raw_range(first, last, core.config.max_batch_push_size)
+            blob, pos, count = self.rep.raw_range(first, last)
         except DLedgerError as e:
             if e.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN:
                 self.change_state(-1, PushType.COMPARE)
@@ -532,6 +532,9 @@ class Replicator:
         self.last_quorum_index = -1
         self.last_check_leak_time_ms = NEVER
         self.wakeup_quorum_checker = False
+        # The last batch read for a push: (first, last, (blob, pos, count)). Followers in step
+        # ask for the same range in one pump; a leader's entries do not change in its term.
+        self._raw_cache: tuple[int, int, tuple[bytes, int, int]] | None = None
 
     # --- watermarks ------------------------------------------------------------------------
 
@@ -638,7 +641,17 @@ class Replicator:
 
     # --- driving ---------------------------------------------------------------------------
 
+    def raw_range(self, first: int, last: int) -> tuple[bytes, int, int]:
+        """``store.get_raw_range`` for a push, read once for all the followers that want it."""
+        cached = self._raw_cache
+        if cached is not None and cached[0] == first and cached[1] == last:
+            return cached[2]
+        got = self.core.store.get_raw_range(first, last, self.core.config.max_batch_push_size)
+        self._raw_cache = (first, last, got)
+        return got
+
     def on_role_change(self, term: int, role: Role) -> None:
+        self._raw_cache = None
         if role == Role.LEADER:
             self._check_term_for_water_mark(term)
             self._check_term_for_pending_map(term)

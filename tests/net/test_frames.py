@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.net.frames import Frame, FrameDecoder, FrameError, Kind, decode_payload, encode, encode_bytes
+from dledger.net.frames import Frame, FrameDecoder, FrameError, Kind, decode_payload, encode, encode_bytes, encode_parts
 
 
 def raw(obj: object) -> bytes:
@@ -171,3 +171,18 @@ def test_random_bytes_only_raise_frame_error(data: bytes) -> None:
 def test_decode_payload_accepts_memoryview() -> None:
     payload = msgpack.packb({"k": 1, "i": 2, "c": 3, "b": {"x": b"y"}})
     assert decode_payload(memoryview(payload)).body == {"x": b"y"}
+
+
+def test_big_raw_tail_is_written_apart_and_decodes_the_same() -> None:
+    # A batch push's entries go to the socket as their own buffer (no copy into the
+    # payload), and the frame on the wire is the same msgpack map.
+    raw = bytes(range(256)) * 1024
+    f = Frame(Kind.ONEWAY, 0, 51, "g1", {"_type": "PushEntryRequest", "raw": raw, "raw_index": 7}, "hi")
+    parts = encode_parts(f)
+    assert len(parts) == 3 and parts[2] is raw
+    [g] = FrameDecoder().feed(b"".join(parts))
+    assert (g.kind, g.code, g.group, g.body, g.message) == (f.kind, f.code, f.group, f.body, f.message)
+    small = Frame(Kind.ONEWAY, 0, 51, None, {"raw": b"x" * 10})
+    assert b"".join(encode_parts(small)) == encode_bytes(small)
+    with pytest.raises(FrameError):
+        encode_parts(f, max_frame=len(raw))
