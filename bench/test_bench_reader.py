@@ -48,6 +48,34 @@ REPO = Path(__file__).resolve().parents[1]
 SEGMENT_BYTES = 64 << 20
 
 RESULTS: dict[str, float] = {}
+# CPU seconds per round spent in the JVM and in the Python workers (see _spark_cpu).
+CPU: dict[str, tuple[float, float]] = {}
+
+
+def _proc_cpu(pid: str) -> float:
+    """utime + stime + reaped children's, in seconds, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _spark_cpu() -> tuple[float, float]:
+    """(JVM, Python workers) CPU seconds so far: the java process this test started, and the
+    PySpark daemon and workers it forked. Shows where a Spark read spends its time."""
+    jvm = py = 0.0
+    if not os.path.isdir("/proc"):
+        return jvm, py
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if argv and argv[0].endswith(b"java"):
+                jvm += _proc_cpu(pid)
+            elif any(b"pyspark.daemon" in a or b"pyspark/daemon" in a for a in argv):
+                py += _proc_cpu(pid)
+        except OSError:
+            continue
+    return jvm, py
 
 
 class RowTupleReader(DLedgerReader):
@@ -122,10 +150,17 @@ def spark() -> Iterator[SparkSession]:
 def _run(benchmark: BenchmarkFixture, name: str, group: str, fn: Any, rounds: int = ROUNDS) -> None:
     benchmark.group = group
     benchmark.extra_info["rows"] = ROWS
-    benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1 if rounds > 1 else 0)
+    warmup = 1 if rounds > 1 else 0
+    before = _spark_cpu()
+    benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=warmup)
+    after = _spark_cpu()
     best = benchmark.stats.stats.min
     RESULTS[name] = ROWS / best
     benchmark.extra_info["rows_per_s"] = round(ROWS / best)
+    if group.startswith("spark"):
+        jvm, py = ((a - b) / (rounds + warmup) for a, b in zip(after, before, strict=True))
+        CPU[name] = (jvm, py)
+        benchmark.extra_info.update(jvm_cpu_s=round(jvm, 2), python_worker_cpu_s=round(py, 2))
 
 
 def _noop(df: Any) -> None:
@@ -173,4 +208,6 @@ def summary() -> Iterator[None]:
         lines.append(f"  arrow / parquet {arrow / RESULTS['parquet']:8.2f}x  (target >= 0.5x)")
     if "read_table" in RESULTS:
         lines.append(f"  read_table      {RESULTS['read_table'] / 1e6:8.2f} M rows/s (target >= 10 M)")
+    for name, (jvm, py) in CPU.items():
+        lines.append(f"  CPU per read, {name:14s}: JVM {jvm:6.2f} s, Python workers {py:6.2f} s")
     print("\n" + "\n".join(lines))

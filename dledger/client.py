@@ -12,13 +12,15 @@ TERM_CHANGED mean the same "unknown" in DLedger, and are retried the same way.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import logging
 import random
 import ssl as ssl_module
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, overload
 
 from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
@@ -51,11 +53,71 @@ PIPELINE_WINDOW = 8
 
 
 class AppendResult(NamedTuple):
-    """Where an appended body landed. A named tuple: a batch of 10^5 appends returns 10^5 of
-    these, and a tuple is made at half the cost of a frozen dataclass."""
+    """Where an appended body landed."""
 
     index: int  # type: ignore[assignment]  # shadows tuple.index(), which nobody needs here
     pos: int
+
+
+class AppendResults(Sequence[AppendResult]):
+    """What ``append_batch`` returns: the ``AppendResult`` of each body, in order.
+
+    A read-only sequence that makes each result when it is asked for: a batch of 10^6 small
+    appends would otherwise spend more of the client's CPU making result objects than
+    sending the bodies. ``indexes()`` and ``positions()`` give plain lists for bulk use. It
+    compares equal to a list or tuple of the same results.
+    """
+
+    __slots__ = ("_firsts", "_positions", "_starts")
+
+    def __init__(self, pieces: Sequence[tuple[int, list[int]]] = ()) -> None:
+        # One piece per request: (index of its first entry, position of each entry).
+        self._firsts = [first for first, _ in pieces]
+        self._positions = [positions for _, positions in pieces]
+        self._starts = list(itertools.accumulate((len(p) for p in self._positions), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, i: int) -> AppendResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[AppendResult]: ...
+
+    def __getitem__(self, i: int | slice) -> AppendResult | list[AppendResult]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("append result index out of range")
+        k = bisect.bisect_right(self._starts, i) - 1
+        off = i - self._starts[k]
+        return AppendResult(self._firsts[k] + off, self._positions[k][off])
+
+    def __iter__(self) -> Iterator[AppendResult]:
+        for first, positions in zip(self._firsts, self._positions, strict=True):
+            for off, pos in enumerate(positions):
+                yield AppendResult(first + off, pos)
+
+    def indexes(self) -> list[int]:
+        return [first + off for first, ps in zip(self._firsts, self._positions, strict=True) for off in range(len(ps))]
+
+    def positions(self) -> list[int]:
+        return [p for ps in self._positions for p in ps]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AppendResults | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking like a list: not hashable
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(r) for r in itertools.islice(self, 3))
+        return f"AppendResults([{shown}{', ...' if len(self) > 3 else ''}], len={len(self)})"
 
 
 @dataclass(slots=True, frozen=True)
@@ -157,7 +219,7 @@ class AsyncClient:
         resp = (await self._leader_call(RequestCode.APPEND, {"bodies": [bytes(body)]})).check()
         return AppendResult(resp.body["index"], resp.body["pos"])
 
-    async def append_batch(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+    async def append_batch(self, bodies: Sequence[bytes]) -> AppendResults:
         """Append many bodies, in order; returns the index and position of each.
 
         Large batches go as several requests, up to PIPELINE_WINDOW in flight at once. Requests
@@ -165,7 +227,7 @@ class AsyncClient:
         """
         chunks = _chunks(bodies)
         if not chunks:
-            return []
+            return AppendResults()
         if self._leader is None:
             # Find the leader with the first piece so the rest pipeline to the right member.
             first = await self._append_chunk(chunks[0])
@@ -176,19 +238,22 @@ class AsyncClient:
             results = []
         sem = asyncio.Semaphore(PIPELINE_WINDOW)
 
-        async def one(chunk: list[bytes]) -> list[AppendResult]:
+        async def one(chunk: list[bytes]) -> tuple[int, list[int]]:
             async with sem:
                 return await self._append_chunk(chunk)
 
         results.extend(await asyncio.gather(*(one(c) for c in rest)))
-        return [r for chunk in results for r in chunk]
+        return AppendResults(results)
 
-    async def _append_chunk(self, chunk: list[bytes]) -> list[AppendResult]:
+    async def _append_chunk(self, chunk: list[bytes]) -> tuple[int, list[int]]:
+        """(index of the first entry, position of each) of one append request."""
         resp = (await self._leader_call(RequestCode.APPEND, {"bodies": chunk})).check()
         last = resp.body["index"]
         positions = resp.body.get("positions") or [resp.body["pos"]]
-        first = last - len(chunk) + 1
-        return list(map(AppendResult._make, zip(range(first, last + 1), positions, strict=True)))
+        if len(positions) != len(chunk):
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"the leader answered {len(positions)} positions for {len(chunk)} bodies")
+        return last - len(chunk) + 1, list(positions)
 
     async def get(self, index: int) -> Entry:
         """The committed entry ``index``, read linearizably from the leader."""
@@ -269,7 +334,7 @@ class Client:
     def append(self, body: bytes) -> AppendResult:
         return self._run(self._async.append(body))
 
-    def append_batch(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+    def append_batch(self, bodies: Sequence[bytes]) -> AppendResults:
         return self._run(self._async.append_batch(bodies))
 
     def get(self, index: int) -> Entry:

@@ -37,6 +37,12 @@ LOW_LATENCY = [
 class Throughput:
     entries_per_s: float
     mb_per_s: float
+    note: str = ""
+
+
+# In-flight windows tried for PySyncObj: its throughput grows with the window (5000 was the
+# figure of earlier READMEs), and the baseline gets the best of them in each round.
+PYSYNCOBJ_WINDOWS = (5_000, 20_000, 50_000)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -75,6 +81,12 @@ def dledger_throughput(body_size: int, count: int, chunk: int = 2000, window: in
         shutil.rmtree(root, ignore_errors=True)
 
 
+def pysyncobj_best(body_size: int, count: int, windows: tuple[int, ...] = PYSYNCOBJ_WINDOWS) -> Throughput:
+    """PySyncObj at its best: one run per in-flight window, the fastest kept."""
+    runs = [pysyncobj_throughput(body_size, count, w) for w in windows]
+    return max(runs, key=lambda t: t.entries_per_s)
+
+
 def pysyncobj_throughput(body_size: int, count: int, window: int = 5000) -> Throughput:
     ports = free_ports(3)
     addrs = [f"127.0.0.1:{p}" for p in ports]
@@ -90,7 +102,8 @@ def pysyncobj_throughput(body_size: int, count: int, window: int = 5000) -> Thro
                               "--seconds", "300"], capture_output=True, text=True, timeout=400, check=True).stdout
         result = json.loads(out.strip().splitlines()[-1])
         n = result["committed"]
-        return Throughput(n / result["seconds"], n * body_size / result["seconds"] / 1e6)
+        note = f"window {window}" + ("" if result.get("leader") else ", driver not leader")
+        return Throughput(n / result["seconds"], n * body_size / result["seconds"] / 1e6, note)
     finally:
         for p in procs:
             p.kill()
