@@ -245,15 +245,16 @@ class EntryDispatcher:
                 self._do_commit()
                 self._do_check_append_response()
                 break
-            if (
-                len(self.pending_map) >= timings.dispatcher_max_pending_size
-                or elapsed(core.now, self.last_check_leak_time_ms) > timings.leak_check_interval_ms
-            ):
+            if elapsed(core.now, self.last_check_leak_time_ms) > timings.leak_check_interval_ms:
                 wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
                 for index in [i for i in self.pending_map if i < wm]:
                     del self.pending_map[index]
                 self._clean_inflight(wm)
                 self.last_check_leak_time_ms = core.now
+            elif len(self.pending_map) >= timings.dispatcher_max_pending_size:
+                wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
+                _drop_front(self.pending_map, wm - 1, _key)
+                _drop_front(self.append_inflight, wm, _inflight_last)
             if len(self.pending_map) >= timings.dispatcher_max_pending_size:
                 self._do_check_append_response()
                 break
@@ -291,12 +292,16 @@ class EntryDispatcher:
                 self._do_commit()
                 self._do_check_batch_append_response()
                 break
-            if (
-                len(self.batch_pending_map) >= timings.dispatcher_max_pending_size
-                or elapsed(core.now, self.last_check_leak_time_ms) > timings.leak_check_interval_ms
-            ):
+            if elapsed(core.now, self.last_check_leak_time_ms) > timings.leak_check_interval_ms:
                 self._clean_batch_pending()
                 self.last_check_leak_time_ms = core.now
+            elif len(self.batch_pending_map) >= timings.dispatcher_max_pending_size:
+                # DLedger scans the whole map here, on every pass while it is full: with a
+                # follower down that is O(max pending) per append. Acks clear it from the
+                # front (sends are in index order); the timed scan above catches the rest.
+                wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
+                _drop_front(self.batch_pending_map, wm, _batch_last)
+                _drop_front(self.append_inflight, wm, _inflight_last)
             if len(self.batch_pending_map) >= timings.dispatcher_max_pending_size:
                 self._do_check_batch_append_response()
                 break
@@ -512,6 +517,28 @@ class EntryDispatcher:
         too_old = now - 10 * self.rep.core.config.max_push_time_out_ms
         for req_id in [r for r, (_, last, sent) in self.append_inflight.items() if last <= wm or sent < too_old]:
             del self.append_inflight[req_id]
+
+
+def _drop_front(d: dict[Any, Any], wm: int, last_of: Callable[[Any, Any], int]) -> None:
+    """Delete entries from the front of ``d`` (insertion order) while the last index they
+    cover, ``last_of(key, value)``, is at most ``wm``."""
+    while d:
+        key = next(iter(d))
+        if last_of(key, d[key]) > wm:
+            return
+        del d[key]
+
+
+def _key(key: int, _value: object) -> int:
+    return key
+
+
+def _batch_last(first: int, value: tuple[int, int]) -> int:
+    return first + value[1] - 1
+
+
+def _inflight_last(_req_id: int, value: tuple[int, int, int]) -> int:
+    return value[1]
 
 
 class Replicator:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from raft_helpers import elect, flush, follow, make_node, one, sent, to_node
 
 from dledger.codes import ResponseCode
@@ -442,3 +444,32 @@ def test_fall_behind_push_is_acked() -> None:
     push(node, PushType.APPEND, es, req_id=12, now=1)  # the leader missed our ack
     r = one(node.tick(1 + node.core.timings.fast_forward_check_interval_ms), PushEntryResponse)
     assert (r.code, r.index) == (ResponseCode.SUCCESS, 0)
+
+
+def test_a_silent_follower_holds_at_most_max_pending_and_its_acks_free_the_front() -> None:
+    node, _ = leader_in_append_state()
+    node.core.timings = dataclasses.replace(node.core.timings, dispatcher_max_pending_size=4)
+
+    def appends(out: list[Output], to: str) -> list[PushEntryRequest]:
+        return [p for p in sent(out, PushEntryRequest, to=to) if p.type == PushType.APPEND]
+
+    to_n2: list[PushEntryRequest] = []
+    for k in range(8):
+        node.propose(1, [b"%d" % k])
+        out = node.drain()
+        flush(node, out, now=1)
+        to_n2 += appends(out, "n2")
+        for p in appends(out, "n1"):
+            answer(node, p, ResponseCode.SUCCESS, 0, p.last_index, now=1)
+    d2 = node.replicator.dispatchers["n2"]
+    assert len(to_n2) == 4 and len(d2.batch_pending_map) == 4  # stopped at the limit
+    assert node.committed_index == 8  # n1 and the leader carry on
+    # n2 answers its first two pushes: they leave the front of its map and pushes resume.
+    out = []
+    for p in to_n2[:2]:
+        out += answer(node, p, ResponseCode.SUCCESS, 0, p.last_index, now=2)
+    node.propose(2, [b"more"])
+    out += node.drain()
+    resumed = appends(out, "n2")
+    assert resumed and resumed[0].first_index == to_n2[-1].last_index + 1
+    assert to_n2[0].first_index not in d2.batch_pending_map and len(d2.batch_pending_map) <= 4
