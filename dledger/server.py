@@ -398,7 +398,7 @@ class NodeServer:
         return None
 
     def _call(self, g: _Group, fn: Any) -> asyncio.Future[Any]:
-        """Run ``fn(now) -> handle`` in the actor; the future gets the matching *Done output."""
+        """Run ``fn(now) -> handle`` on the node now; the future gets the matching *Done output."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def run(now: int) -> list[Output]:
