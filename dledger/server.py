@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import faulthandler
 import functools
 import logging
 import os
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 
 TICK_MS = 10
 FLUSH_RETRY_MS = 100
+SHUTDOWN_GRACE_S = 15
 # Peer messages waiting for a slow or dead peer are dropped past this; Raft resends.
 PEER_QUEUE_LIMIT = 10_000
 # The most entries (and bytes) one GET may return.
@@ -497,7 +499,14 @@ async def run_server(server: NodeServer, on_ready: Callable[[NodeServer], None] 
     try:
         await server.serve_forever()
     finally:
-        await server.close()
+        # A stop must end: past the grace period, every thread's stack goes to stderr and the
+        # process exits (1). Nothing is lost by that: what was acknowledged is on disk, and
+        # recovery needs no clean shutdown.
+        faulthandler.dump_traceback_later(SHUTDOWN_GRACE_S, exit=True)
+        try:
+            await server.close()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
     return 0
 
 

@@ -170,9 +170,19 @@ class TestCluster:
         proc.wait(10)
 
     def stop(self, member: str) -> int:
-        proc = self.procs.pop(member)
+        """SIGTERM, and its exit code; a member still up after 20 s is killed and reported."""
+        proc = self.procs[member]
         proc.send_signal(signal.SIGTERM)
-        return proc.wait(20)
+        try:
+            rc = proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            del self.procs[member]
+            tail = self.logs[member].read_text(errors="replace")[-4000:] if member in self.logs else ""
+            raise AssertionError(f"{member} did not stop within 20 s of SIGTERM; killed. Log tail:\n{tail}") from None
+        del self.procs[member]
+        return rc
 
     def isolate(self, member: str) -> None:
         for (a, b), p in self.proxies.items():

@@ -195,11 +195,17 @@ class _Connection(asyncio.BufferedProtocol):
             for part in parts:
                 self.transport.write(part)
             return
+        if self._flush_handle is None:
+            # The first frame of a loop turn goes out now (a lone request or ack should not
+            # wait a turn); the ones after it in the same turn are joined and written once, by
+            # the flush scheduled here.
+            self.transport.write(parts[0] + parts[1] if len(parts) == 2 else b"".join(parts))
+            self._flush_handle = self._loop.call_soon(self.flush)
+            return
         self._out += parts
         self._out_size += size
         if self._out_size >= _COALESCE_LIMIT:
             self.flush()
-        elif self._flush_handle is None:
             self._flush_handle = self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
