@@ -211,8 +211,11 @@ class AsyncClient:
             if loop.time() >= deadline:
                 return last
             if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
-                # Short and capped: during an election the answer changes within ~100 ms.
-                delay = min(0.01 * (2 ** min(attempt, 5)), 0.2) * (0.5 + self._rng.random())
+                # Short and capped: during an election the answer changes within ~100 ms, and a
+                # client asleep when the new leader is ready adds its nap to the failover. A
+                # leader that says it is busy (pending full, disk full) gets longer pauses.
+                cap = 0.2 if code_enum in (ResponseCode.LEADER_PENDING_FULL, ResponseCode.DISK_FULL) else 0.05
+                delay = min(0.005 * (2 ** min(attempt, 6)), cap) * (0.5 + self._rng.random())
                 await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
 
     async def append(self, body: bytes) -> AppendResult:
