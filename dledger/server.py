@@ -35,7 +35,7 @@ from typing import Any
 from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
-from dledger.net.transport import Request, Response, RpcClient, RpcServer, parse_addr
+from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks, parse_addr
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import Role
 from dledger.raft.member_state import parse_peers as parse_member_peers
@@ -180,9 +180,7 @@ class NodeServer:
         self._closed = True
         self._stopped.set()
         await self.rpc_server.close()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_tasks(self._tasks)
         await self.rpc_client.close()
         # A flush still running finishes first (close flushes again and writes the checkpoint).
         await asyncio.to_thread(self._flush_pool.shutdown, wait=True)

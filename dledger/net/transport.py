@@ -22,7 +22,7 @@ import math
 import random
 import ssl as ssl_module
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,25 @@ else:
 
     def _start_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         return loop.create_task(coro)
+
+
+async def cancel_tasks(tasks: Iterable[asyncio.Task[Any]], rounds: int = 10, wait: float = 0.5) -> None:
+    """Cancel ``tasks`` and wait for them to end, cancelling again the ones still running.
+
+    Python 3.11's ``asyncio.wait_for`` can lose a cancellation that arrives as the awaited
+    future completes (cpython gh-86296, fixed in 3.12): the task then runs on, and a plain
+    ``gather`` after one ``cancel()`` waits for it forever. A task that outlives every round
+    is logged and left to ``asyncio.run``'s final cancellation.
+    """
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(rounds):
+        if not pending:
+            return
+        for t in pending:
+            t.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=wait)
+    if pending:
+        log.error("%d task(s) did not stop when cancelled: %s", len(pending), [t.get_name() for t in pending])
 
 
 def _format_peer(peername: Any) -> str:
@@ -474,10 +493,7 @@ class RpcServer:
         tasks = [t for c in self._conns for t in c.tasks]
         for conn in list(self._conns):
             conn.abort()
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_tasks(tasks)
         await server.wait_closed()
 
     async def __aenter__(self) -> RpcServer:

@@ -12,6 +12,7 @@ import pytest
 from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net import Request, Response, RpcClient, RpcServer
+from dledger.net.transport import cancel_tasks
 
 from .conftest import Recorder, run
 
@@ -334,3 +335,23 @@ def test_timeouts_never_fire_early_and_leave_nothing_behind(recorder: Recorder) 
             assert conn is not None and conn._timeout_buckets == {} and client.pending() == 0
 
     run(main())
+
+
+def test_cancel_tasks_ends_a_task_that_lost_its_first_cancel() -> None:
+    # Python 3.11's wait_for can swallow a cancel (gh-86296); a node's close() must still end.
+    async def main() -> None:
+        lost = asyncio.Event()
+
+        async def stubborn() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                lost.set()  # as if wait_for returned a result instead of raising
+            await asyncio.sleep(10)  # the second cancel lands here
+
+        task = asyncio.create_task(stubborn())
+        await asyncio.sleep(0)
+        await asyncio.wait_for(cancel_tasks([task], wait=0.05), 5)
+        assert lost.is_set() and task.cancelled()
+
+    asyncio.run(main())
