@@ -261,6 +261,41 @@ def scan(buf, int64_t base_pos, Py_ssize_t start=0, Py_ssize_t end=-1, int64_t e
     return cols, stop, code
 
 
+def check_run(buf, int64_t base_pos, int64_t expect_index=-1, int64_t prev_term=-1, bint check_crc=False):
+    """``scan`` of all of ``buf`` without the columns, for a follower checking a pushed batch:
+    the same checks, and only the verdict. Returns ``(count, stop_offset, stop_code,
+    min_body_len, max_body_len)`` (the lengths are -1 when no entry passed).
+
+    A push of a few entries would otherwise spend more on allocating eight arrays than on
+    the walk itself.
+    """
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t end = b.shape[0], off = 0, count = 0
+    cdef const unsigned char *p = &b[0] if end else NULL
+    cdef const unsigned char *q
+    cdef int64_t size = 0, expect = expect_index, prev = prev_term, blen, lo = -1, hi = -1
+    cdef int code = C_END
+    with nogil:
+        while True:
+            if off >= end:
+                code = C_END
+                break
+            q = p + off
+            code = _check_entry(q, off, end, base_pos, expect, prev, check_crc, &size)
+            if code != 0:
+                break
+            prev = <int64_t>dl_get64(q + 16)
+            expect = <int64_t>dl_get64(q + 8) + 1
+            blen = size - DL_BODY_OFFSET
+            if lo < 0 or blen < lo:
+                lo = blen
+            if blen > hi:
+                hi = blen
+            off += size
+            count += 1
+    return count, off, code, lo, hi
+
+
 def decode_index_units(buf, Py_ssize_t start=0, Py_ssize_t count=-1):
     """Decode ``count`` consecutive 32-byte index units into numpy arrays (magic, pos, size, index, term)."""
     cdef const unsigned char[::1] b = _ro(buf)

@@ -101,6 +101,18 @@ def test_scan_matches_oracle(seg, check_crc, expect, limit):
     assert (stop, code) == (o_stop, o_code)
 
 
+@settings(max_examples=300)
+@given(seg=segments(), check_crc=st.booleans(), expect=st.booleans(), prev_term=st.integers(-1, 60))
+def test_check_run_is_scan_without_columns(seg, check_crc, expect, prev_term):
+    # The follower's batch check must accept and refuse exactly what the oracle's scan does.
+    buf, base, first = seg
+    expect_index = first if expect else -1
+    o_entries, o_stop, o_code = oracle.scan(buf, base, 0, -1, expect_index, prev_term, check_crc)
+    lens = [e[6] for e in o_entries]  # body_len, in COLUMNS order
+    want = (len(o_entries), o_stop, o_code, min(lens, default=-1), max(lens, default=-1))
+    assert codec.check_run(buf, base, expect_index, prev_term, check_crc) == want
+
+
 @given(seg=segments(), start_frac=st.floats(0, 1), end_frac=st.floats(0, 1))
 def test_scan_subrange_matches_oracle(seg, start_frac, end_frac):
     buf, base, _first = seg

@@ -540,8 +540,9 @@ class MmapFileStore:
         """Append the leader's encoded entries: ``blob`` is its stored bytes of entries
         ``first_index``.. (``count`` of them when not -1), ``blob[0]`` at ``first_pos``.
 
-        One ``codec.scan`` validates the lot (contiguous indices from ``first_index``, contiguous
-        positions, sizes, terms not below ours, recorded CRCs); one kernel call writes it (one
+        One ``codec.check_run`` (``scan`` without its columns) validates the lot (contiguous
+        indices from ``first_index``, contiguous positions, sizes, terms not below ours,
+        recorded CRCs); one kernel call writes it (one
         memcpy, then the index units) after checking where it lands. All or nothing: anything
         wrong raises DLedgerError and leaves the store as it was. Returns the last index.
         """
@@ -552,8 +553,7 @@ class MmapFileStore:
             ResponseCode.INCONSISTENT_INDEX,
             f"expected index {lg.end + 1}, got {first_index}",
         )
-        cols, stop, code = _codec.scan(blob, first_pos, 0, -1, first_index, lg.end_term, True, -1)
-        n = len(cols["index"])
+        n, stop, code, shortest, longest = _codec.check_run(blob, first_pos, first_index, lg.end_term, True)
         if code != _codec.SCAN_END or stop != len(blob) or n == 0:
             raise DLedgerError(
                 ResponseCode.UNEXPECTED_ARGUMENT,
@@ -561,12 +561,11 @@ class MmapFileStore:
                 f"after {n} entries",
             )
         check(count < 0 or n == count, ResponseCode.UNEXPECTED_ARGUMENT, f"blob holds {n} entries, not {count}")
-        lens = cols["body_len"]
-        check(int(lens.min()) > 0, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body")
+        check(shortest > 0, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body")
         check(
-            int(lens.max()) <= self.max_body_size,
+            longest <= self.max_body_size,
             ResponseCode.UNEXPECTED_ARGUMENT,
-            f"body of {int(lens.max())} bytes is over the limit of {self.max_body_size}",
+            f"body of {longest} bytes is over the limit of {self.max_body_size}",
         )
         last: int = lg.append_raw(blob, first_index, first_pos)
         if self.sync:
