@@ -26,7 +26,12 @@ include "format.pxi"
 
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
+    int madvise(void *addr, size_t length, int advice)
     int MS_SYNC
+
+# madvise(MADV_POPULATE_WRITE), Linux 5.14: fault pages in writable as a write would, without
+# writing them. Older kernels answer EINVAL; populate() then reports False and does nothing.
+cdef int MADV_POPULATE_WRITE_ = 23
 
 cdef extern from "<unistd.h>" nogil:
     long sysconf(int name)
@@ -68,6 +73,7 @@ cdef class MappedFile:
     cdef public int64_t wrote_position
     cdef public int64_t flushed_position
     cdef public int64_t start_position
+    cdef public int64_t populated_to
     cdef readonly bint readonly
     cdef object _mm
     cdef const unsigned char[::1] _view
@@ -195,6 +201,30 @@ cdef class MappedFile:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"msync {self.path}: {os.strerror(errno)}")
         self.flushed_position = wrote
         return wrote
+
+    def populate(self, int64_t start, int64_t end):
+        """Fault the pages of ``[start, end)`` in, writable, without changing a byte, so that
+        appends there take no page fault (run off the loop: see MmapFileStore's service).
+        Returns False when the kernel cannot (nothing is done then)."""
+        self._check_open()
+        if self.readonly:
+            return False
+        if start < 0:
+            start = 0
+        if end > self.file_size:
+            end = self.file_size
+        start = (start // PAGE) * PAGE
+        end = min(((end + PAGE - 1) // PAGE) * PAGE, self.file_size)
+        if end <= start:
+            return True
+        cdef int rc
+        with nogil:
+            rc = madvise(self.ptr + start, <size_t>(end - start), MADV_POPULATE_WRITE_)
+        if rc != 0:
+            return False
+        if end > self.populated_to:
+            self.populated_to = end
+        return True
 
     def last_modified(self):
         return os.stat(self.path).st_mtime

@@ -448,3 +448,31 @@ def test_raw_replication_is_byte_identical_to_per_entry(tmp_path, small_config):
             assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b, strict=True))
     with _open(tmp_path / "b" / "dledger-n0", small_config) as again:
         assert again.ledger_end_index == 199 and again.recovery.index_rewritten_from == -1
+
+
+def test_prefault_faults_pages_ahead_without_changing_a_byte(tmp_path):
+    # The service faults in the pages past the write position off the appending thread
+    # (DESIGN: no file work on the loop); the bytes there must stay what they were (zeros),
+    # so recovery still sees the end of the log there.
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=64 << 10)
+    node = tmp_path / "dledger-n0"
+    store = MmapFileStore(node, cfg, start_services=False)
+    for i in range(10):
+        store.append_as_leader(b"x%d" % i, 1)
+    done = store.prefault()
+    if done == 0:
+        pytest.skip("kernel without MADV_POPULATE_WRITE (Linux < 5.14)")
+    assert store.prefault() == 0  # already as far ahead as it goes
+    for i in range(10, 5000):
+        store.append_as_leader(b"y%d" % i, 1)
+    store.prefault()
+    for files in (store._log.data, store._log.index):  # each last file ready up to its end
+        last = files.files[-1]
+        assert last.populated_to == last.file_size
+    data_file = node / "data" / f"{0:020d}"
+    end = store.get(4999).pos + store.get(4999).size
+    store.close()
+    assert not data_file.read_bytes()[end:].strip(b"\0")
+    with MmapFileStore(node, cfg) as again:
+        assert again.ledger_end_index == 4999 and again.get(4999).body == b"y4999"
+        assert again.recovery.cut_entries == 0
