@@ -377,6 +377,13 @@ class MmapFileStore:
                 index.rebuild_with_pos(end_units)
         else:
             index.truncate_offset(end_units)
+        if not self.readonly:
+            # What recovery read may be only in the page cache (the process died, the machine
+            # did not). From here on it counts as written, and a member reports it to its
+            # leader as held: make it durable now. Clean pages make this cheap.
+            for f in data.files[start:]:
+                f.flushed_position = 0
+                f.flush(0)
         data.flushed_where = data.max_wrote_position
         index.flushed_where = index.max_wrote_position
         if ckpt_committed >= 0:
