@@ -476,3 +476,19 @@ def test_prefault_faults_pages_ahead_without_changing_a_byte(tmp_path):
     with MmapFileStore(node, cfg) as again:
         assert again.ledger_end_index == 4999 and again.get(4999).body == b"y4999"
         assert again.recovery.cut_entries == 0
+
+
+def test_checkpoint_names_only_what_a_finished_flush_covered(tmp_path):
+    # The service takes the end before the flush (appends do not take the store lock): a
+    # checkpoint naming an entry appended during the flush would make a torn write of it
+    # look like corruption at the next open.
+    node = tmp_path / "dledger-n0"
+    store = MmapFileStore(node, DLedgerConfig(), start_services=False)
+    for i in range(10):
+        store.append_as_leader(b"e%d" % i, 1)
+    store.update_committed_index(1, 9)
+    store.persist_checkpoint(5)
+    assert read_properties(node / "checkpoint") == {"endIndex": "5", "committedIndex": "5"}
+    store.checkpoint()
+    assert read_properties(node / "checkpoint") == {"endIndex": "9", "committedIndex": "9"}
+    store.close()

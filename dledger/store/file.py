@@ -131,6 +131,7 @@ class MmapFileStore:
         self._thread: threading.Thread | None = None
         self._last_checkpoint = 0.0
         self._prefault_ok = True
+        self._entries_flushed_at = 0.0
 
         data_dir = Path(self.config.data_store_path) if self.config.data_store_path else self.path / "data"
         index_dir = self.path / "index"
@@ -734,22 +735,29 @@ class MmapFileStore:
             return
         with self._lock:
             self._log.data.flush(0)
+        self._entries_flushed_at = time.monotonic()
 
-    def persist_checkpoint(self) -> None:
-        """Write ``checkpoint`` (endIndex, committedIndex). Call after a flush: it vouches for it."""
+    def persist_checkpoint(self, end_index: int | None = None) -> None:
+        """Write ``checkpoint`` (endIndex, committedIndex). It vouches that the entries up to
+        endIndex are on disk (recovery then treats damage there as corruption, not a torn
+        write), so ``end_index`` must be the end as it was *before* a flush that has finished;
+        the default, the current end, is right only when nothing is appended meanwhile."""
         if self.readonly:
             return
+        end = self.ledger_end_index if end_index is None else end_index
         write_properties(
             self.path / CHECK_POINT_FILE,
-            {END_INDEX_KEY: self.ledger_end_index, COMMITTED_INDEX_KEY: self._committed},
+            {END_INDEX_KEY: end, COMMITTED_INDEX_KEY: min(self._committed, end)},
         )
         self._last_checkpoint = time.monotonic()
 
     def checkpoint(self) -> None:
         """Flush, then record the checkpoint; what it names survives any crash from here on."""
         with self._lock:
+            # Appends do not take the lock: the end is taken before the flush that covers it.
+            end = self.ledger_end_index
             self.flush()
-            self.persist_checkpoint()
+            self.persist_checkpoint(end)
 
     # -- retention and disk space --------------------------------------------------------
 
@@ -810,10 +818,19 @@ class MmapFileStore:
         last_report = 0.0
         while not self._stop.wait(interval):
             try:
-                self.flush()
+                now = time.monotonic()
+                checkpoint_due = now - self._last_checkpoint >= self.config.check_point_interval / 1000.0
+                if checkpoint_due:
+                    self.checkpoint()
+                elif now - self._entries_flushed_at >= interval:
+                    self.flush()
+                else:
+                    # Someone (a node acking appends) msyncs the data continuously: a second
+                    # msync of it here would only compete for the lock the ack path waits on.
+                    with self._lock:
+                        if not self._closed:
+                            self._log.index.flush(0)
                 self.prefault()
-                if time.monotonic() - self._last_checkpoint >= self.config.check_point_interval / 1000.0:
-                    self.persist_checkpoint()
                 if time.monotonic() - last_clean >= 0.1:
                     last_clean = time.monotonic()
                     ratio = self.used_ratio()
