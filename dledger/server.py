@@ -126,6 +126,7 @@ class NodeServer:
                             incarnation=int(time.time() * 1000))
             self.groups[cfg.group] = _Group(cfg, node, store, peers)
         assert addr is not None
+        self._stores = [g.store for g in self.groups.values()]
         self.address = addr
         _bind_host, port = parse_addr(addr)
         self.host = host if host is not None else "127.0.0.1"
@@ -235,7 +236,7 @@ class NodeServer:
         target = self._written_seq
         loop = self._loop
         assert loop is not None
-        stores = [g.store for g in self.groups.values()]
+        stores = self._stores
 
         def flush() -> None:
             for store in stores:

@@ -61,6 +61,18 @@ class Frame:
     message: str | None = None
 
 
+def _frame_map(frame: Frame, with_body: bool) -> dict[str, Any]:
+    """The map a frame is packed as (short keys; empty fields left out)."""
+    m: dict[str, Any] = {"k": frame.kind, "i": frame.id, "c": frame.code}
+    if frame.group is not None:
+        m["g"] = frame.group
+    if with_body and frame.body:
+        m["b"] = frame.body
+    if frame.message:
+        m["m"] = frame.message
+    return m
+
+
 def encode(
     frame: Frame, packer: msgpack.Packer | None = None, max_frame: int = DEFAULT_MAX_FRAME
 ) -> tuple[bytes, bytes]:
@@ -70,13 +82,7 @@ def encode(
     (copying) it behind its 4-byte header. Raises ``FrameError`` if the frame would exceed
     ``max_frame`` (the peer would refuse it) and ``TypeError`` for unpackable bodies.
     """
-    m: dict[str, Any] = {"k": frame.kind, "i": frame.id, "c": frame.code}
-    if frame.group is not None:
-        m["g"] = frame.group
-    if frame.body:
-        m["b"] = frame.body
-    if frame.message:
-        m["m"] = frame.message
+    m = _frame_map(frame, with_body=True)
     payload = packer.pack(m) if packer is not None else msgpack.packb(m, use_bin_type=True)
     if len(payload) > max_frame:
         raise FrameError(f"frame of {len(payload)} bytes exceeds the maximum of {max_frame}")
@@ -112,11 +118,7 @@ def encode_parts(
     if type(tail) is not bytes or len(tail) < TAIL_MIN:
         return list(encode(frame, packer, max_frame))
     pk = packer if packer is not None else new_packer()
-    m: dict[str, Any] = {"k": frame.kind, "i": frame.id, "c": frame.code}
-    if frame.group is not None:
-        m["g"] = frame.group
-    if frame.message:
-        m["m"] = frame.message
+    m = _frame_map(frame, with_body=False)  # the body goes last, packed by hand below
     rest = {k: v for k, v in body.items() if k != TAIL_FIELD}
     head = [pk.pack_map_header(len(m) + 1)]
     head += [pk.pack(x) for kv in m.items() for x in kv]

@@ -252,9 +252,7 @@ class EntryDispatcher:
                 self._clean_inflight(wm)
                 self.last_check_leak_time_ms = core.now
             elif len(self.pending_map) >= timings.dispatcher_max_pending_size:
-                wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
-                _drop_front(self.pending_map, wm - 1, _key)
-                _drop_front(self.append_inflight, wm, _inflight_last)
+                self._drop_acked_front(self.pending_map, _key, below=True)
             if len(self.pending_map) >= timings.dispatcher_max_pending_size:
                 self._do_check_append_response()
                 break
@@ -296,12 +294,7 @@ class EntryDispatcher:
                 self._clean_batch_pending()
                 self.last_check_leak_time_ms = core.now
             elif len(self.batch_pending_map) >= timings.dispatcher_max_pending_size:
-                # DLedger scans the whole map here, on every pass while it is full: with a
-                # follower down that is O(max pending) per append. Acks clear it from the
-                # front (sends are in index order); the timed scan above catches the rest.
-                wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
-                _drop_front(self.batch_pending_map, wm, _batch_last)
-                _drop_front(self.append_inflight, wm, _inflight_last)
+                self._drop_acked_front(self.batch_pending_map, _batch_last)
             if len(self.batch_pending_map) >= timings.dispatcher_max_pending_size:
                 self._do_check_batch_append_response()
                 break
@@ -311,6 +304,17 @@ class EntryDispatcher:
             if not count:
                 break
             self.write_index += count
+
+    def _drop_acked_front(self, pending: dict[int, Any], last_of: Callable[[Any, Any], int],
+                          below: bool = False) -> None:
+        """A full pending map: drop what the follower has acked. DLedger scans the whole map
+        here, on every pass while it is full: with a follower down that is O(max pending) per
+        append. Acks clear it from the front (sends go in index order); the timed leak check
+        scans the rest. ``below``: the map keeps entries up to the watermark itself (DLedger's
+        single-push pendingMap drops only those under it)."""
+        wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
+        _drop_front(pending, wm - 1 if below else wm, last_of)
+        _drop_front(self.append_inflight, wm, _inflight_last)
 
     def _clean_batch_pending(self) -> None:
         wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
