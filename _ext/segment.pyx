@@ -39,6 +39,26 @@ cdef extern from "<unistd.h>" nogil:
 
 cdef extern from "<errno.h>":
     int errno
+    int EINTR
+    int ENOSPC
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+    Py_ssize_t pwritev(int fd, const iovec *iov, int iovcnt, int64_t offset)
+
+# Batches go to the data files through the file descriptor (pwritev), not through the mapping.
+# A store through the mapping into a fresh (sparse) segment takes a page fault that reads the
+# hole in as a zero-filled page before the copy; pwritev fills the page cache with the bytes
+# directly: 0.28 against 0.85 us of CPU per KiB here (both counted with the fault-in), and a
+# full disk answers ENOSPC instead of killing the process with SIGBUS. Reads still use the
+# mapping, which sees the same page cache, and msync still makes the written range durable.
+# Single entries still go through the mapping (see EntryLog._put).
+# pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
+# RUN_ENTRIES entries, two buffers (header, body) each.
+cdef int IOV_MAX_ = 1024
+cdef Py_ssize_t RUN_ENTRIES = 512
 
 # Copies at least this large drop the GIL; below it the release costs more than the copy.
 cdef Py_ssize_t NOGIL_COPY = 65536
@@ -64,6 +84,29 @@ cdef inline const unsigned char[::1] _ro(object buf):
     return memoryview(buf).cast("B")
 
 
+cdef int _pwritev_all(int fd, iovec *iov, int count, int64_t offset, Py_ssize_t *done) noexcept nogil:
+    """pwritev until every buffer is written (short writes and EINTR continued); 0 or an errno.
+    ``done`` counts the bytes that landed. ``iov`` is consumed."""
+    cdef Py_ssize_t r
+    while count > 0:
+        r = pwritev(fd, iov, count if count < IOV_MAX_ else IOV_MAX_, offset + done[0])
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if r == 0:
+            return ENOSPC
+        done[0] += r
+        while count > 0 and <size_t>r >= iov[0].iov_len:
+            r -= iov[0].iov_len
+            iov += 1
+            count -= 1
+        if count > 0 and r > 0:
+            iov[0].iov_base = <char *>iov[0].iov_base + r
+            iov[0].iov_len -= r
+    return 0
+
+
 cdef class MappedFile:
     """One segment file mapped in full. Positions are relative to the file unless named absolute."""
 
@@ -78,9 +121,14 @@ cdef class MappedFile:
     cdef object _mm
     cdef const unsigned char[::1] _view
     cdef unsigned char *ptr
+    # Appends are written through this descriptor. Opened at the first write and closed when
+    # the next file is created, so a long log holds one per file list (Python's mmap keeps a
+    # descriptor of its own per mapping, but before 3.13 does not expose it).
+    cdef int fd
 
     def __cinit__(self, str path, int64_t file_from_offset, int64_t file_size, bint create=False,
                   bint readonly=False):
+        self.fd = -1
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -138,7 +186,7 @@ cdef class MappedFile:
             return -1
         cdef int64_t at = self.wrote_position
         if n:
-            _copy(self.ptr + at, &b[0], n)
+            self._pwrite(at, &b[0], n)
         self.wrote_position = at + n
         return self.file_from_offset + at
 
@@ -149,16 +197,56 @@ cdef class MappedFile:
         if rel < 0 or rel + n > self.file_size:
             raise ValueError(f"write of {n} bytes at {rel} outside {self.path}")
         if n:
-            _copy(self.ptr + rel, &b[0], n)
+            self._pwrite(rel, &b[0], n)
+
+    cdef int _pwritev(self, int64_t rel, iovec *iov, int count, Py_ssize_t total) except -1:
+        """Write ``count`` buffers (``total`` bytes) at ``rel`` through the file descriptor
+        (see IOV_MAX_ for why not through the mapping). ``iov`` is consumed. Short writes are
+        continued; on failure what did land is zeroed again, so no part of it can read as
+        entries, and DISK_FULL (ENOSPC) or DISK_ERROR is raised."""
+        self._check_writable()
+        if rel < 0 or rel + total > self.file_size:
+            raise ValueError(f"write of {total} bytes at {rel} outside {self.path}")
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_RDWR)
+        cdef int err
+        cdef Py_ssize_t done = 0
+        if total >= NOGIL_COPY:
+            with nogil:
+                err = _pwritev_all(self.fd, iov, count, rel, &done)
+        else:
+            err = _pwritev_all(self.fd, iov, count, rel, &done)
+        if err:
+            if done:
+                memset(self.ptr + rel, 0, done)  # those pages are in the cache: no fault to fail
+            if err == ENOSPC:
+                raise DLedgerError(ResponseCode.DISK_FULL, f"write to {self.path}: {os.strerror(err)}")
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"write to {self.path}: {os.strerror(err)}")
+        return 0
+
+    cdef int _pwrite(self, int64_t rel, const unsigned char *src, Py_ssize_t n) except -1:
+        cdef iovec one
+        one.iov_base = <void *>src
+        one.iov_len = <size_t>n
+        return self._pwritev(rel, &one, 1, n)
+
+    def release_fd(self):
+        """Close the write descriptor (reopened by the next write, if any)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def fill_blank(self):
         """End the file with a blank record (magic -1, length) covering what is left; mark it full."""
         self._check_writable()
         cdef int64_t left = self.file_size - self.wrote_position
+        cdef unsigned char blank[8]  # DL_MIN_BLANK_LEN
+        memset(blank, 0, sizeof(blank))
         if left >= DL_MIN_BLANK_LEN:
-            dl_write_blank(self.ptr + self.wrote_position, <int32_t>left)
+            dl_write_blank(blank, <int32_t>left)
+            self._pwrite(self.wrote_position, blank, DL_MIN_BLANK_LEN)
         elif left > 0:
-            memset(self.ptr + self.wrote_position, 0, left)
+            self._pwrite(self.wrote_position, blank, left)
         self.wrote_position = self.file_size
 
     def zero_range(self, int64_t start, int64_t end):
@@ -230,6 +318,7 @@ cdef class MappedFile:
         return os.stat(self.path).st_mtime
 
     def close(self):
+        self.release_fd()
         if self._mm is not None:
             self.ptr = NULL
             self._view = None
@@ -246,14 +335,6 @@ cdef class MappedFile:
     def __repr__(self):
         return (f"MappedFile({self.path!r}, from={self.file_from_offset}, wrote={self.wrote_position}, "
                 f"flushed={self.flushed_position}, start={self.start_position})")
-
-
-cdef inline void _copy(unsigned char *dst, const unsigned char *src, Py_ssize_t n) noexcept:
-    if n >= NOGIL_COPY:
-        with nogil:
-            memcpy(dst, src, n)
-    else:
-        memcpy(dst, src, n)
 
 
 cdef class MmapFileList:
@@ -328,6 +409,8 @@ cdef class MmapFileList:
         if self.readonly:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.store_path} is opened read-only")
         os.makedirs(self.store_path, exist_ok=True)
+        if last is not None:
+            last.release_fd()  # full: written no more
         f = MappedFile(os.path.join(self.store_path, offset_to_file_name(create_at)), create_at,
                        self.file_size, True, False)
         self.files.append(f)
@@ -466,6 +549,10 @@ cdef class EntryLog:
     cdef public Py_ssize_t max_body_size
     cdef public bint disk_full
     cdef public bint record_crc
+    # Data bytes appended through the mapping (single entries) and by pwritev (batches) since
+    # the store service last looked: it prefaults data pages only while the first dominate.
+    cdef public int64_t mapped_bytes
+    cdef public int64_t written_bytes
 
     def __init__(self, MmapFileList data, MmapFileList index, Py_ssize_t max_body_size,
                  bint record_crc=True):
@@ -520,10 +607,18 @@ cdef class EntryLog:
                 crc = dl_crc32(0, body, n)
         else:
             crc = 0
+        # One entry goes through the mapping: a syscall per entry would cost more than the page
+        # fault per 4 KiB it saves (append_100b: 2.5x slower), and the store service prefaults
+        # the data files while most bytes arrive this way (see mapped_bytes).
         dl_write_header(p, magic, <int32_t>size, index, term, pos, channel, chain_crc, <int32_t>crc,
                         <int32_t>n)
-        _copy(p + DL_BODY_OFFSET, body, n)
+        if n >= NOGIL_COPY:
+            with nogil:
+                memcpy(p + DL_BODY_OFFSET, body, n)
+        else:
+            memcpy(p + DL_BODY_OFFSET, body, n)
         df.wrote_position += size
+        self.mapped_bytes += size
         dl_write_index(xf.ptr + xf.wrote_position, magic, pos, <int32_t>size, index, term)
         xf.wrote_position += DL_INDEX_UNIT
         self.end = index
@@ -572,9 +667,72 @@ cdef class EntryLog:
         positions = np.empty(count, dtype=np.int64)
         cdef int64_t[::1] ps = positions
         cdef int64_t first = self.end + 1
-        for k in range(count):
-            ps[k] = self._put(bs.ptrs[k], bs.lens[k], first + k, term, -1, DL_CURRENT_MAGIC, 0, 0, -1)
+        cdef unsigned char *headers = <unsigned char *>malloc(RUN_ENTRIES * DL_BODY_OFFSET)
+        cdef iovec *iov = <iovec *>malloc(2 * RUN_ENTRIES * sizeof(iovec))
+        try:
+            if headers == NULL or iov == NULL:
+                raise MemoryError()
+            k = 0
+            while k < count:
+                k += self._put_run(bs, k, min(count - k, RUN_ENTRIES), first + k, term, headers, iov, &ps[k])
+        finally:
+            free(headers)
+            free(iov)
         return first, positions
+
+    cdef Py_ssize_t _put_run(self, _Bodies bs, Py_ssize_t start, Py_ssize_t limit, int64_t index0,
+                             int64_t term, unsigned char *headers, iovec *iov,
+                             int64_t *pos_out) except -1:
+        """Write the leader entries ``bs[start:start + limit]`` (at most RUN_ENTRIES) that fit
+        in the current data file with one pwritev, then their index units; returns how many."""
+        cdef int64_t pos = self.data.pre_append(DL_BODY_OFFSET + bs.lens[start], True)
+        if pos < 0:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
+        cdef int64_t ipos = self.index.pre_append(DL_INDEX_UNIT, False)
+        if ipos != index0 * DL_INDEX_UNIT:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
+        cdef MappedFile df = self.data.files[len(self.data.files) - 1]
+        cdef int64_t at = df.wrote_position, size
+        cdef Py_ssize_t j = 0, n
+        cdef uint32_t crc
+        while j < limit:
+            n = bs.lens[start + j]
+            size = DL_BODY_OFFSET + n
+            if j and size + DL_MIN_BLANK_LEN > df.file_size - at:
+                break  # the rest starts the next file (pre_append ends this one with a blank)
+            if not self.record_crc:
+                crc = 0
+            elif n >= NOGIL_COPY:
+                with nogil:
+                    crc = dl_crc32(0, bs.ptrs[start + j], n)
+            else:
+                crc = dl_crc32(0, bs.ptrs[start + j], n)
+            pos_out[j] = df.file_from_offset + at
+            dl_write_header(headers + j * DL_BODY_OFFSET, DL_CURRENT_MAGIC, <int32_t>size, index0 + j,
+                            term, pos_out[j], 0, 0, <int32_t>crc, <int32_t>n)
+            iov[2 * j].iov_base = headers + j * DL_BODY_OFFSET
+            iov[2 * j].iov_len = DL_BODY_OFFSET
+            iov[2 * j + 1].iov_base = <void *>bs.ptrs[start + j]
+            iov[2 * j + 1].iov_len = <size_t>n
+            at += size
+            j += 1
+        df._pwritev(df.wrote_position, iov, <int>(2 * j), at - df.wrote_position)
+        self.written_bytes += at - df.wrote_position
+        df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
+        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
+        cdef Py_ssize_t i
+        for i in range(j):
+            if xf.wrote_position >= xf.file_size:
+                xf = self.index.last_file(0, True)
+            dl_write_index(xf.ptr + xf.wrote_position, DL_CURRENT_MAGIC, pos_out[i],
+                           <int32_t>(DL_BODY_OFFSET + bs.lens[start + i]), index0 + i, term)
+            xf.wrote_position += DL_INDEX_UNIT
+        self.end = index0 + j - 1
+        self.end_term = term
+        if self.begin == -1:
+            self.begin = index0
+        return j
 
     def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,
                      int32_t channel=0, int64_t chain_crc=0, int64_t body_crc=-1):
@@ -694,8 +852,9 @@ cdef class EntryLog:
         if pos != first_pos:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"data pre-append gave {pos}, expected {first_pos}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
-        _copy(df.ptr + df.wrote_position, src, n)
+        df._pwrite(df.wrote_position, src, n)
         df.wrote_position += n
+        self.written_bytes += n
         xf = self.index.last_file(0, True)
         off = 0
         while off < n:

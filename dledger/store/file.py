@@ -54,7 +54,10 @@ _SCAN_CHUNK = 1 << 20
 # (and so allocating) the sparse rest of a 1 GiB file.
 _TORN_ZERO_BYTES = 4096
 # The service keeps this much past the write position faulted in (prefault), in steps of
-# PREFAULT_STEP per hold of the store lock. Data at 200 MB/s fills 2 MB per 10 ms tick.
+# PREFAULT_STEP per hold of the store lock. Data at 200 MB/s fills 2 MB per 10 ms tick. Data
+# pages are prefaulted only while most appended bytes go through the mapping (single entries):
+# batches reach the file by pwritev, which fills the page cache without a fault, and a page
+# faulted in ahead of them would only cost a zero-fill (see _ext/segment.pyx).
 PREFAULT_DATA_AHEAD = 8 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
@@ -848,14 +851,22 @@ class MmapFileStore:
                                   self.path, failures)
 
     def prefault(self) -> int:
-        """Fault in the pages just past the write position of the last data and index files,
-        so that appends there take no page fault on the caller's thread (the service runs
-        this every tick). Returns the bytes populated; 0 where the kernel cannot (Linux < 5.14).
+        """Fault in the pages just past the write position of the last index file, and of the
+        last data file while appends since the last call went mostly through the mapping, so
+        that appends there take no page fault on the caller's thread (the service runs this
+        every tick). Returns the bytes populated; 0 where the kernel cannot (Linux < 5.14).
         """
         if self.readonly or self._closed or not self._prefault_ok:
             return 0
+        log = self._log
+        # Advisory counts (an append racing this reset only shifts one tick's decision).
+        through_mapping = log.mapped_bytes > log.written_bytes
+        log.mapped_bytes = log.written_bytes = 0
+        targets = [(log.index, PREFAULT_INDEX_AHEAD)]
+        if through_mapping:
+            targets.append((log.data, PREFAULT_DATA_AHEAD))
         done = 0
-        for files, ahead in ((self._log.data, PREFAULT_DATA_AHEAD), (self._log.index, PREFAULT_INDEX_AHEAD)):
+        for files, ahead in targets:
             while True:
                 # In steps, each under the lock (truncation and retention unmap files under it),
                 # held briefly: the flush an acknowledgement waits for takes it too.

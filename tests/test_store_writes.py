@@ -1,0 +1,108 @@
+"""How entries reach the data files: through the file descriptor (pwritev), not the mapping.
+
+What a caller relies on: a write the system refuses is an error, not a crash (a store through
+a mapping gets SIGBUS instead), it leaves nothing that reads as an entry, and the store goes
+on appending where it was.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+from pathlib import Path
+
+import pytest
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.store.file import MmapFileStore
+
+CFG = DLedgerConfig(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=64 << 10)
+
+
+def _open(path: Path, cfg: DLedgerConfig = CFG) -> MmapFileStore:
+    return MmapFileStore(path, cfg, start_services=False)
+
+
+def _end_pos(store: MmapFileStore) -> int:
+    last = store.get(store.ledger_end_index)
+    return last.pos + last.size
+
+
+def test_refused_write_is_an_error_leaves_no_entry_and_the_store_goes_on(tmp_path):
+    node = tmp_path / "dledger-n0"
+    store = _open(node)
+    for i in range(10):
+        store.append_as_leader(b"a%d" % i, 1)
+    end = _end_pos(store)
+    # The kernel refuses file writes past RLIMIT_FSIZE (EFBIG; SIGXFSZ ignored): the batch
+    # below lands two entries and a part of the third, then fails.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (end + 3000, hard))
+    try:
+        with pytest.raises(DLedgerError) as err:
+            store.append_batch_as_leader([b"z" * 1024] * 10, 1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert err.value.code == ResponseCode.DISK_ERROR
+    assert "File too large" in str(err.value)
+    assert store.ledger_end_index == 9
+    data_file = node / "data" / f"{0:020d}"
+    assert not data_file.read_bytes()[end:].strip(b"\0")  # what did land was zeroed again
+
+    first, positions = store.append_batch_as_leader([b"b%d" % i for i in range(10)], 1)
+    assert first == 10 and positions[0] == end
+    store.close()
+    with _open(node) as again:
+        assert again.ledger_end_index == 19
+        assert [again.get(i).body for i in range(10, 20)] == [b"b%d" % i for i in range(10)]
+        assert again.recovery.cut_entries == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_writing_a_long_log_holds_one_extra_descriptor(tmp_path):
+    # Each mapping holds a descriptor of its own (Python's mmap); writes add one per file list
+    # at most, not one per segment file.
+    node = tmp_path / "dledger-n0"
+
+    def held() -> int:
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(node))
+            except OSError:
+                continue
+        return n
+
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=64 << 10, mapped_file_size_for_entry_index=4 << 10)
+    store = _open(node, cfg)
+    for _ in range(40):
+        store.append_batch_as_leader([os.urandom(1000)] * 50, 1)
+    mapped = len(store.data_files) + len(store.index_files)
+    assert len(store.data_files) > 20
+    assert mapped <= held() <= mapped + 2
+    store.close()
+    assert held() == 0
+    with _open(node, cfg) as again:
+        assert again.ledger_end_index == 1999
+
+
+def test_batches_are_not_prefaulted_single_appends_are(tmp_path):
+    # Batches fill the page cache by pwritev; a data page faulted in ahead of them would only
+    # cost a zero-fill. Single entries are stored through the mapping: their pages are faulted
+    # in ahead, off the appending thread.
+    store = _open(tmp_path / "dledger-n0")
+    store.append_batch_as_leader([b"b" * 1000] * 100, 1)
+    if store.prefault() == 0:
+        pytest.skip("kernel without MADV_POPULATE_WRITE (Linux < 5.14)")
+    data = store._log.data.files[-1]
+    assert data.populated_to == 0  # only the index was prefaulted
+    for i in range(100):
+        store.append_as_leader(b"s%d" % i, 1)
+    store.prefault()
+    assert data.populated_to > data.wrote_position
+    store.close()
