@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar, overload
 from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response, RpcClient
+from dledger.packed import PackedBodies
 from dledger.server import parse_peers
 from dledger.store.entry import Entry
 
@@ -250,7 +251,13 @@ class AsyncClient:
 
     async def _append_chunk(self, chunk: list[bytes]) -> tuple[int, list[int]]:
         """(index of the first entry, position of each) of one append request."""
-        resp = (await self._leader_call(RequestCode.APPEND, {"bodies": chunk})).check()
+        if len(chunk) > 1:
+            # Packed (dledger.packed): joined once here, stored from the received buffer there.
+            raw, sizes = PackedBodies.pack(chunk)
+            request: dict[str, Any] = {"sizes": sizes, "raw": raw}
+        else:
+            request = {"bodies": chunk}
+        resp = (await self._leader_call(RequestCode.APPEND, request)).check()
         last = resp.body["index"]
         positions = resp.body.get("positions") or [resp.body["pos"]]
         if len(positions) != len(chunk):

@@ -36,6 +36,7 @@ from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks, parse_addr
+from dledger.packed import PackedBodies
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import Role
 from dledger.raft.member_state import parse_peers as parse_member_peers
@@ -410,6 +411,13 @@ class NodeServer:
         return fut
 
     async def _append(self, g: _Group, body: dict[str, Any]) -> Response:
+        if "raw" in body:
+            # A packed batch (dledger.packed): checked with array operations, stored in place.
+            try:
+                packed = PackedBodies.from_wire(body["raw"], body.get("sizes"), g.config.max_body_size)
+            except DLedgerError as e:
+                return Response(e.code, message=e.message)
+            return await self._propose(g, packed)
         bodies = body.get("bodies")
         if not isinstance(bodies, list):
             return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="bodies must be a list of bytes")
@@ -424,6 +432,9 @@ class NodeServer:
             return Response(ResponseCode.REQUEST_WITH_EMPTY_BODYS, message="empty body")
         if max(lens) > limit:
             return Response(ResponseCode.UNEXPECTED_ARGUMENT, message=f"body over {limit} bytes")
+        return await self._propose(g, bodies)
+
+    async def _propose(self, g: _Group, bodies: Sequence[bytes]) -> Response:
         done: AppendDone = await self._call(g, lambda now: g.node.propose(now, bodies))
         r = done.response
         out = {"index": r.index, "pos": r.pos, "positions": list(r.positions), "term": r.term,

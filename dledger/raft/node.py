@@ -198,7 +198,9 @@ class RaftNode:
         """Append ``bodies`` as one batch; returns a handle later reported by ``AppendDone``."""
         self._begin(now_ms)
         handle = self._new_handle()
-        self._append(list(bodies), ("local", handle))
+        # Not copied into a list: a PackedBodies batch is stored from its buffer, body by body
+        # objects never made.
+        self._append(bodies, ("local", handle))
         return handle
 
     def read_index(self, now_ms: int) -> int:
@@ -337,7 +339,7 @@ class RaftNode:
 
     # --- appends (DLedgerServer.handleAppend) ------------------------------------------------
 
-    def _append(self, bodies: list[bytes], waiter: Any) -> None:
+    def _append(self, bodies: Sequence[bytes], waiter: Any) -> None:
         ms = self.ms
         term = ms.curr_term
         try:

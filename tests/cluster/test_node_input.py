@@ -90,6 +90,13 @@ def test_node_survives_bad_input_and_writes_nothing(secured: TestCluster):
             codes.append(resp.code)
             resp = await rpc.call(addr, RequestCode.GET, {"index": -5}, group=c.group)
             codes.append(resp.code)
+            # Packed batches (dledger.packed) whose sizes do not describe the buffer.
+            sizes = struct.pack("<3I", 2, 2, 2)
+            for bad in ({"raw": b"xxxxx", "sizes": sizes}, {"raw": b"xxxxxx", "sizes": sizes[:5]},
+                        {"raw": b"xxxxxx", "sizes": struct.pack("<2I", 6, 0)}, {"raw": b"x", "sizes": "1"},
+                        {"raw": b"", "sizes": b""}):
+                resp = await rpc.call(addr, RequestCode.APPEND, bad, group=c.group)
+                codes.append(resp.code)
             # Peer messages from an unknown member, with a stale term, or for another group.
             msgs = [
                 PushEntryRequest(group=c.group, remote_id=follower, local_id="intruder", leader_id="intruder",
@@ -112,7 +119,10 @@ def test_node_survives_bad_input_and_writes_nothing(secured: TestCluster):
     codes = asyncio.run(attack())
     assert codes[0] != ResponseCode.SUCCESS and codes[1] != ResponseCode.SUCCESS
     assert codes[2:] == [ResponseCode.UNKNOWN_GROUP, ResponseCode.UNEXPECTED_ARGUMENT,
-                         ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.UNEXPECTED_ARGUMENT]
+                         ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.UNEXPECTED_ARGUMENT,
+                         ResponseCode.UNEXPECTED_ARGUMENT, ResponseCode.UNEXPECTED_ARGUMENT,
+                         ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.UNEXPECTED_ARGUMENT,
+                         ResponseCode.REQUEST_WITH_EMPTY_BODYS]
     # Raw garbage on the socket: oversized length prefix, truncated frame, non-map payload.
     for payload in (struct.pack(">I", 0xFFFFFFF0), struct.pack(">I", 100) + b"abc",
                     struct.pack(">I", 3) + msgpack.packb([1, 2])[:3], os.urandom(4096)):

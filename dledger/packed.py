@@ -1,0 +1,94 @@
+"""A batch of bodies as one buffer and their sizes: how a client sends a batch append.
+
+A batch sent as a msgpack list of bytes costs, per body, a pack on the client and an
+allocation and copy on the leader when it is unpacked. Sent as one ``raw`` buffer and a
+``sizes`` array (little-endian uint32), the client joins the bodies once, the frame layer
+writes the buffer to the socket without copying it into the payload (``frames.TAIL_FIELD``),
+and the leader's store encodes every entry straight from the received buffer.
+
+``PackedBodies`` is a read-only ``Sequence[bytes]``, so everything that takes a list of
+bodies (the node, the memory store) takes it too; the file store's kernel reads
+``.packed`` and never makes the per-body ``bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+
+SIZE_DTYPE = np.dtype("<u4")
+
+
+class PackedBodies(Sequence[bytes]):
+    """Bodies ``raw[offsets[k]:offsets[k + 1]]``; build with ``pack`` or ``from_wire``."""
+
+    __slots__ = ("offsets", "raw")
+
+    def __init__(self, raw: bytes | bytearray | memoryview, offsets: np.ndarray) -> None:
+        self.raw = raw
+        self.offsets = offsets  # int64, one more than there are bodies, offsets[0] == 0
+
+    @classmethod
+    def pack(cls, bodies: Sequence[bytes]) -> tuple[bytes, bytes]:
+        """``(raw, sizes)`` as sent on the wire for ``bodies`` (bytes-like)."""
+        sizes = np.fromiter(map(len, bodies), dtype=SIZE_DTYPE, count=len(bodies))
+        return b"".join(bodies), sizes.tobytes()
+
+    @classmethod
+    def from_wire(cls, raw: object, sizes: object, max_body_size: int) -> PackedBodies:
+        """Check a received batch: every size positive and at most ``max_body_size``, the
+        sizes adding up to the length of ``raw``. Raises ``DLedgerError`` otherwise."""
+        if not isinstance(raw, bytes | bytearray | memoryview) or not isinstance(sizes, bytes):
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "raw and sizes must be bytes")
+        if len(sizes) % SIZE_DTYPE.itemsize:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"sizes of {len(sizes)} bytes is not an array of uint32")
+        n = np.frombuffer(sizes, dtype=SIZE_DTYPE)
+        if not len(n):
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies")
+        if not n.all():
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body")
+        if int(n.max()) > max_body_size:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body over {max_body_size} bytes")
+        offsets = np.zeros(len(n) + 1, dtype=np.int64)
+        np.cumsum(n, dtype=np.int64, out=offsets[1:])  # 64-bit: 32-bit sizes cannot wrap the sum
+        if int(offsets[-1]) != len(raw):
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"sizes add up to {int(offsets[-1])}, raw holds {len(raw)} bytes")
+        return cls(raw, offsets)
+
+    @property
+    def packed(self) -> tuple[bytes | bytearray | memoryview, np.ndarray]:
+        """``(raw, offsets)`` for kernels that read the bodies in place."""
+        return self.raw, self.offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("body index out of range")
+        return bytes(self.raw[int(self.offsets[i]):int(self.offsets[i + 1])])
+
+    def __iter__(self) -> Iterator[bytes]:
+        for k in range(len(self)):
+            yield self[k]
+
+    def __repr__(self) -> str:
+        return f"PackedBodies(count={len(self)}, bytes={len(self.raw)})"
