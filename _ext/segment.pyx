@@ -28,6 +28,11 @@ cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
     int madvise(void *addr, size_t length, int advice)
     int MS_SYNC
+    int MADV_DONTNEED
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fadvise(int fd, int64_t offset, int64_t length, int advice)
+    int POSIX_FADV_DONTNEED
 
 # madvise(MADV_POPULATE_WRITE), Linux 5.14: fault pages in writable as a write would, without
 # writing them. Older kernels answer EINVAL; populate() then reports False and does nothing.
@@ -313,6 +318,33 @@ cdef class MappedFile:
         if end > self.populated_to:
             self.populated_to = end
         return True
+
+    def drop_cache(self, int64_t start, int64_t end):
+        """Hand the page cache of the whole pages in ``[start, end)`` back to the kernel: this
+        mapping's page table entries go (MADV_DONTNEED; a later read faults the bytes in again)
+        and the kernel may then free the pages (POSIX_FADV_DONTNEED, clean pages only, so
+        call it on flushed ranges). The bytes on disk do not change. Returns the bytes advised."""
+        self._check_open()
+        if start < 0:
+            start = 0
+        if end > self.file_size:
+            end = self.file_size
+        start = ((start + PAGE - 1) // PAGE) * PAGE
+        end = (end // PAGE) * PAGE
+        if end <= start:
+            return 0
+        cdef int fd = self.fd
+        cdef bint own = fd < 0
+        if own:
+            fd = os.open(self.path, os.O_RDONLY)
+        try:
+            with nogil:
+                madvise(self.ptr + start, <size_t>(end - start), MADV_DONTNEED)
+                posix_fadvise(fd, start, end - start, POSIX_FADV_DONTNEED)
+        finally:
+            if own:
+                os.close(fd)
+        return end - start
 
     def last_modified(self):
         return os.stat(self.path).st_mtime

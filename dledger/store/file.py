@@ -59,6 +59,10 @@ _TORN_ZERO_BYTES = 4096
 # batches reach the file by pwritev, which fills the page cache without a fault, and a page
 # faulted in ahead of them would only cost a zero-fill (see _ext/segment.pyx).
 PREFAULT_DATA_AHEAD = 8 << 20
+# drop_behind hands back at least this much at a time (fewer syscalls) and at most this much
+# per tick (the store lock is held meanwhile).
+DROP_STEP_MIN = 4 << 20
+DROP_STEP_MAX = 64 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
 # A service failure that repeats is logged at most this often (seconds).
@@ -135,6 +139,7 @@ class MmapFileStore:
         self._last_checkpoint = 0.0
         self._prefault_ok = True
         self._entries_flushed_at = 0.0
+        self._dropped_to = 0  # data before this absolute offset was handed back (drop_behind)
 
         data_dir = Path(self.config.data_store_path) if self.config.data_store_path else self.path / "data"
         index_dir = self.path / "index"
@@ -834,6 +839,7 @@ class MmapFileStore:
                         if not self._closed:
                             self._log.index.flush(0)
                 self.prefault()
+                self.drop_behind()
                 if time.monotonic() - last_clean >= 0.1:
                     last_clean = time.monotonic()
                     ratio = self.used_ratio()
@@ -883,6 +889,32 @@ class MmapFileStore:
                         return done
                     done += end - start
         return done
+
+    def drop_behind(self) -> int:
+        """Hand the page cache of data more than ``config.data_cache_window`` bytes behind the
+        flushed position back to the kernel (the service runs this every tick), at most
+        DROP_STEP_MAX per call and in steps of at least DROP_STEP_MIN. Returns the bytes advised.
+        """
+        window = self.config.data_cache_window
+        if window <= 0 or self.readonly or self._closed:
+            return 0
+        with self._lock:
+            if self._closed:
+                return 0
+            data = self._log.data
+            # A truncation may have moved the flushed position back: follow it down.
+            self._dropped_to = min(self._dropped_to, data.flushed_where)
+            upto = min(data.flushed_where - window, self._dropped_to + DROP_STEP_MAX)
+            if upto - self._dropped_to < DROP_STEP_MIN:
+                return 0
+            done = 0
+            for f in data.files:
+                lo = max(self._dropped_to, f.file_from_offset)
+                hi = min(upto, f.file_from_offset + f.file_size)
+                if lo < hi:
+                    done += f.drop_cache(lo - f.file_from_offset, hi - f.file_from_offset)
+            self._dropped_to = upto
+            return done
 
     def close(self) -> None:
         """Stop the service, flush, write the checkpoint, unmap."""
