@@ -192,8 +192,10 @@ def cmd_transfer_leader(args: argparse.Namespace) -> int:
 def cmd_server(args: argparse.Namespace) -> int:
     import asyncio
 
+    from dledger.malloc_tuning import tune_for_server
     from dledger.server import NodeServer, run_server
 
+    tune_for_server()
     config = _config_from_args(args)
     kwargs = _client_kwargs(args)
     server_ssl = None
