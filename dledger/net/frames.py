@@ -1,5 +1,12 @@
 """Wire frames: a 4-byte big-endian unsigned length, then one msgpack map.
 
+A frame whose body holds a big ``raw`` bytes value (a batch push, a packed client batch) is
+sent in the tailed form instead: the length has its top bit (TAIL_FLAG) set, and the payload
+is a 4-byte big-endian length of the msgpack map, the map (its body without ``raw``), then the
+``raw`` bytes. The sender writes those bytes to the socket as their own buffer and the
+receiver hands them on as a memoryview of the buffer it received the frame into: no copy on
+either side (see encode_parts and FrameDecoder).
+
 A frame map uses one-letter keys because small frames (votes, heartbeats, acks) are
 dominated by their envelope::
 
@@ -14,7 +21,8 @@ frame ends, so the decoder hands asyncio (``BufferedProtocol``) the memory to re
 and runs ``msgpack.unpackb`` on a memoryview of it. Small frames are received into one
 reusable scratch buffer and decoded in place, many per ``recv``; a frame too big for the
 scratch buffer gets a buffer of exactly its size, so its bytes are copied once by the
-kernel and once more by msgpack when it builds the ``bytes`` objects, never by us.
+kernel and once more by msgpack when it builds the ``bytes`` objects, never by us (and the
+``raw`` tail of a tailed frame by the kernel only).
 ``unpackb`` also bounds every str/bin/array/map length by the size of the frame, so a
 forged inner length cannot make it allocate more than the frame holds.
 """
@@ -28,6 +36,7 @@ from enum import IntEnum
 from typing import Any
 
 import msgpack
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -89,47 +98,32 @@ def encode(
     return HEADER.pack(len(payload)), payload
 
 
-# A body field this big is written after the rest of the frame as its own buffer (see
-# encode_parts) instead of being copied into the packed payload.
+# A body field this big is sent in the tailed form (see the module docstring) instead of
+# being copied into the packed payload.
 TAIL_MIN = 64 * 1024
 TAIL_FIELD = "raw"
-
-
-def _bin_header(n: int) -> bytes:
-    if n < 1 << 8:
-        return b"\xc4" + n.to_bytes(1, "big")
-    if n < 1 << 16:
-        return b"\xc5" + n.to_bytes(2, "big")
-    return b"\xc6" + n.to_bytes(4, "big")
+# Set in the length prefix of a tailed frame. Frame lengths stay below it (max_frame < 2 GiB).
+TAIL_FLAG = 0x80000000
 
 
 def encode_parts(
     frame: Frame, packer: msgpack.Packer | None = None, max_frame: int = DEFAULT_MAX_FRAME
 ) -> list[bytes]:
     """The frame as buffers to write in order: ``[header, payload]``, or, when the body holds
-    a big ``raw`` bytes value (a batch push), ``[header, payload up to that value, value]``.
-
-    The second form is the same msgpack (the body map is packed last in the frame map and
-    ``raw`` last in the body map, its bin header at the end of the middle part), so that a
-    megabyte of entries goes to the socket without being copied into the payload first.
+    a big ``raw`` bytes value, the tailed form ``[header, map length + map, value]``, so that
+    megabytes of entries go to the socket without being copied into a payload first.
     """
     body = frame.body
     tail = body.get(TAIL_FIELD) if body else None
     if type(tail) is not bytes or len(tail) < TAIL_MIN:
         return list(encode(frame, packer, max_frame))
-    pk = packer if packer is not None else new_packer()
-    m = _frame_map(frame, with_body=False)  # the body goes last, packed by hand below
-    rest = {k: v for k, v in body.items() if k != TAIL_FIELD}
-    head = [pk.pack_map_header(len(m) + 1)]
-    head += [pk.pack(x) for kv in m.items() for x in kv]
-    head += [pk.pack("b"), pk.pack_map_header(len(rest) + 1)]
-    head += [pk.pack(x) for kv in rest.items() for x in kv]
-    head += [pk.pack(TAIL_FIELD), _bin_header(len(tail))]
-    prefix = b"".join(head)
-    size = len(prefix) + len(tail)
+    m = _frame_map(frame, with_body=False)
+    m["b"] = {k: v for k, v in body.items() if k != TAIL_FIELD}
+    packed = packer.pack(m) if packer is not None else msgpack.packb(m, use_bin_type=True)
+    size = HEADER_SIZE + len(packed) + len(tail)
     if size > max_frame:
         raise FrameError(f"frame of {size} bytes exceeds the maximum of {max_frame}")
-    return [HEADER.pack(size), prefix, tail]
+    return [HEADER.pack(size | TAIL_FLAG), HEADER.pack(len(packed)) + packed, tail]
 
 
 def encode_bytes(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
@@ -140,6 +134,20 @@ def encode_bytes(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
 
 def new_packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def decode_tailed(payload: memoryview, copy: bool) -> Frame:
+    """Decode a tailed payload (map length, map, raw). ``raw`` is a view of ``payload``, or a
+    copy when ``copy`` (the payload lives in a buffer that will be reused)."""
+    if len(payload) < HEADER_SIZE:
+        raise FrameError("tailed frame shorter than its map length")
+    (n,) = HEADER.unpack_from(payload, 0)
+    if n > len(payload) - HEADER_SIZE:
+        raise FrameError(f"tailed frame map of {n} bytes overruns a payload of {len(payload)}")
+    frame = decode_payload(payload[HEADER_SIZE : HEADER_SIZE + n])
+    tail = payload[HEADER_SIZE + n :]
+    frame.body[TAIL_FIELD] = bytes(tail) if copy else tail.toreadonly()
+    return frame
 
 
 def decode_payload(payload: bytes | bytearray | memoryview) -> Frame:
@@ -181,20 +189,22 @@ class FrameDecoder:
     authenticated); it applies to the next length prefix read.
     """
 
-    __slots__ = ("_big", "_big_fill", "_big_view", "_buf", "_end", "_need", "_start", "_view", "max_frame")
+    __slots__ = ("_big", "_big_fill", "_big_tailed", "_big_view", "_buf", "_end", "_need", "_start", "_view",
+                 "max_frame")
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, scratch_size: int = SCRATCH_SIZE) -> None:
-        if max_frame < 1:
-            raise ValueError("max_frame must be positive")
+        if not 0 < max_frame < TAIL_FLAG:
+            raise ValueError(f"max_frame must be positive and below {TAIL_FLAG}")
         self.max_frame = max_frame
         self._buf = bytearray(max(scratch_size, 64))
         self._view = memoryview(self._buf)
         self._start = 0  # first unparsed byte in the scratch buffer
         self._end = 0  # end of received bytes in the scratch buffer
         self._need = HEADER_SIZE  # bytes from _start needed before the next frame can complete
-        self._big: bytearray | None = None
+        self._big: np.ndarray | None = None
         self._big_view: memoryview | None = None
         self._big_fill = 0
+        self._big_tailed = False
 
     @property
     def buffered(self) -> int:
@@ -218,8 +228,10 @@ class FrameDecoder:
             self._big_fill += nbytes
             if self._big_fill < len(self._big):
                 return []
-            big, self._big, self._big_view, self._big_fill = self._big, None, None, 0
-            return [decode_payload(big)]
+            view, self._big, self._big_view, self._big_fill = self._big_view, None, None, 0
+            assert view is not None
+            # The buffer is this frame's alone: a tail can be handed on as a view of it.
+            return [decode_tailed(view, copy=False) if self._big_tailed else decode_payload(view)]
         self._end += nbytes
         return self._parse()
 
@@ -240,6 +252,8 @@ class FrameDecoder:
         view, start, end = self._view, self._start, self._end
         while end - start >= HEADER_SIZE:
             (length,) = HEADER.unpack_from(view, start)
+            tailed = bool(length & TAIL_FLAG)
+            length &= ~TAIL_FLAG
             # Checked before anything is allocated or waited for: a forged 4 GiB prefix fails here.
             if length > self.max_frame:
                 raise FrameError(f"frame length {length} exceeds the maximum of {self.max_frame}")
@@ -247,14 +261,18 @@ class FrameDecoder:
                 raise FrameError("empty frame")
             total = HEADER_SIZE + length
             if end - start >= total:
-                frames.append(decode_payload(view[start + HEADER_SIZE : start + total]))
+                payload = view[start + HEADER_SIZE : start + total]
+                frames.append(decode_tailed(payload, copy=True) if tailed else decode_payload(payload))
                 start += total
                 continue
             if total > len(self._buf):
-                # Too big for the scratch buffer: give it its own buffer and receive straight into it.
+                # Too big for the scratch buffer: give it its own buffer and receive straight into
+                # it. np.empty, not bytearray: the kernel overwrites every byte, so zeroing the
+                # megabytes first would be wasted.
                 have = end - start - HEADER_SIZE
-                self._big = bytearray(length)
-                self._big_view = memoryview(self._big)
+                self._big = np.empty(length, dtype=np.uint8)
+                self._big_view = self._big.data
+                self._big_tailed = tailed
                 self._big_view[:have] = view[start + HEADER_SIZE : end]
                 self._big_fill = have
                 start = end = 0

@@ -106,9 +106,14 @@ class Message:
             elif name == "bodies":
                 value = [bytes(b) for b in value]
             elif name == "raw":
-                if not isinstance(value, bytes | bytearray | memoryview):
+                # A view of the frame's own receive buffer (frames.decode_tailed) is kept as it
+                # is: the entries reach the store without a copy.
+                if type(value) is memoryview:
+                    value = value.cast("B") if value.format != "B" else value
+                elif not isinstance(value, bytes | bytearray):
                     raise TypeError(f"raw is {type(value).__name__}, not bytes")
-                value = bytes(value)
+                else:
+                    value = bytes(value)
             elif isinstance(value, list):
                 value = list(value)
             kwargs[name] = value
@@ -194,7 +199,7 @@ class PushEntryRequest(Message):
     entries: list[Entry] = field(default_factory=list)
     # A batch APPEND in its stored form instead of ``entries``: the leader's bytes of entries
     # raw_index .. raw_index + raw_count - 1 (one data file's worth), raw[0] at raw_pos.
-    raw: bytes = b""
+    raw: bytes | memoryview = b""
     raw_index: int = -1
     raw_pos: int = -1
     raw_count: int = 0

@@ -38,7 +38,9 @@ class DLedgerStore(Protocol):
         """Append an entry made by the leader: index must be end+1, pos must land where the leader put it."""
         ...
 
-    def append_raw_as_follower(self, blob: bytes, first_index: int, first_pos: int, count: int = -1) -> int:
+    def append_raw_as_follower(
+        self, blob: bytes | memoryview, first_index: int, first_pos: int, count: int = -1
+    ) -> int:
         """Append the leader's encoded entries ``first_index``.. (its stored bytes, ``blob[0]`` at
         ``first_pos``; ``count`` entries when not -1), all or nothing; returns the last index."""
         ...

@@ -47,7 +47,7 @@ class Entry:
         )
 
 
-def entries_from_raw(blob: bytes, first_index: int, first_pos: int, prev_term: int = -1) -> list[Entry]:
+def entries_from_raw(blob: bytes | memoryview, first_index: int, first_pos: int, prev_term: int = -1) -> list[Entry]:
     """Decode a blob of encoded entries (the leader's on-disk bytes of ``first_index`` on,
     ``blob[0]`` at ``first_pos``), checked as ``codec.scan`` checks: contiguous indices from
     ``first_index``, contiguous positions, sizes, terms from ``prev_term``, recorded CRCs.

@@ -560,7 +560,9 @@ class MmapFileStore:
             self.flush()
         return entry
 
-    def append_raw_as_follower(self, blob: bytes, first_index: int, first_pos: int, count: int = -1) -> int:
+    def append_raw_as_follower(
+        self, blob: bytes | memoryview, first_index: int, first_pos: int, count: int = -1
+    ) -> int:
         """Append the leader's encoded entries: ``blob`` is its stored bytes of entries
         ``first_index``.. (``count`` of them when not -1), ``blob[0]`` at ``first_pos``.
 

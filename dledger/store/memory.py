@@ -86,7 +86,9 @@ class MemoryStore:
         check(entry.pos == self._next_pos, ResponseCode.DISK_ERROR, f"pos {entry.pos} != {self._next_pos}")
         return self._put(entry)
 
-    def append_raw_as_follower(self, blob: bytes, first_index: int, first_pos: int, count: int = -1) -> int:
+    def append_raw_as_follower(
+        self, blob: bytes | memoryview, first_index: int, first_pos: int, count: int = -1
+    ) -> int:
         """Append the leader's encoded entries (see ``MmapFileStore.append_raw_as_follower``);
         all or nothing. Returns the last index."""
         check(

@@ -173,16 +173,37 @@ def test_decode_payload_accepts_memoryview() -> None:
     assert decode_payload(memoryview(payload)).body == {"x": b"y"}
 
 
-def test_big_raw_tail_is_written_apart_and_decodes_the_same() -> None:
-    # A batch push's entries go to the socket as their own buffer (no copy into the
-    # payload), and the frame on the wire is the same msgpack map.
-    raw = bytes(range(256)) * 1024
+@pytest.mark.parametrize("size", [100 * 1024, 1024 * 1024])  # in the scratch buffer / its own
+def test_big_raw_tail_is_written_apart_and_decodes_the_same(size: int) -> None:
+    # A batch push's entries go to the socket as their own buffer (no copy into the payload)
+    # and come out of the decoder as the same bytes.
+    raw = bytes(range(256)) * (size // 256)
     f = Frame(Kind.ONEWAY, 0, 51, "g1", {"_type": "PushEntryRequest", "raw": raw, "raw_index": 7}, "hi")
     parts = encode_parts(f)
     assert len(parts) == 3 and parts[2] is raw
-    [g] = FrameDecoder().feed(b"".join(parts))
-    assert (g.kind, g.code, g.group, g.body, g.message) == (f.kind, f.code, f.group, f.body, f.message)
+    frames = []
+    d = FrameDecoder()
+    wire = b"".join(parts) + encode_bytes(Frame(Kind.REQUEST, 9, 1))
+    for k in range(0, len(wire), 65536):  # arriving in pieces, a small frame behind it
+        frames += d.feed(wire[k : k + 65536])
+    g, h = frames
+    assert (g.kind, g.code, g.group, g.message) == (f.kind, f.code, f.group, f.message)
+    assert g.body == f.body and bytes(g.body["raw"]) == raw
+    assert h.id == 9
+    if size > 256 * 1024:
+        # Received into a buffer of its own: handed on as a read-only view of it, not copied.
+        assert isinstance(g.body["raw"], memoryview) and g.body["raw"].readonly
+    else:
+        assert type(g.body["raw"]) is bytes  # the scratch buffer is reused: a copy
     small = Frame(Kind.ONEWAY, 0, 51, None, {"raw": b"x" * 10})
     assert b"".join(encode_parts(small)) == encode_bytes(small)
     with pytest.raises(FrameError):
         encode_parts(f, max_frame=len(raw))
+
+
+@pytest.mark.parametrize("map_len", [2**31, 10**6, 5])
+def test_tailed_frame_whose_map_overruns_or_is_garbage_is_refused(map_len: int) -> None:
+    payload = struct.pack(">I", map_len % 2**32) + b"\x81\xa1k\x00" + b"t" * 100
+    wire = struct.pack(">I", len(payload) | 0x80000000) + payload
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(wire)
