@@ -33,11 +33,13 @@ class PackedBodies(Sequence[bytes]):
         self.raw = raw
         self.offsets = offsets  # int64, one more than there are bodies, offsets[0] == 0
 
-    @classmethod
-    def pack(cls, bodies: Sequence[bytes]) -> tuple[bytes, bytes]:
-        """``(raw, sizes)`` as sent on the wire for ``bodies`` (bytes-like)."""
-        sizes = np.fromiter(map(len, bodies), dtype=SIZE_DTYPE, count=len(bodies))
-        return b"".join(bodies), sizes.tobytes()
+    @staticmethod
+    def pack(bodies: Sequence[bytes], sizes: np.ndarray | None = None) -> tuple[bytes, bytes]:
+        """``(raw, sizes)`` as sent on the wire for ``bodies`` (bytes); ``sizes``, when given,
+        is their lengths as a SIZE_DTYPE array (the client has it already)."""
+        if sizes is None:
+            sizes = np.fromiter(map(len, bodies), dtype=SIZE_DTYPE, count=len(bodies))
+        return b"".join(bodies), sizes.astype(SIZE_DTYPE, copy=False).tobytes()
 
     @classmethod
     def from_wire(cls, raw: object, sizes: object, max_body_size: int) -> PackedBodies:
