@@ -66,6 +66,8 @@ cdef int IOV_MAX_ = 1024
 cdef Py_ssize_t RUN_ENTRIES = 512
 
 # Copies at least this large drop the GIL; below it the release costs more than the copy.
+# Suffix of a segment file being created (see _create_sized).
+TMP_SUFFIX = ".creating"
 cdef Py_ssize_t NOGIL_COPY = 65536
 cdef int64_t PAGE = 4096
 
@@ -112,6 +114,30 @@ cdef int _pwritev_all(int fd, iovec *iov, int count, int64_t offset, Py_ssize_t 
     return 0
 
 
+def _create_sized(str path, int64_t size):
+    """Create ``path`` at its full size, atomically: it is sized under a dot-name (which
+    MmapFileList.load ignores and removes) and renamed into place, and the directory is
+    fsynced, so a crash at any point leaves either no segment or a whole one, never an empty
+    file that would make the directory's sizes disagree. Returns an open descriptor."""
+    if os.path.lexists(path):
+        raise FileExistsError(path)
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, "." + name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        os.rename(tmp, path)
+        dfd = os.open(directory or ".", os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 cdef class MappedFile:
     """One segment file mapped in full. Positions are relative to the file unless named absolute."""
 
@@ -140,13 +166,8 @@ cdef class MappedFile:
         self.readonly = readonly
         if create and readonly:
             raise ValueError("cannot create a file read-only")
-        flags = os.O_RDONLY if readonly else os.O_RDWR
-        if create:
-            flags |= os.O_CREAT | os.O_EXCL
-        fd = os.open(path, flags, 0o644)
+        fd = _create_sized(path, file_size) if create else os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
-            if create:
-                os.ftruncate(fd, file_size)
             actual = os.fstat(fd).st_size
             if actual != file_size:
                 raise DLedgerError(ResponseCode.DISK_ERROR,
@@ -391,7 +412,12 @@ cdef class MmapFileList:
         """Map every segment file of the directory, in name order. All must have the segment size."""
         if not os.path.isdir(self.store_path):
             return
-        names = sorted(n for n in os.listdir(self.store_path) if not n.startswith("."))
+        names = []
+        for n in sorted(os.listdir(self.store_path)):
+            if not n.startswith("."):
+                names.append(n)
+            elif n.endswith(TMP_SUFFIX) and not self.readonly:
+                os.unlink(os.path.join(self.store_path, n))  # a creation a crash interrupted
         for name in names:
             path = os.path.join(self.store_path, name)
             if not (len(name) == 20 and name.isdigit()):

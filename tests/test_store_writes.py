@@ -163,3 +163,25 @@ def test_no_window_no_drop(tmp_path):
     store.flush()
     assert store.drop_behind() == 0
     store.close()
+
+
+def test_a_segment_creation_cut_short_by_a_crash_leaves_nothing_in_the_way(tmp_path):
+    # Segment files appear at full size or not at all (sized under a dot-name, then renamed):
+    # a kill during the creation leaves only the dot-name, which the next open removes.
+    # (An empty file under the real name used to make the next open refuse the directory.)
+    node = tmp_path / "dledger-n0"
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=64 << 10, mapped_file_size_for_entry_index=4 << 10)
+    store = _open(node, cfg)
+    store.append_batch_as_leader([b"x" * 1000] * 100, 1)
+    store.close()
+    names = sorted(p.name for p in (node / "data").iterdir())
+    assert not [n for n in names if n.startswith(".")]
+    next_start = (int(names[-1]) + (64 << 10))
+    leftover = node / "data" / f".{next_start:020d}.creating"
+    leftover.write_bytes(b"")
+    with _open(node, cfg) as again:
+        assert again.ledger_end_index == 99
+        again.append_batch_as_leader([b"y" * 1000] * 100, 1)  # creates that very segment
+        assert again.get(199).body == b"y" * 1000
+    assert not leftover.exists()
+    assert {p.stat().st_size for p in (node / "data").iterdir()} == {64 << 10}
