@@ -116,9 +116,11 @@ cdef int _pwritev_all(int fd, iovec *iov, int count, int64_t offset, Py_ssize_t 
 
 def _create_sized(str path, int64_t size):
     """Create ``path`` at its full size, atomically: it is sized under a dot-name (which
-    MmapFileList.load ignores and removes) and renamed into place, and the directory is
-    fsynced, so a crash at any point leaves either no segment or a whole one, never an empty
-    file that would make the directory's sizes disagree. Returns an open descriptor."""
+    MmapFileList.load ignores and removes) and renamed into place, so a crash at any point
+    leaves either no segment or a whole one, never an empty file that would make the
+    directory's sizes disagree. Returns an open descriptor. The directory is not fsynced
+    here (creation may run on the event loop): MmapFileList.flush does it before it reports
+    anything in the new file flushed."""
     if os.path.lexists(path):
         raise FileExistsError(path)
     directory, name = os.path.split(path)
@@ -127,11 +129,6 @@ def _create_sized(str path, int64_t size):
     try:
         os.ftruncate(fd, size)
         os.rename(tmp, path)
-        dfd = os.open(directory or ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
     except BaseException:
         os.close(fd)
         raise
@@ -398,6 +395,7 @@ cdef class MmapFileList:
     cdef readonly bint readonly
     cdef public list files
     cdef public int64_t flushed_where
+    cdef public bint new_names  # a file was created since the last flush: fsync the directory
 
     def __init__(self, str store_path, int64_t file_size, bint readonly=False):
         if file_size <= 0:
@@ -472,6 +470,7 @@ cdef class MmapFileList:
         f = MappedFile(os.path.join(self.store_path, offset_to_file_name(create_at)), create_at,
                        self.file_size, True, False)
         self.files.append(f)
+        self.new_names = True
         return f
 
     cpdef int64_t pre_append(self, int64_t length, bint use_blank=True) except? -2:
@@ -560,8 +559,20 @@ cdef class MmapFileList:
         return self.max_wrote_position == pos == self.min_offset
 
     def flush(self, int least_pages=0):
-        """Flush every file from the one holding flushed_where on; returns the new flushed_where."""
+        """Flush every file from the one holding flushed_where on; returns the new flushed_where.
+        First fsyncs the directory if files were created since the last flush, so that no
+        flushed byte sits in a file whose name a machine crash could still take away."""
         cdef MappedFile f
+        if self.new_names and not self.readonly:
+            self.new_names = False
+            dfd = os.open(self.store_path, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            except BaseException:
+                self.new_names = True
+                raise
+            finally:
+                os.close(dfd)
         for f in self.files:
             if f.file_from_offset + f.wrote_position <= self.flushed_where and f.flushed_position >= f.wrote_position:
                 continue

@@ -185,3 +185,22 @@ def test_a_segment_creation_cut_short_by_a_crash_leaves_nothing_in_the_way(tmp_p
         assert again.get(199).body == b"y" * 1000
     assert not leftover.exists()
     assert {p.stat().st_size for p in (node / "data").iterdir()} == {64 << 10}
+
+
+def test_a_flush_after_a_new_segment_makes_its_name_durable_first(tmp_path):
+    # Creation may run on the event loop, so it does not fsync the directory; the next flush
+    # does, before it reports any byte of the new file flushed.
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=64 << 10, mapped_file_size_for_entry_index=4 << 10)
+    store = _open(tmp_path / "dledger-n0", cfg)
+    data = store._log.data
+    store.append_batch_as_leader([b"x" * 1000] * 10, 1)
+    assert data.new_names
+    store.flush()
+    assert not data.new_names
+    store.append_batch_as_leader([b"x" * 1000] * 5, 1)  # same file: nothing new to name
+    assert not data.new_names
+    store.append_batch_as_leader([b"x" * 1000] * 100, 1)  # rolls over
+    assert data.new_names
+    store.flush()
+    assert not data.new_names and not store._log.index.new_names
+    store.close()
