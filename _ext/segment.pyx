@@ -647,6 +647,23 @@ cdef class EntryLog:
                                f"entry of {n + DL_BODY_OFFSET} bytes does not fit a data segment of "
                                f"{self.data.file_size}")
 
+    cdef MappedFile _put_unit(self, MappedFile xf, int32_t magic, int64_t pos, int32_t size, int64_t index,
+                              int64_t term):
+        """Write one index unit at the index's end (``xf`` is its last file, replaced by the next
+        one when full); returns the file it went to."""
+        if xf.wrote_position >= xf.file_size:
+            xf = self.index.last_file(0, True)
+        dl_write_index(xf.ptr + xf.wrote_position, magic, pos, size, index, term)
+        xf.wrote_position += DL_INDEX_UNIT
+        return xf
+
+    cdef inline void _advance(self, int64_t first, int64_t last, int64_t term):
+        """Entries ``first`` .. ``last`` (term ``last``'s) are written: move the ledger counters."""
+        self.end = last
+        self.end_term = term
+        if self.begin == -1:
+            self.begin = first
+
     cdef int64_t _put(self, const unsigned char *body, Py_ssize_t n, int64_t index, int64_t term,
                       int64_t expect_pos, int32_t magic, int32_t channel, int32_t chain_crc,
                       int64_t body_crc) except -2:
@@ -688,12 +705,8 @@ cdef class EntryLog:
             memcpy(p + DL_BODY_OFFSET, body, n)
         df.wrote_position += size
         self.mapped_bytes += size
-        dl_write_index(xf.ptr + xf.wrote_position, magic, pos, <int32_t>size, index, term)
-        xf.wrote_position += DL_INDEX_UNIT
-        self.end = index
-        self.end_term = term
-        if self.begin == -1:
-            self.begin = index
+        self._put_unit(xf, magic, pos, <int32_t>size, index, term)
+        self._advance(index, index, term)
         return pos
 
     cdef int64_t _append_leader(self, object body, int64_t term) except -2:
@@ -792,15 +805,9 @@ cdef class EntryLog:
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef Py_ssize_t i
         for i in range(j):
-            if xf.wrote_position >= xf.file_size:
-                xf = self.index.last_file(0, True)
-            dl_write_index(xf.ptr + xf.wrote_position, DL_CURRENT_MAGIC, pos_out[i],
-                           <int32_t>(DL_BODY_OFFSET + bs.lens[start + i]), index0 + i, term)
-            xf.wrote_position += DL_INDEX_UNIT
-        self.end = index0 + j - 1
-        self.end_term = term
-        if self.begin == -1:
-            self.begin = index0
+            xf = self._put_unit(xf, DL_CURRENT_MAGIC, pos_out[i], <int32_t>(DL_BODY_OFFSET + bs.lens[start + i]),
+                                index0 + i, term)
+        self._advance(index0, index0 + j - 1, term)
         return j
 
     def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,
@@ -927,18 +934,12 @@ cdef class EntryLog:
         xf = self.index.last_file(0, True)
         off = 0
         while off < n:
-            if xf.wrote_position >= xf.file_size:
-                xf = self.index.last_file(0, True)
             q = src + off
             size = <int32_t>dl_get32(q + 4)
-            dl_write_index(xf.ptr + xf.wrote_position, <int32_t>dl_get32(q), first_pos + off, size,
-                           <int64_t>dl_get64(q + 8), <int64_t>dl_get64(q + 16))
-            xf.wrote_position += DL_INDEX_UNIT
+            xf = self._put_unit(xf, <int32_t>dl_get32(q), first_pos + off, size, <int64_t>dl_get64(q + 8),
+                                <int64_t>dl_get64(q + 16))
             off += size
-        self.end = expect - 1
-        self.end_term = prev_term
-        if self.begin == -1:
-            self.begin = first_index
+        self._advance(first_index, expect - 1, prev_term)
         return self.end
 
     def read_raw_range(self, int64_t first, int64_t last, int64_t max_bytes):

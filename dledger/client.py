@@ -28,6 +28,7 @@ from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response, RpcClient
 from dledger.packed import SIZE_DTYPE, PackedBodies
+from dledger.sequences import checked_index
 from dledger.server import parse_peers
 from dledger.store.entry import Entry
 
@@ -91,11 +92,7 @@ class AppendResults(Sequence[AppendResult]):
     def __getitem__(self, i: int | slice) -> AppendResult | list[AppendResult]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("append result index out of range")
+        i = checked_index(i, len(self), "append result")
         k = bisect.bisect_right(self._starts, i) - 1
         off = i - self._starts[k]
         return AppendResult(self._firsts[k] + off, self._positions[k][off])

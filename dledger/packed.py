@@ -20,6 +20,7 @@ import numpy as np
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
+from dledger.sequences import checked_index
 
 SIZE_DTYPE = np.dtype("<u4")
 
@@ -81,11 +82,7 @@ class PackedBodies(Sequence[bytes]):
     def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("body index out of range")
+        i = checked_index(i, len(self), "body")
         return bytes(self.raw[int(self.offsets[i]):int(self.offsets[i + 1])])
 
     def __iter__(self) -> Iterator[bytes]:
