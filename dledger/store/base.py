@@ -72,4 +72,8 @@ class DLedgerStore(Protocol):
         """Make the entries durable (what an ack needs); ``flush`` also writes derived files."""
         ...
 
+    def unflushed_entry_bytes(self) -> int:
+        """Bytes of entries written but not yet made durable by ``flush_entries``."""
+        return 0
+
     def close(self) -> None: ...

@@ -747,6 +747,10 @@ class MmapFileStore:
             self._log.data.flush(0)
         self._entries_flushed_at = time.monotonic()
 
+    def unflushed_entry_bytes(self) -> int:
+        data = self._log.data
+        return max(0, data.max_wrote_position - data.flushed_where)
+
     def persist_checkpoint(self, end_index: int | None = None) -> None:
         """Write ``checkpoint`` (endIndex, committedIndex). It vouches that the entries up to
         endIndex are on disk (recovery then treats damage there as corruption, not a torn

@@ -167,6 +167,9 @@ class MemoryStore:
     def flush_entries(self) -> None:
         return None
 
+    def unflushed_entry_bytes(self) -> int:
+        return 0
+
     def close(self) -> None:
         return None
 

@@ -1,0 +1,49 @@
+"""An append is acknowledged only once its entries are msynced, whichever way the flush ran:
+small flushes run on the node's loop, big ones on its flush thread (dledger.server)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dledger.client import AsyncClient
+from dledger.config import DLedgerConfig
+from dledger.server import INLINE_FLUSH_MAX_BYTES, NodeServer
+from dledger.store.file import MmapFileStore
+from dledger.testing import free_ports
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_an_ack_means_its_entries_are_msynced_for_small_and_big_flushes(tmp_path: Path):
+    port = free_ports(1)[0]
+    # One member: the leader's own flush is the quorum, so every ack waits for it.
+    cfg = DLedgerConfig(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(tmp_path),
+                        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=8 << 20)
+    big_body = b"b" * 1024
+    big_batch = [big_body] * (4 * INLINE_FLUSH_MAX_BYTES // len(big_body))
+
+    async def run() -> list[int]:
+        server = NodeServer(cfg)
+        await server.start()
+        try:
+            store = server.groups["g"].store
+            assert isinstance(store, MmapFileStore)
+            unflushed = []
+            async with AsyncClient(cfg.peers, group="g", timeout=30) as client:
+                for k in range(50):
+                    await client.append(b"small %d" % k)
+                    unflushed.append(store.unflushed_entry_bytes())
+                for _ in range(3):
+                    await client.append_batch(big_batch)
+                    unflushed.append(store.unflushed_entry_bytes())
+                    await client.append_batch([b"s"] * 10)
+                    unflushed.append(store.unflushed_entry_bytes())
+                assert store.ledger_end_index == 50 + 3 * (len(big_batch) + 10) - 1
+            return unflushed
+        finally:
+            await server.close()
+
+    assert asyncio.run(run()) == [0] * 56
