@@ -230,20 +230,22 @@ class NodeServer:
             self._written_seq += 1
         if self._written_seq > self._flushed_seq:
             self._batches.append((self._written_seq, g, rest))
-            self._start_flush()
+            self._start_flush(may_inline=True)
         else:
             self._perform_batch(g, rest)
 
-    def _start_flush(self) -> None:
+    def _start_flush(self, may_inline: bool = False) -> None:
         """Group commit, pipelined: one msync at a time covering every write made before it
-        started. A big one runs on a thread of its own while the nodes go on; a small one
-        runs on the loop at the end of this turn (see INLINE_FLUSH_MAX_BYTES)."""
+        started, on a thread of its own while the nodes go on. A small one that a write
+        starts (no flush was running) runs on the loop at the end of this turn instead (see
+        INLINE_FLUSH_MAX_BYTES); one that follows another is part of a stream and keeps the
+        thread, so that the loop goes on while the disk works."""
         if self._flush_running or self._written_seq <= self._flushed_seq or self._closed:
             return
         self._flush_running = True
         loop = self._loop
         assert loop is not None
-        if sum(s.unflushed_entry_bytes() for s in self._stores) <= INLINE_FLUSH_MAX_BYTES:
+        if may_inline and sum(s.unflushed_entry_bytes() for s in self._stores) <= INLINE_FLUSH_MAX_BYTES:
             # call_soon, not now: every input read in this loop turn is written first and
             # the one msync covers them all.
             loop.call_soon(self._flush_inline)

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dledger.client import AsyncClient
 from dledger.testing import TestCluster, free_ports
@@ -88,22 +89,36 @@ def pysyncobj_best(body_size: int, count: int, windows: tuple[int, ...] = PYSYNC
 
 
 def pysyncobj_throughput(body_size: int, count: int, window: int = 5000) -> Throughput:
+    result = _pysyncobj_run(["--drive", str(count), "--size", str(body_size), "--window", str(window)])
+    n = result["committed"]
+    note = f"window {window}" + ("" if result.get("leader") else ", driver not leader")
+    return Throughput(n / result["seconds"], n * body_size / result["seconds"] / 1e6, note)
+
+
+def pysyncobj_sync_latency(count: int = 2000, body_size: int = 100) -> tuple[float, float]:
+    """PySyncObj's seconds (p50, p99) of one append at a time (sync=True), tuned for latency."""
+    result = _pysyncobj_run(["--latency", str(count), "--size", str(body_size)], ["--unbatched"])
+    times = result["latencies"]
+    return statistics.median(times), _percentile(times, 0.99)
+
+
+def _pysyncobj_run(driver_args: list[str], member_args: list[str] | None = None) -> dict[str, Any]:
+    """Three PySyncObj members on 127.0.0.1; the driver's JSON report."""
     ports = free_ports(3)
     addrs = [f"127.0.0.1:{p}" for p in ports]
+    common = list(member_args or [])
     procs = []
     try:
         for k in (1, 2):
             partners = ",".join(a for j, a in enumerate(addrs) if j != k)
             procs.append(subprocess.Popen([sys.executable, "-m", "dledger.perf.pysyncobj_peer", addrs[k], partners,
-                                           "--seconds", "600"], stdout=subprocess.DEVNULL))
+                                           "--seconds", "600", *common], stdout=subprocess.DEVNULL))
         partners = ",".join(addrs[1:])
         out = subprocess.run([sys.executable, "-m", "dledger.perf.pysyncobj_peer", addrs[0], partners,
-                              "--drive", str(count), "--size", str(body_size), "--window", str(window),
-                              "--seconds", "300"], capture_output=True, text=True, timeout=400, check=True).stdout
-        result = json.loads(out.strip().splitlines()[-1])
-        n = result["committed"]
-        note = f"window {window}" + ("" if result.get("leader") else ", driver not leader")
-        return Throughput(n / result["seconds"], n * body_size / result["seconds"] / 1e6, note)
+                              *driver_args, *common, "--seconds", "300"],
+                             capture_output=True, text=True, timeout=400, check=True).stdout
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
     finally:
         for p in procs:
             p.kill()

@@ -5,10 +5,17 @@ a 1 MiB append-entries batch, 1 MiB socket buffers, a 10^6-command queue, a 5 ms
 journal file (in memory: less durable than dledger, which writes every entry to disk).
 
     python -m dledger.perf.pysyncobj_peer SELF PARTNER,PARTNER [--drive N --size B --window W --seconds S]
+    python -m dledger.perf.pysyncobj_peer SELF PARTNER,PARTNER --latency N --unbatched [--size B]
 
 A driving member stands for election first (shorter timeouts), waits for a leader, then
 keeps up to W appends in flight until N have committed, and prints one JSON line:
 {"committed": N, "seconds": t, "leader": whether it led}. Other members serve until killed.
+
+With ``--latency N`` the driver makes N appends one at a time (``sync=True``: each waits
+for its commit) and prints {"latencies": [seconds, ...], "leader": ...}. For that job every
+member runs with ``--unbatched``: PySyncObj's docs name ``appendEntriesUseBatch=False`` as
+the setting that "improves single request speed" (a command wakes the loop at once instead
+of waiting for the next tick's batch).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ OTHER_TIMEOUTS = (1.5, 2.5)
 
 
 class Log(SyncObj):
-    def __init__(self, self_addr: str, partners: list[str], driver: bool = False) -> None:
+    def __init__(self, self_addr: str, partners: list[str], driver: bool = False, batch: bool = True) -> None:
         low, high = DRIVER_TIMEOUTS if driver else OTHER_TIMEOUTS
         conf = SyncObjConf(
             raftMinTimeout=low,
@@ -42,6 +49,7 @@ class Log(SyncObj):
             recvBufferSize=2**20,
             commandsQueueSize=10**6,
             autoTickPeriod=0.005,
+            appendEntriesUseBatch=batch,
         )
         super().__init__(self_addr, partners, conf)
         self.count = 0
@@ -60,9 +68,12 @@ def main() -> int:
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--window", type=int, default=5000)
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--latency", type=int, default=0)
+    p.add_argument("--unbatched", action="store_true")
     args = p.parse_args()
-    log = Log(args.self_addr, args.partners.split(","), driver=bool(args.drive))
-    if not args.drive:
+    log = Log(args.self_addr, args.partners.split(","), driver=bool(args.drive or args.latency),
+              batch=not args.unbatched)
+    if not (args.drive or args.latency):
         # Serve; on SIGTERM report what this member applied (to compare replicas).
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -75,6 +86,15 @@ def main() -> int:
         time.sleep(0.05)
     led = bool(log._isLeader())
     body = b"x" * args.size
+    if args.latency:
+        log.append(body, sync=True, timeout=10)  # warm up
+        times = []
+        for _ in range(args.latency):
+            t0 = time.perf_counter()
+            log.append(body, sync=True, timeout=10)
+            times.append(time.perf_counter() - t0)
+        print(json.dumps({"latencies": times, "leader": led}), flush=True)
+        return 0
     sem = threading.Semaphore(args.window)
     done = threading.Event()
     state = {"ok": 0, "failed": 0}
