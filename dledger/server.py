@@ -250,7 +250,15 @@ class NodeServer:
             # the one msync covers them all.
             loop.call_soon(self._flush_inline)
             return
-        target = self._written_seq
+        self._flush_on_thread(self._written_seq, self._stores)
+
+    def _flush_on_thread(self, target: int, stores: list[DLedgerStore]) -> None:
+        loop = self._loop
+        assert loop is not None
+
+        def flush() -> None:
+            for store in stores:
+                store.flush_entries()
 
         def done(f: concurrent.futures.Future[None]) -> None:
             try:
@@ -258,21 +266,23 @@ class NodeServer:
             except RuntimeError:
                 pass  # the loop is closed: the process is stopping
 
-        self._flush_pool.submit(self._flush_stores).add_done_callback(done)
-
-    def _flush_stores(self) -> None:
-        for store in self._stores:
-            store.flush_entries()
+        self._flush_pool.submit(flush).add_done_callback(done)
 
     def _flush_inline(self) -> None:
         target = self._written_seq  # on the loop, so every write counted so far is covered
         f: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self._closed:
             try:
-                self._flush_stores()
-                f.set_result(None)
+                busy = [s for s in self._stores if not s.flush_entries(wait=False)]
             except Exception as exc:
                 f.set_exception(exc)
+            else:
+                if busy:
+                    # A store's own service holds it (a checkpoint, say): the flush thread
+                    # waits for that, not the loop.
+                    self._flush_on_thread(target, busy)
+                    return
+                f.set_result(None)
         self._flush_done(target, f)
 
     def _flush_done(self, target: int, f: concurrent.futures.Future[None]) -> None:

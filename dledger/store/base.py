@@ -68,8 +68,10 @@ class DLedgerStore(Protocol):
 
     def flush(self) -> None: ...
 
-    def flush_entries(self) -> None:
-        """Make the entries durable (what an ack needs); ``flush`` also writes derived files."""
+    def flush_entries(self, wait: bool = True) -> bool:
+        """Make the entries durable (what an ack needs); ``flush`` also writes derived files.
+        With ``wait=False`` return False at once, having done nothing, rather than wait for
+        another thread that holds the store; otherwise True."""
         ...
 
     def unflushed_entry_bytes(self) -> int:

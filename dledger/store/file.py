@@ -734,18 +734,26 @@ class MmapFileStore:
             self._log.data.flush(0)
             self._log.index.flush(0)
 
-    def flush_entries(self) -> None:
+    def flush_entries(self, wait: bool = True) -> bool:
         """msync the data files only: what an acknowledgement needs, at half the cost.
 
         The index is derived from the data: recovery checks it against the data it scans and
         rewrites a tail that never reached the disk, and ``flush`` (the background service,
         every ``flush_file_interval`` ms, and every checkpoint) writes it.
+
+        With ``wait=False``, when another thread holds the store (the service writing a
+        checkpoint, say) this does nothing and returns False instead of waiting for it.
         """
         if self.readonly or self._closed:
-            return
-        with self._lock:
+            return True
+        if not self._lock.acquire(blocking=wait):
+            return False
+        try:
             self._log.data.flush(0)
+        finally:
+            self._lock.release()
         self._entries_flushed_at = time.monotonic()
+        return True
 
     def unflushed_entry_bytes(self) -> int:
         data = self._log.data

@@ -164,8 +164,8 @@ class MemoryStore:
     def flush(self) -> None:
         return None
 
-    def flush_entries(self) -> None:
-        return None
+    def flush_entries(self, wait: bool = True) -> bool:
+        return True
 
     def unflushed_entry_bytes(self) -> int:
         return 0

@@ -47,3 +47,53 @@ def test_an_ack_means_its_entries_are_msynced_for_small_and_big_flushes(tmp_path
             await server.close()
 
     assert asyncio.run(run()) == [0] * 56
+
+
+def test_a_busy_store_delays_the_ack_not_the_node(tmp_path: Path):
+    # While the store's service holds it (a checkpoint msyncing everything), a small append
+    # waits for its flush on the flush thread; the node's loop goes on answering.
+    import threading
+    import time
+
+    port = free_ports(1)[0]
+    cfg = DLedgerConfig(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(tmp_path),
+                        mapped_file_size_for_entry_data=4 << 20, mapped_file_size_for_entry_index=1 << 20)
+    hold_s = 0.3
+
+    async def run() -> tuple[float, float, int]:
+        server = NodeServer(cfg)
+        await server.start()
+        try:
+            store = server.groups["g"].store
+            assert isinstance(store, MmapFileStore)
+            async with AsyncClient(cfg.peers, group="g", timeout=30) as client:
+                await client.append(b"warm up")
+                held, release = threading.Event(), threading.Event()
+
+                def hold() -> None:
+                    with store._lock:
+                        held.set()
+                        release.wait(10)
+
+                t = threading.Thread(target=hold)
+                t.start()
+                try:
+                    assert held.wait(10)
+                    t0 = time.perf_counter()
+                    append = asyncio.ensure_future(client.append(b"while busy"))
+                    await client.metadata()  # the loop answers meanwhile
+                    answered = time.perf_counter() - t0
+                    await asyncio.sleep(hold_s)
+                    assert not append.done()  # no ack before its entry is on disk
+                finally:
+                    release.set()
+                    await asyncio.to_thread(t.join)
+                await append
+                acked = time.perf_counter() - t0
+                return answered, acked, store.unflushed_entry_bytes()
+        finally:
+            await server.close()
+
+    answered, acked, unflushed = asyncio.run(run())
+    assert answered < hold_s <= acked
+    assert unflushed == 0
