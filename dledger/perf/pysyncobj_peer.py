@@ -15,7 +15,8 @@ With ``--latency N`` the driver makes N appends one at a time (``sync=True``: ea
 for its commit) and prints {"latencies": [seconds, ...], "leader": ...}. For that job every
 member runs with ``--unbatched``: PySyncObj's docs name ``appendEntriesUseBatch=False`` as
 the setting that "improves single request speed" (a command wakes the loop at once instead
-of waiting for the next tick's batch).
+of waiting for the next tick's batch). In that mode PySyncObj's followers print "truncating
+already-applied log entries" now and then: its own warning, left as it prints it.
 """
 
 from __future__ import annotations
