@@ -264,7 +264,7 @@ class NodeServer:
 
         def done(f: concurrent.futures.Future[None]) -> None:
             try:
-                loop.call_soon_threadsafe(self._flush_done, target, f)
+                loop.call_soon_threadsafe(self._flush_done, target, f.exception())
             except RuntimeError:
                 pass  # the loop is closed: the process is stopping
 
@@ -272,26 +272,25 @@ class NodeServer:
 
     def _flush_inline(self) -> None:
         target = self._written_seq  # on the loop, so every write counted so far is covered
-        f: concurrent.futures.Future[None] = concurrent.futures.Future()
-        if not self._closed:
-            try:
-                busy = [s for s in self._stores if not s.flush_entries(wait=False)]
-            except Exception as exc:
-                f.set_exception(exc)
-            else:
-                if busy:
-                    # A store's own service holds it (a checkpoint, say): the flush thread
-                    # waits for that, not the loop.
-                    self._flush_on_thread(target, busy)
-                    return
-                f.set_result(None)
-        self._flush_done(target, f)
+        if self._closed:
+            self._flush_done(target, None)
+            return
+        try:
+            busy = [s for s in self._stores if not s.flush_entries(wait=False)]
+        except Exception as exc:
+            self._flush_done(target, exc)
+            return
+        if busy:
+            # A store's own service holds it (a checkpoint, say): the flush thread waits for
+            # that, not the loop.
+            self._flush_on_thread(target, busy)
+            return
+        self._flush_done(target, None)
 
-    def _flush_done(self, target: int, f: concurrent.futures.Future[None]) -> None:
+    def _flush_done(self, target: int, exc: BaseException | None) -> None:
         self._flush_running = False
         if self._closed:
             return
-        exc = f.exception()
         if exc is not None:
             # Nothing the flush covers may be acknowledged; keep trying (a full or failing
             # disk may recover) while the consensus layer times the waiting appends out.

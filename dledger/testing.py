@@ -16,11 +16,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dledger.client import Client
 from dledger.cluster import wait_ready
+
+if TYPE_CHECKING:
+    from dledger.store.file import MmapFileStore
 
 FAST = [
     "--heart-beat-time-interval-ms", "100",
@@ -41,6 +47,29 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
+
+
+
+@contextmanager
+def store_held(store: MmapFileStore) -> Iterator[None]:
+    """Hold ``store`` from another thread for the duration, as its service does while it
+    writes a checkpoint (flushing data and index under the store's lock)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store._lock:
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=hold, name="store-held", daemon=True)
+    t.start()
+    try:
+        if not held.wait(10):
+            raise RuntimeError("could not take the store's lock")
+        yield
+    finally:
+        release.set()
+        t.join()
 
 
 class Proxy:

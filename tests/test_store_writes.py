@@ -21,6 +21,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.store.file import MmapFileStore
+from dledger.testing import store_held
 
 CFG = DLedgerConfig(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=64 << 10)
 
@@ -209,29 +210,14 @@ def test_a_flush_after_a_new_segment_makes_its_name_durable_first(tmp_path):
 def test_a_flush_that_must_not_wait_leaves_a_busy_store_alone(tmp_path):
     # The node's loop flushes small writes itself but must not stall behind the store's own
     # service (a checkpoint holds the store while it msyncs everything): it is told "busy".
-    import threading
-
     store = _open(tmp_path / "dledger-n0")
     try:
         store.append(b"x" * 100, 1)
         pending = store.unflushed_entry_bytes()
         assert pending > 0
-        held, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            with store._lock:  # what checkpoint() holds while it flushes
-                held.set()
-                release.wait(10)
-
-        t = threading.Thread(target=hold)
-        t.start()
-        try:
-            assert held.wait(10)
+        with store_held(store):
             assert store.flush_entries(wait=False) is False
             assert store.unflushed_entry_bytes() == pending
-        finally:
-            release.set()
-            t.join()
         assert store.flush_entries(wait=False) is True
         assert store.unflushed_entry_bytes() == 0
     finally:

@@ -12,7 +12,7 @@ from dledger.client import AsyncClient
 from dledger.config import DLedgerConfig
 from dledger.server import INLINE_FLUSH_MAX_BYTES, NodeServer
 from dledger.store.file import MmapFileStore
-from dledger.testing import free_ports
+from dledger.testing import free_ports, store_held
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,7 +52,6 @@ def test_an_ack_means_its_entries_are_msynced_for_small_and_big_flushes(tmp_path
 def test_a_busy_store_delays_the_ack_not_the_node(tmp_path: Path):
     # While the store's service holds it (a checkpoint msyncing everything), a small append
     # waits for its flush on the flush thread; the node's loop goes on answering.
-    import threading
     import time
 
     port = free_ports(1)[0]
@@ -68,26 +67,13 @@ def test_a_busy_store_delays_the_ack_not_the_node(tmp_path: Path):
             assert isinstance(store, MmapFileStore)
             async with AsyncClient(cfg.peers, group="g", timeout=30) as client:
                 await client.append(b"warm up")
-                held, release = threading.Event(), threading.Event()
-
-                def hold() -> None:
-                    with store._lock:
-                        held.set()
-                        release.wait(10)
-
-                t = threading.Thread(target=hold)
-                t.start()
-                try:
-                    assert held.wait(10)
+                with store_held(store):
                     t0 = time.perf_counter()
                     append = asyncio.ensure_future(client.append(b"while busy"))
                     await client.metadata()  # the loop answers meanwhile
                     answered = time.perf_counter() - t0
                     await asyncio.sleep(hold_s)
                     assert not append.done()  # no ack before its entry is on disk
-                finally:
-                    release.set()
-                    await asyncio.to_thread(t.join)
                 await append
                 acked = time.perf_counter() - t0
                 return answered, acked, store.unflushed_entry_bytes()
