@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -8,12 +7,13 @@ import pytest
 from dledger.config import DLedgerConfig
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("DLEDGER_SHARED", REPO.parent / "shared"))
-FIXTURES = SHARED / "fixtures"
+# Stores written by the Java implementations, vendored with their expected listings so the
+# suite passes from a bare clone.
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 def java_fixtures() -> list[Path]:
-    """Every fixture store (a directory holding expected.txt)."""
+    """Every Java DLedger fixture store (a directory holding expected.txt)."""
     return sorted(p.parent for p in FIXTURES.rglob("expected.txt"))
 
 
@@ -28,8 +28,3 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def small_config() -> DLedgerConfig:
     """Small segments so a test crosses many file boundaries with a few hundred entries."""
     return DLedgerConfig(mapped_file_size_for_entry_data=4096, mapped_file_size_for_entry_index=320)
-
-
-@pytest.fixture
-def shared_dir() -> Path:
-    return SHARED

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from dledger.store.file import MmapFileStore
+from tests.conftest import FIXTURES, java_fixtures
 
 
-def test_fixtures_are_present(shared_dir: Path):
+def test_fixtures_are_present():
     # Conformance must not pass by finding nothing.
-    assert list((shared_dir / "fixtures").rglob("expected.txt")), f"no fixture under {shared_dir}"
+    assert [p.name for p in java_fixtures()] == ["three-terms"], f"fixtures missing under {FIXTURES}"
 
 
 def _node_dir(fixture: Path) -> Path:

@@ -100,7 +100,7 @@ def corrupt(path: str, offset: int, data: bytes) -> None:
 
 
 def test_fixtures_are_present() -> None:
-    assert FIXTURES, "no fixture with expected.txt under shared/fixtures"
+    assert FIXTURES, "no fixture with expected.txt under tests/fixtures"
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
