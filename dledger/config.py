@@ -6,11 +6,15 @@ Where we deviate from a DLedger default it is said next to the field, with the r
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib joined the standard library in 3.11; tomli is the same parser
+    import tomli as tomllib
 
 MEMORY = "MEMORY"
 FILE = "FILE"
