@@ -1,0 +1,170 @@
+"""MessageStoreConfig: RocketMQ 4.9.4's option names in snake_case, with its defaults.
+
+Options of ours (not in RocketMQ) say so next to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+
+ASYNC_MASTER = "ASYNC_MASTER"
+SYNC_MASTER = "SYNC_MASTER"
+SLAVE = "SLAVE"
+
+CQ_STORE_UNIT_SIZE = 20
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+# RocketMQ spells the DLedger options "dLeger..."; these are their snake_case names here.
+_ALIASES = {
+    "enableDLegerCommitLog": "enable_dledger_commit_log",
+    "dLegerGroup": "dledger_group",
+    "dLegerPeers": "dledger_peers",
+    "dLegerSelfId": "dledger_self_id",
+    "storePathDLedgerCommitLog": "store_path_dledger_commit_log",
+    "isEnableBatchPush": "is_enable_batch_push",
+}
+
+
+@dataclass(slots=True)
+class MessageStoreConfig:
+    store_path_root_dir: str = ""
+    store_path_commit_log: str | None = None  # default <root>/commitlog
+    store_path_dledger_commit_log: str | None = None  # default <root>
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300000 * CQ_STORE_UNIT_SIZE
+
+    # flush
+    flush_disk_type: str = ASYNC_FLUSH
+    sync_flush_timeout: int = 5000
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10_000
+    flush_commit_log_timed: bool = True
+    flush_interval_consume_queue: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000
+
+    # retention
+    clean_resource_interval: int = 10_000
+    delete_commit_log_files_interval: int = 100
+    delete_consume_queue_files_interval: int = 100
+    destroy_maped_file_interval_forcibly: int = 120_000
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    file_reserved_time: int = 72
+    clean_file_forcibly_enable: bool = True
+
+    # messages
+    max_message_size: int = 1024 * 1024 * 4
+    check_crc_on_recover: bool = True
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    duplication_enable: bool = False
+
+    # reads
+    max_transfer_bytes_on_message_in_memory: int = 1024 * 256
+    max_transfer_count_on_message_in_memory: int = 32
+    default_query_max_num: int = 32
+    max_msgs_num_batch: int = 64
+
+    # index
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    message_index_safe: bool = False
+
+    # role
+    broker_role: str = ASYNC_MASTER
+
+    # DLedger
+    enable_dledger_commit_log: bool = False
+    dledger_group: str = "default"
+    dledger_peers: str = "n0-127.0.0.1:40911"
+    dledger_self_id: str = "n0"
+    preferred_leader_id: str | None = None
+    is_enable_batch_push: bool = False
+
+    # ours: the store host written into records and msgIds (the broker's brokerIP1 and listen
+    # port in RocketMQ); empty means this host's address and port 10911.
+    store_host: str = ""
+    # ours: give a message without UNIQ_KEY one, as MessageClientIDSetter does in the producer.
+    create_uniq_key: bool = True
+    # ours: max seconds a DLedger-mode store waits after becoming leader for its ledger end to
+    # be committed and dispatch to catch up before it takes writes.
+    dledger_leader_ready_timeout: float = 60.0
+
+    # -- derived ----------------------------------------------------------------------
+
+    @property
+    def commit_log_path(self) -> Path:
+        return Path(self.store_path_commit_log or Path(self.store_path_root_dir) / "commitlog")
+
+    @property
+    def dledger_path(self) -> Path:
+        base = Path(self.store_path_dledger_commit_log or self.store_path_root_dir)
+        return base / f"dledger-{self.dledger_self_id}"
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type == SYNC_FLUSH
+
+    def delay_level_table(self) -> dict[int, int]:
+        """parseDelayLevel: level (1-based) -> delay in milliseconds."""
+        table: dict[int, int] = {}
+        for i, word in enumerate(self.message_delay_level.split()):
+            m = re.fullmatch(r"(\d+)([smhd])", word)
+            if m is None:
+                raise ValueError(f"bad delay level {word!r} in {self.message_delay_level!r}")
+            table[i + 1] = int(m.group(1)) * _UNIT_MS[m.group(2)]
+        return table
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.message_delay_level.split())
+
+    @property
+    def dledger_id(self) -> int:
+        """DLedgerCommitLog.id: the number after the first character of the self id, plus one."""
+        return int(self.dledger_self_id[1:]) + 1
+
+    # -- construction -----------------------------------------------------------------
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> MessageStoreConfig:
+        """Build from a mapping; keys may be snake_case or RocketMQ's camelCase
+        (``mappedFileSizeCommitLog``, ``enableDLegerCommitLog``...)."""
+        known = set(cls.field_names())
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            name = _ALIASES.get(key) or _snake(key)
+            if name not in known:
+                raise ValueError(f"unknown message store option {key!r}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> MessageStoreConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for ch in name.replace("-", "_"):
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out).lstrip("_")

@@ -1,0 +1,384 @@
+"""Messages as RocketMQ 4.9 stores them: ``Message``, ``MessageExt``, ``MessageConst``, ``MessageSysFlag``.
+
+The properties string is RocketMQ's ``name\\x01value\\x02name\\x01value`` (MessageDecoder's
+messageProperties2String / string2messageProperties). Tags, keys and the delay level live in
+it as ``TAGS``, ``KEYS`` and ``DELAY``; ``Message`` keeps them as attributes too and writes them
+into the properties when the message is stored.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+
+
+class MessageConst:
+    """Property names (org.apache.rocketmq.common.message.MessageConst)."""
+
+    PROPERTY_KEYS = "KEYS"
+    PROPERTY_TAGS = "TAGS"
+    PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+    PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+    PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+    PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+    PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+    PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+    PROPERTY_PRODUCER_GROUP = "PGROUP"
+    PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+    PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+    PROPERTY_BUYER_ID = "BUYER_ID"
+    PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
+    PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
+    PROPERTY_MQ2_FLAG = "MQ2_FLAG"
+    PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+    PROPERTY_MSG_REGION = "MSG_REGION"
+    PROPERTY_TRACE_SWITCH = "TRACE_ON"
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+    PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    PROPERTY_INSTANCE_ID = "INSTANCE_ID"
+    PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+    PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    PROPERTY_MESSAGE_TTL = "TTL"
+    PROPERTY_REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+    PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    PROPERTY_CLUSTER = "CLUSTER"
+    PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+    KEY_SEPARATOR = KEY_SEPARATOR
+
+
+# Short aliases for the names used most.
+PROPERTY_KEYS = MessageConst.PROPERTY_KEYS
+PROPERTY_TAGS = MessageConst.PROPERTY_TAGS
+PROPERTY_DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
+PROPERTY_REAL_TOPIC = MessageConst.PROPERTY_REAL_TOPIC
+PROPERTY_REAL_QID = MessageConst.PROPERTY_REAL_QUEUE_ID
+UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+# Aliases with the names of the shared plan.
+DELAY = PROPERTY_DELAY
+REAL_TOPIC = PROPERTY_REAL_TOPIC
+REAL_QID = PROPERTY_REAL_QID
+
+# System topics (TopicValidator / ScheduleMessageService / TransactionalMessageUtil).
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+class MessageSysFlag:
+    """Bits of the SYSFLAG field (org.apache.rocketmq.common.sysflag.MessageSysFlag)."""
+
+    COMPRESSED_FLAG = 0x1
+    MULTI_TAGS_FLAG = 0x2
+    TRANSACTION_NOT_TYPE = 0
+    TRANSACTION_PREPARED_TYPE = 0x1 << 2
+    TRANSACTION_COMMIT_TYPE = 0x2 << 2
+    TRANSACTION_ROLLBACK_TYPE = 0x3 << 2
+    BORNHOST_V6_FLAG = 0x1 << 4
+    STOREHOSTADDRESS_V6_FLAG = 0x1 << 5
+
+    @staticmethod
+    def get_transaction_value(flag: int) -> int:
+        return flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+    @staticmethod
+    def reset_transaction_value(flag: int, tran_type: int) -> int:
+        return (flag & ~MessageSysFlag.TRANSACTION_ROLLBACK_TYPE) | tran_type
+
+
+_HOST_V6_BITS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+
+
+# -- properties string -------------------------------------------------------------------
+
+def encode_properties(properties: dict[str, str] | None) -> str:
+    """messageProperties2String: ``name\\x01value`` pairs joined by ``\\x02`` (None values skipped)."""
+    if not properties:
+        return ""
+    return PROPERTY_SEPARATOR.join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None
+    )
+
+
+def decode_properties(text: str | None) -> dict[str, str]:
+    """string2messageProperties, with its rules: a pair needs a non-empty name and value
+    (pieces shorter than 3 characters or without a separator are skipped); a later name wins."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for piece in text.split(PROPERTY_SEPARATOR):
+        if len(piece) < 3:
+            continue
+        sep = piece.find(NAME_VALUE_SEPARATOR)
+        if 0 < sep < len(piece) - 1:
+            out[piece[:sep]] = piece[sep + 1:]
+    return out
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """The non-empty KEYS segments, as the index service takes them (split on one space)."""
+    if not keys:
+        return []
+    return [k for k in keys.split(KEY_SEPARATOR) if k]
+
+
+# -- hosts ---------------------------------------------------------------------------------
+
+Host = tuple[str, int]
+
+_host_cache: dict[Host, bytes] = {}
+
+
+def encode_host(host: Host) -> bytes:
+    """The BORNHOST/STOREHOSTADDRESS field: 4 (IPv4) or 16 (IPv6) address bytes, then the port
+    as a big-endian int. Host names are resolved once."""
+    raw = _host_cache.get(host)
+    if raw is None:
+        addr, port = host
+        try:
+            ip = ipaddress.ip_address(addr.strip("[]"))
+        except ValueError:
+            ip = ipaddress.ip_address(socket.gethostbyname(addr))
+        raw = ip.packed + struct.pack(">i", port)
+        if len(_host_cache) < 4096:
+            _host_cache[host] = raw
+    return raw
+
+
+def decode_host(raw: bytes | memoryview) -> Host:
+    """Inverse of ``encode_host`` (8 or 20 bytes)."""
+    raw = bytes(raw)
+    port = struct.unpack(">i", raw[-4:])[0]
+    return str(ipaddress.ip_address(raw[:-4])), port
+
+
+def java_host_address(addr: str) -> str:
+    """InetAddress.getHostAddress: IPv4 dotted, IPv6 as eight uncompressed lower-case hex groups."""
+    ip = ipaddress.ip_address(addr.strip("[]"))
+    if ip.version == 4:
+        return str(ip)
+    groups = struct.unpack(">8H", ip.packed)
+    return ":".join(f"{g:x}" for g in groups)
+
+
+def format_host(host: Host) -> str:
+    """InetSocketAddress as RocketMQ prints it without the leading slash: ``a.b.c.d:port`` or
+    ``[2001:db8:0:0:0:0:0:10]:10911``."""
+    addr, port = host
+    text = java_host_address(addr)
+    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
+
+
+def is_v6(host: Host) -> bool:
+    return len(encode_host(host)) == 20
+
+
+def create_message_id(store_host: bytes | Host, phys_offset: int) -> str:
+    """MessageDecoder.createMessageId: hex (upper case) of the store host field (address and
+    port) followed by the 8-byte commit-log offset; 32 chars for IPv4, 56 for IPv6."""
+    raw = store_host if isinstance(store_host, (bytes, bytearray)) else encode_host(store_host)
+    return (bytes(raw) + struct.pack(">q", phys_offset)).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[Host, int]:
+    """MessageDecoder.decodeMessageId: ``((ip, port), phys_offset)``."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    return decode_host(raw[:-8]), struct.unpack(">q", raw[-8:])[0]
+
+
+# -- UNIQ_KEY (MessageClientIDSetter) --------------------------------------------------------
+
+def _local_ip() -> bytes:
+    """UtilAll.getIP in spirit: a non-loopback address of this host, else a fake 4-byte one."""
+    candidates: list[bytes] = []
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            ip = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified):
+                candidates.append(ip.packed)
+    except (OSError, ValueError):
+        pass
+    v4 = [c for c in candidates if len(c) == 4]
+    if v4:
+        return v4[0]
+    if candidates:
+        return candidates[0]
+    return struct.pack(">q", int(time.time() * 1000))[4:]
+
+
+def local_host_address() -> str:
+    return str(ipaddress.ip_address(_local_ip()))
+
+
+class UniqIdGenerator:
+    """MessageClientIDSetter.createUniqID: hex of ip + pid (short) + a per-process int, then the
+    milliseconds since the start of this month (int) and a counter (short)."""
+
+    def __init__(self, ip: bytes | None = None) -> None:
+        ip = _local_ip() if ip is None else ip
+        fixed = ip + struct.pack(">HI", os.getpid() & 0xFFFF, id(self) & 0xFFFFFFFF)
+        self.prefix = fixed.hex().upper()
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._start_ms = 0
+        self._next_start_ms = 0
+        self._set_start(int(time.time() * 1000))
+
+    def _set_start(self, now_ms: int) -> None:
+        dt = datetime.fromtimestamp(now_ms / 1000.0)
+        start = dt.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        nxt = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+        self._start_ms = int(start.timestamp() * 1000)
+        self._next_start_ms = int(nxt.timestamp() * 1000)
+
+    def _diff(self) -> int:
+        now = int(time.time() * 1000)
+        if now >= self._next_start_ms:
+            with self._lock:
+                if now >= self._next_start_ms:
+                    self._set_start(now)
+        diff = now - self._start_ms
+        if -1_000_000 < diff < 0:  # the clock stepped back (NTP)
+            diff = 0
+        return diff & 0xFFFFFFFF
+
+    def create(self) -> str:
+        return f"{self.prefix}{self._diff():08X}{next(self._counter) & 0xFFFF:04X}"
+
+    def create_many(self, n: int) -> list[str]:
+        head = f"{self.prefix}{self._diff():08X}"
+        return [f"{head}{next(self._counter) & 0xFFFF:04X}" for _ in range(n)]
+
+
+_uniq: UniqIdGenerator | None = None
+
+
+def create_uniq_id() -> str:
+    global _uniq
+    if _uniq is None:
+        _uniq = UniqIdGenerator()
+    return _uniq.create()
+
+
+# -- messages --------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Message:
+    """A message to store. ``tags``, ``keys`` and ``delay_level`` are written into the properties
+    as TAGS, KEYS and DELAY when set; ``properties`` holds the rest (user and system properties).
+
+    ``born_timestamp`` 0 and ``born_host`` None mean "now" and the store's own address.
+    """
+
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    tags: str | None = None
+    keys: list[str] | str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: Host | None = None
+    reconsume_times: int = 0
+    prepared_offset: int = 0
+
+    @property
+    def keys_string(self) -> str | None:
+        if self.keys is None:
+            return self.properties.get(PROPERTY_KEYS)
+        if isinstance(self.keys, str):
+            return self.keys
+        return KEY_SEPARATOR.join(self.keys)
+
+    @property
+    def key_list(self) -> list[str]:
+        return split_keys(self.keys_string)
+
+    @property
+    def tags_value(self) -> str | None:
+        return self.tags if self.tags is not None else self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def delay_time_level(self) -> int:
+        if self.delay_level:
+            return self.delay_level
+        text = self.properties.get(PROPERTY_DELAY)
+        return int(text) if text else 0
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY)
+
+    def store_properties(self) -> dict[str, str]:
+        """The properties as stored: ``properties`` plus KEYS, TAGS and DELAY from the attributes."""
+        props = dict(self.properties)
+        if self.keys is not None:
+            keys = self.keys_string
+            if keys:
+                props[PROPERTY_KEYS] = keys
+        if self.tags is not None and self.tags != "":
+            props[PROPERTY_TAGS] = self.tags
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY] = str(self.delay_level)
+        return props
+
+    @property
+    def transaction_type(self) -> int:
+        return MessageSysFlag.get_transaction_value(self.sys_flag)
+
+
+@dataclass(slots=True)
+class MessageExt(Message):
+    """A stored message: what the store assigned, decoded from its commit-log record.
+
+    ``properties`` holds every stored property (TAGS, KEYS, UNIQ_KEY included) and ``tags`` /
+    ``keys`` their values; ``properties_string`` is the raw stored string.
+    """
+
+    queue_offset: int = 0
+    phys_offset: int = 0
+    size: int = 0
+    store_timestamp: int = 0
+    store_host: Host | None = None
+    body_crc: int = 0
+    msg_id: str = ""
+    properties_string: str = ""
+    # The stored field: for DLedger records this is entry pos + 48, for classic records the offset.
+    stored_phys_offset: int = 0
+
+    @property
+    def born_host_string(self) -> str:
+        return format_host(self.born_host) if self.born_host else ""
+
+    @property
+    def store_host_string(self) -> str:
+        return format_host(self.store_host) if self.store_host else ""
+
+
+def host_v6_bits(sys_flag: int, born_raw: bytes, store_raw: bytes) -> int:
+    """``sys_flag`` with the two v6 bits set from the host field lengths."""
+    flag = sys_flag & ~_HOST_V6_BITS
+    if len(born_raw) == 20:
+        flag |= MessageSysFlag.BORNHOST_V6_FLAG
+    if len(store_raw) == 20:
+        flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+    return flag
