@@ -81,7 +81,7 @@ def _spark_cpu() -> tuple[float, float]:
 class RowTupleReader(DLedgerReader):
     """Baseline (a): the same reader, but read() hands Spark one tuple per row."""
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         for batch in self._read(partition):
             yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
 

@@ -167,7 +167,8 @@ def test_flipped_bit_after_checkpoint_is_cut(store_dir, small_config):
     with _open(store_dir, small_config) as s:
         _assert_prefix(s, 149)
         assert s.recovery.cut_entries >= 1
-    assert read_properties(store_dir / "checkpoint")["endIndex"] == "149"
+    props = read_properties(store_dir / "checkpoint")
+    assert props is not None and props["endIndex"] == "149"
 
 
 def test_verify_reports_each_problem(store_dir, small_config):
@@ -214,7 +215,9 @@ def test_kill_9_loses_nothing_checkpointed(tmp_path):
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    ckpt_end = int(read_properties(node / "checkpoint")["endIndex"])
+    props = read_properties(node / "checkpoint")
+    assert props is not None
+    ckpt_end = int(props["endIndex"])
     assert ckpt_end >= 1499
     with MmapFileStore(node, start_services=False) as s:
         assert s.ledger_end_index >= ckpt_end

@@ -27,6 +27,29 @@ def test_cibuildwheel_targets():
         assert set(out) == want, (platform, out)
 
 
+# Extras a module may need; without them only that module may fail to import.
+OPTIONAL = {"pyarrow", "pyspark", "pysyncobj", "pytest_benchmark"}
+
+
+def test_every_module_imports():
+    # Runs on every supported Python in CI: a module that uses what its Python lacks fails here.
+    import importlib
+    import pkgutil
+
+    import dledger
+
+    failed = {}
+    for mod in pkgutil.walk_packages(dledger.__path__, "dledger."):
+        try:
+            importlib.import_module(mod.name)
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] not in OPTIONAL:
+                failed[mod.name] = repr(e)
+        except Exception as e:
+            failed[mod.name] = repr(e)
+    assert not failed
+
+
 def test_import_without_extension_says_how_to_build(tmp_path: Path):
     shutil.copytree(REPO / "dledger", tmp_path / "dledger",
                     ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))

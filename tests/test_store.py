@@ -26,6 +26,7 @@ def _open(path: Path, cfg: DLedgerConfig, **kw) -> MmapFileStore:
 
 @pytest.fixture(params=["file", "memory"])
 def any_store(request, tmp_path, small_config):
+    store: MemoryStore | MmapFileStore
     if request.param == "memory":
         store = MemoryStore(max_body_size=small_config.max_body_size)
     else:

@@ -475,15 +475,15 @@ class Simulation:
                 n = r.randint(1, 3)
                 self.propose(sn, [f"{self.seed}-{self.proposals}-{k}".encode() for k in range(n)])
         if r.random() < p.p_read:
-            sn = self.leader()
-            if sn is not None:
-                self.read(sn)
+            reader = self.leader()
+            if reader is not None:
+                self.read(reader)
         if r.random() < p.p_transfer:
-            sn = self.leader()
-            if sn is not None and sn.node is not None:
-                others = [i for i in self.ids if i != sn.id]
-                sn.node.transfer_leadership(self.now, r.choice(others))
-                self._emit(sn, sn.node.drain())
+            lead = self.leader()
+            if lead is not None and lead.node is not None:
+                others = [i for i in self.ids if i != lead.id]
+                lead.node.transfer_leadership(self.now, r.choice(others))
+                self._emit(lead, lead.node.drain())
 
     def run_chaos(self, steps: int) -> None:
         for _ in range(steps):
@@ -535,7 +535,11 @@ class Simulation:
             else:
                 # Refused (say, a transfer in progress) or unknown: let time pass, retry.
                 target = self.now + 50
-                self.run_until(lambda target=target: self.now >= target, 60)
+
+                def waited(target: int = target) -> bool:
+                    return self.now >= target
+
+                self.run_until(waited, 60)
         if not done:
             raise InvariantViolation(f"seed={self.seed}: no write committed within {budget} ms after healing")
         index = max(i for i, b in self.checker.acked.items() if b == body)

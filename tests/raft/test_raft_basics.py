@@ -234,11 +234,11 @@ def test_leadership_transfer_in_a_calm_group() -> None:
     h = leader.node.transfer_leadership(sim.now, target)
     orig = sim._carry_out
 
-    def carry(sn, out):  # type: ignore[no-untyped-def]
+    def carry(sn, out):
         results.extend(o for o in out if isinstance(o, TransferDone) and o.handle == h)
         orig(sn, out)
 
-    sim._carry_out = carry  # type: ignore[method-assign]
+    sim._carry_out = carry
     sim._emit(leader, leader.node.drain())
     assert sim.run_until(lambda: bool(results), 5_000)
     assert results[0].response.code == ResponseCode.SUCCESS
@@ -266,9 +266,9 @@ def test_take_leadership_refusals() -> None:
     node = make_node()
     follow(node, "n1")
     req = to_node(node, LeadershipTransferRequest(term=5, transfer_id="n1", transferee_id="n0", leader_id="n1"), "n1")
-    assert sent(node.step(0, req), object)[0].code == ResponseCode.INCONSISTENT_TERM  # type: ignore[type-abstract]
+    assert sent(node.step(0, req), object)[0].code == ResponseCode.INCONSISTENT_TERM
     req = to_node(node, LeadershipTransferRequest(term=0, transfer_id="n2", transferee_id="n0", leader_id="n2"), "n2")
-    assert sent(node.step(0, req), object)[0].code == ResponseCode.INCONSISTENT_LEADER  # type: ignore[type-abstract]
+    assert sent(node.step(0, req), object)[0].code == ResponseCode.INCONSISTENT_LEADER
 
 
 def test_role_changes_are_reported() -> None:
