@@ -27,6 +27,18 @@ def test_cibuildwheel_targets():
         assert set(out) == want, (platform, out)
 
 
+def test_wheels_workflow_is_the_one_github_runs():
+    assert (REPO / "wheels.yml").read_bytes() == (REPO / ".github" / "workflows" / "wheels.yml").read_bytes()
+
+
+def test_version_is_single_sourced():
+    from importlib.metadata import version
+
+    import dledger
+
+    assert version("dledger") == dledger.__version__
+
+
 # Extras a module may need; without them only that module may fail to import.
 OPTIONAL = {"pyarrow", "pyspark", "pysyncobj", "pytest_benchmark"}
 
