@@ -3,7 +3,7 @@
     pytest bench/test_bench_cluster.py -s --benchmark-group-by=group --benchmark-columns=median
 
 PySyncObj is tuned as its docs allow (log compaction off, 1 MiB batches and socket buffers,
-10^6-command queue, 5 ms tick, no journal: see dledger/perf/pysyncobj_peer.py); its driver is
+10^6-command queue, 5 ms tick, no journal: see bench/pysyncobj_peer.py); its driver is
 one of its three members (it is a library) and stands for election first so that it leads;
 ours is a separate client process. Each round of the throughput test runs ours, then
 PySyncObj once per in-flight window (5,000 / 20,000 / 50,000) keeping its best, each
@@ -21,7 +21,7 @@ import statistics
 
 import pytest
 
-from dledger.perf import cluster_bench as cb
+from bench import cluster_bench as cb
 
 FULL = os.environ.get("DLEDGER_BENCH_FULL") == "1"
 # Both append half a million entries a round in the full run: a sustained rate, not a burst.

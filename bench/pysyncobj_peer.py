@@ -4,8 +4,8 @@ Tuned as its own docs allow for throughput: log compaction off (thresholds out o
 a 1 MiB append-entries batch, 1 MiB socket buffers, a 10^6-command queue, a 5 ms tick, no
 journal file (in memory: less durable than dledger, which writes every entry to disk).
 
-    python -m dledger.perf.pysyncobj_peer SELF PARTNER,PARTNER [--drive N --size B --window W --seconds S]
-    python -m dledger.perf.pysyncobj_peer SELF PARTNER,PARTNER --latency N --unbatched [--size B]
+    python bench/pysyncobj_peer.py SELF PARTNER,PARTNER [--drive N --size B --window W --seconds S]
+    python bench/pysyncobj_peer.py SELF PARTNER,PARTNER --latency N --unbatched [--size B]
 
 A driving member stands for election first (shorter timeouts), waits for a leader, then
 keeps up to W appends in flight until N have committed, and prints one JSON line:

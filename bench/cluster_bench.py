@@ -24,6 +24,9 @@ from typing import Any
 from dledger.client import AsyncClient
 from dledger.testing import TestCluster, free_ports
 
+# The baseline's member, run as a script so the bench works from any directory.
+PEER_SCRIPT = str(Path(__file__).with_name("pysyncobj_peer.py"))
+
 # The documented low-latency profile: 50 ms heartbeats (a dead leader is noticed after
 # 150 ms), 20-80 ms vote intervals, DLedger's hard-coded waits scaled to a tenth.
 LOW_LATENCY = [
@@ -113,10 +116,10 @@ def _pysyncobj_run(driver_args: list[str], member_args: list[str] | None = None)
     try:
         for k in (1, 2):
             partners = ",".join(a for j, a in enumerate(addrs) if j != k)
-            procs.append(subprocess.Popen([sys.executable, "-m", "dledger.perf.pysyncobj_peer", addrs[k], partners,
+            procs.append(subprocess.Popen([sys.executable, PEER_SCRIPT, addrs[k], partners,
                                            "--seconds", "600", *common], stdout=subprocess.DEVNULL))
         partners = ",".join(addrs[1:])
-        out = subprocess.run([sys.executable, "-m", "dledger.perf.pysyncobj_peer", addrs[0], partners,
+        out = subprocess.run([sys.executable, PEER_SCRIPT, addrs[0], partners,
                               *driver_args, *common, "--seconds", "300"],
                              capture_output=True, text=True, timeout=400, check=True).stdout
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
