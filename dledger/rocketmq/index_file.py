@@ -53,6 +53,17 @@ except ImportError:  # pragma: no cover - before the kernels are built
     _index_lookup = _index_put_many = _java_hash = None
 
 
+def _kernel_hash_ok() -> bool:
+    try:
+        return _java_hash is not None and _java_hash("abc") == 96354 and _java_hash("\U0001f680") == 1773027
+    except Exception:  # an extension built from older sources
+        return False
+
+
+if not _kernel_hash_ok():
+    _java_hash = None
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
     if _java_hash is not None:
@@ -231,22 +242,14 @@ class IndexFile:
         hashes, phys, ts = hashes[:n], phys[:n], ts[:n]
         diffs = self._time_diffs(ts)
         assert self.mm is not None
-        slot_view = np.frombuffer(self.mm, dtype=">i4", count=self.hash_slot_num, offset=INDEX_HEADER_SIZE)
-        slots = hashes.astype(np.int64) % self.hash_slot_num
         first_put = self.index_count <= 1
         if _index_put_many is not None:
-            # A slot holding no valid item before this batch is counted once (incHashSlotCount).
-            touched = np.unique(slots)
-            before = slot_view[touched].astype(np.int64)
-            fresh = int(np.count_nonzero((before <= INVALID_INDEX) | (before > self.index_count)))
-            del slot_view
+            # The kernel reads and updates hashSlotCount and indexCount in the header itself.
             done = int(_index_put_many(self.mm, self.hash_slot_num, self.index_num, hashes, phys, diffs))
             if done != n:  # pragma: no cover - the kernel and this file disagree about the count
                 raise RuntimeError(f"index_put_many wrote {done} of {n} items")
-            self.hash_slot_count += fresh
-            self.index_count += n
+            _, _, _, _, self.hash_slot_count, self.index_count = _HEADER.unpack_from(self.mm, 0)
         else:
-            del slot_view
             self._put_python(hashes, phys, diffs)
         if first_put:
             self.begin_phy_offset = int(phys[0])
@@ -295,7 +298,9 @@ class IndexFile:
         if slot_value <= INVALID_INDEX or slot_value > self.index_count:
             return
         n = slot_value
-        while len(out) < max_num:
+        for _ in range(self.index_count):  # a damaged chain cannot loop for ever
+            if len(out) >= max_num:
+                break
             h, phy, diff, prev = _ITEM.unpack_from(mm, self._item_pos(n))
             if diff < 0:
                 break
