@@ -142,10 +142,14 @@ def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
-def _remote(what: str, args: argparse.Namespace) -> int:
+def _client(args: argparse.Namespace) -> Any:
     from dledger.client import Client
 
-    with Client(args.peers, args.group, **_client_kwargs(args)) as client:
+    return Client(args.peers, args.group, timeout=args.timeout, **_client_kwargs(args))
+
+
+def _remote(what: str, args: argparse.Namespace) -> int:
+    with _client(args) as client:
         if what == "append":
             if args.stdin:
                 bodies = [line.rstrip(b"\n") for line in sys.stdin.buffer]
@@ -165,28 +169,57 @@ def _remote(what: str, args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from dledger.client import Client
-
-    with Client(args.peers, args.group, **_client_kwargs(args)) as client:
+    """Every member's row; below the table, why each silent member did not answer. Exits 1
+    when no member answered."""
+    with _client(args) as client:
         rows = client.status()
+    answered = [r for r in rows if r.error is None]
+    # The leader's answer carries every member's match index: a follower's lag is the
+    # leader's end index minus it.
+    leaders = [r for r in answered if r.role == "LEADER" and r.match_index is not None]
+    lag: dict[str, int] = {}
+    if len(leaders) == 1 and leaders[0].end_index is not None:
+        ld = leaders[0]
+        assert ld.match_index is not None and ld.end_index is not None
+        lag = {m: ld.end_index - mi for m, mi in ld.match_index.items() if m != ld.id}
     if args.json:
-        print(json.dumps([r.as_dict() for r in rows]))
-        return 0
-    print(f"{'id':<6}{'addr':<22}{'role':<11}{'term':>6}  {'leader':<8}{'end':>10}{'committed':>11}{'pid':>9}")
-    for r in rows:
+        print(json.dumps([dict(r.as_dict(), lag=lag.get(r.id)) for r in rows]))
+    else:
         def show(v: object) -> str:
             return "-" if v is None else str(v)
-        print(f"{r.id:<6}{r.addr:<22}{show(r.role):<11}{show(r.term):>6}  {show(r.leader):<8}"
-              f"{show(r.end_index):>10}{show(r.committed_index):>11}{show(r.pid):>9}")
+
+        print(f"{'id':<6}{'addr':<22}{'group':<10}{'role':<11}{'term':>6}  {'leader':<8}{'end':>10}"
+              f"{'committed':>11}{'lag':>8}{'pid':>9}")
+        for r in rows:
+            print(f"{r.id:<6}{r.addr:<22}{show(r.group):<10}{show(r.role):<11}{show(r.term):>6}  {show(r.leader):<8}"
+                  f"{show(r.end_index):>10}{show(r.committed_index):>11}{show(lag.get(r.id)):>8}{show(r.pid):>9}")
+        for r in rows:
+            if r.error is not None:
+                print(f"{r.id} ({r.addr}) did not answer: {r.error}", file=sys.stderr)
+    if not answered:
+        print(f"dledger: no member answered{_group_hint(rows)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _group_hint(rows: Sequence[Any]) -> str:
+    from dledger.codes import ResponseCode
+
+    if any(r.error_code == ResponseCode.UNKNOWN_GROUP for r in rows):
+        return "; name a group the members serve with --group"
+    return ""
 
 
 def cmd_transfer_leader(args: argparse.Namespace) -> int:
-    from dledger.client import Client
-
-    with Client(args.peers, args.group, **_client_kwargs(args)) as client:
-        print(client.transfer_leader(args.to))
-    return 0
+    with _client(args) as client:
+        result = client.transfer(args.to)
+        group = client.group
+    term = f" in term {result.term}" if result.term is not None else ""
+    if "already leads" in result.message:
+        print(f"{result.leader} already leads group {group}{term}")
+    else:
+        print(f"{result.leader} leads group {group}{term}")
+    return 0 if result.leader == args.to else 1
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -260,35 +293,58 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _add_remote_options(p: argparse.ArgumentParser, peers: bool = True) -> None:
     if peers:
         p.add_argument("--peers", required=True, help='"n0-host:port;n1-host:port;..."')
-    p.add_argument("--group", default="default")
+    p.add_argument("--group", default=None,
+                   help="the Raft group (default: the one group the members serve; needed when they serve several)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to find the leader and get an answer (default: %(default)s)")
     p.add_argument("--secret-file", default=None, help="file holding the group's shared secret")
     p.add_argument("--tls-ca", default=None, help="CA file to verify the nodes (enables TLS)")
     p.add_argument("--tls-cert", default=None, help="client certificate (mutual TLS)")
-    p.add_argument("--tls-key", default=None)
+    p.add_argument("--tls-key", default=None, help="the key of --tls-cert")
 
 
 _FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"]}
 
 
+def _parse_bool(v: str) -> bool:
+    low = v.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"want true or false, not {v!r}")
+
+
+def _field_kind(f: Any) -> tuple[Callable[[str], Any], str]:
+    """The parser and metavar of a config field, from its annotation (a string here)."""
+    hint = str(f.type)
+    if hint.startswith("bool"):
+        return _parse_bool, "BOOL"
+    if hint.startswith("int"):
+        return int, "N"
+    if hint.startswith("float"):
+        return float, "X"
+    return str, "TEXT"
+
+
 def _add_config_options(p: argparse.ArgumentParser) -> None:
-    """Every DLedgerConfig option as a flag: --kebab-case and DLedger's --camelCase."""
+    """Every DLedgerConfig option as a flag, with its default and meaning from the config
+    dataclass: --kebab-case, plus DLedger's --camelCase spelling (not listed in --help)."""
     import dataclasses
 
+    opts = p.add_argument_group("DLedgerConfig options (also from --config; flags override the file)")
     for f in dataclasses.fields(DLedgerConfig):
         kebab = "--" + f.name.replace("_", "-")
         parts = f.name.split("_")
         camel = "--" + parts[0] + "".join(x.title() for x in parts[1:])
-        flags = [*_FLAG_NAMES.get(f.name, []), kebab]
-        if camel != kebab:
-            flags.append(camel)
+        kind, metavar = _field_kind(f)
         default = f.default
-        kind = type(default) if default is not None and default is not dataclasses.MISSING else str
-        if kind is bool:
-            p.add_argument(*flags, dest="cfg_" + f.name, default=None,
-                           type=lambda v: v.lower() in ("1", "true", "yes", "on"), metavar="BOOL")
-        else:
-            p.add_argument(*flags, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS
-                           if f.name not in ("group", "self_id", "peers", "store_base_dir") else None)
+        shown = "unset" if default is None else (str(default).lower() if isinstance(default, bool) else default)
+        text = f"{DLedgerConfig.help_of(f.name)} (default: {shown})".replace("%", "%%")
+        opts.add_argument(*_FLAG_NAMES.get(f.name, []), kebab, dest="cfg_" + f.name, default=None, type=kind,
+                          metavar=metavar, help=text)
+        if camel != kebab:
+            opts.add_argument(camel, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS)
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
@@ -351,9 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("server", help="run one member of a group")
     sv.add_argument("--config", help="a TOML file of DLedgerConfig options (flags override it)")
     sv.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
-    sv.add_argument("--tls-cert", default=None)
-    sv.add_argument("--tls-key", default=None)
-    sv.add_argument("--tls-ca", default=None)
+    sv.add_argument("--tls-cert", default=None, help="this member's certificate (enables TLS with --tls-key)")
+    sv.add_argument("--tls-key", default=None, help="the key of --tls-cert")
+    sv.add_argument("--tls-ca", default=None, help="CA that signs the members' certificates (mutual TLS)")
     sv.add_argument("--secret-file", default=None, help="file holding the group's shared secret")
     _add_config_options(sv)
     sv.set_defaults(func=cmd_server)
@@ -381,7 +437,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except DLedgerError as exc:
-        print(f"dledger: {exc}", file=sys.stderr)
+        from dledger.codes import ResponseCode
+
+        hint = ""
+        if exc.code == ResponseCode.UNKNOWN_GROUP and getattr(args, "peers", None):
+            hint = "; name a group the members serve with --group"
+        print(f"dledger: {exc}{hint}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

@@ -122,6 +122,10 @@ class AppendResults(Sequence[AppendResult]):
 
 @dataclass(slots=True, frozen=True)
 class NodeStatus:
+    """One member's own view. A member that did not answer has ``role`` None and ``error``
+    saying why (connection refused, timed out, TLS or shared-secret mismatch, or a group it
+    does not serve, with the groups it does)."""
+
     id: str
     addr: str
     role: str | None
@@ -130,10 +134,50 @@ class NodeStatus:
     end_index: int | None
     committed_index: int | None
     pid: int | None
+    group: str | None = None
+    # The leader's answer only: how far each member's log is known to match the leader's.
+    match_index: dict[str, int] | None = None
+    error: str | None = None
+    error_code: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "addr": self.addr, "role": self.role, "term": self.term, "leader": self.leader,
-                "end_index": self.end_index, "committed_index": self.committed_index, "pid": self.pid}
+                "end_index": self.end_index, "committed_index": self.committed_index, "pid": self.pid,
+                "group": self.group, "match_index": self.match_index, "error": self.error,
+                "error_code": self.error_code}
+
+
+@dataclass(slots=True, frozen=True)
+class TransferResult:
+    """The outcome of a leadership transfer: who leads now, in which term, and what the
+    leader said (for instance that the member already led)."""
+
+    leader: str
+    term: int | None
+    message: str
+
+
+def explain_failure(code: int, message: str, *, tls: bool = False) -> str:
+    """A member's failure to answer, in the words an operator needs: refused, timed out, a
+    TLS or shared-secret mismatch, or the transport's own message."""
+    m = message.lower()
+    if "connect call failed" in m or "connection refused" in m or "errno 111" in m:
+        return "connection refused (nothing listens there: the member is down, or the host:port is wrong)"
+    if "shared secret" in m or "handshake" in m:
+        return f"shared-secret mismatch: {message} (give the group's secret with --secret-file)"
+    if "ssl" in m or "certificate" in m or "tls" in m:
+        return f"TLS failed: {message}"
+    if tls and "cannot connect" in m:
+        return f"TLS handshake failed ({message.strip()}): does the member use TLS?"
+    if "connection to" in m and "lost" in m and not tls:
+        return "the member closed the connection without answering (does it expect TLS? give --tls-ca)"
+    if code == ResponseCode.TIMEOUT or "timed out" in m or "took too long" in m or "no response" in m:
+        return f"timed out ({message})"
+    try:
+        name = ResponseCode(code).name
+    except ValueError:
+        name = f"code {code}"
+    return f"{name}: {message}" if message and message != name else name
 
 
 class AsyncClient:
@@ -142,17 +186,20 @@ class AsyncClient:
     def __init__(
         self,
         peers: str | dict[str, str],
-        group: str = "default",
+        group: str | None = "default",
         *,
         secret: str | bytes | None = None,
         ssl: ssl_module.SSLContext | None = None,
         timeout: float = 10.0,
         request_timeout: float = 3.0,
     ) -> None:
+        """``group`` None: the group the members serve, found on the first call (each member
+        must serve exactly one, the same; see ``discover_group``)."""
         self.peers = parse_peers(peers) if isinstance(peers, str) else dict(peers)
         if not self.peers:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
         self.group = group
+        self._tls = ssl is not None
         self.timeout = timeout
         self.request_timeout = request_timeout
         self._rpc = RpcClient(secret=secret, ssl=ssl, timeout=request_timeout)
@@ -174,13 +221,51 @@ class AsyncClient:
         """The member this client last found leading."""
         return self._leader
 
+    async def discover_group(self) -> str:
+        """The one group every answering member serves (asked without a group name, a member
+        that serves exactly one group answers for it). Raises DLedgerError when members serve
+        several or different groups, or when none answers (saying why for each)."""
+        if self.group is not None:
+            return self.group
+        answers = await asyncio.gather(*(self._metadata_of(a, None) for a in self.peers.values()))
+        groups: dict[str, list[str]] = {}
+        failures: list[str] = []
+        for member, resp in zip(self.peers, answers, strict=True):
+            if resp.code == ResponseCode.SUCCESS and isinstance(resp.body.get("group"), str):
+                groups.setdefault(resp.body["group"], []).append(member)
+            elif resp.code == ResponseCode.UNKNOWN_GROUP:
+                raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"{member} ({self.peers[member]}): {resp.message}")
+            else:
+                failures.append(f"{member} ({self.peers[member]}): {self._explain(resp)}")
+        if len(groups) == 1:
+            self.group = next(iter(groups))
+            return self.group
+        if not groups:
+            raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered: " + "; ".join(failures))
+        shown = "; ".join(f"{g} on {', '.join(ms)}" for g, ms in sorted(groups.items()))
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the members serve different groups ({shown}): name one")
+
+    def _explain(self, resp: Response) -> str:
+        return explain_failure(resp.code, resp.message or "", tls=self._tls)
+
+    async def _metadata_of(self, addr: str, group: str | None) -> Response:
+        try:
+            return await self._rpc.call(addr, RequestCode.METADATA, {}, group=group,
+                                        timeout=min(self.request_timeout, 2.0))
+        except DLedgerError as exc:
+            return Response(exc.code, {}, exc.message)
+
     async def _leader_call(self, code: RequestCode, body: dict[str, Any]) -> Response:
-        """Call the leader, following redirects and retrying until ``timeout``."""
+        """Call the leader, following redirects and retrying until ``timeout``. When no
+        leader answers in time, the response's message gives each member's last answer."""
+        if self.group is None:
+            await self.discover_group()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         attempt = 0
         last: Response | None = None
         tried = 0
+        answers: dict[str, str] = {}
         while True:
             target = self._leader if self._leader is not None else self._order[tried % len(self._order)]
             tried += 1
@@ -199,7 +284,10 @@ class AsyncClient:
             except ValueError:
                 code_enum = ResponseCode.UNKNOWN
             if code_enum not in _RETRY:
+                if code_enum == ResponseCode.UNKNOWN_GROUP:
+                    return Response(resp.code, resp.body, f"{target} ({self.peers[target]}): {resp.message}")
                 return resp
+            answers[target] = self._explain(resp)
             hinted = resp.body.get("leader") if isinstance(resp.body, dict) else None
             if code_enum == ResponseCode.NOT_LEADER and isinstance(hinted, str) and hinted in self.peers \
                     and hinted != target:
@@ -209,7 +297,7 @@ class AsyncClient:
                 self._leader = None  # ask around
             attempt += 1
             if loop.time() >= deadline:
-                return last
+                return self._gave_up(last, answers)
             if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
                 # Short and capped: during an election the answer changes within ~100 ms, and a
                 # client asleep when the new leader is ready adds its nap to the failover. A
@@ -217,6 +305,14 @@ class AsyncClient:
                 cap = 0.2 if code_enum in (ResponseCode.LEADER_PENDING_FULL, ResponseCode.DISK_FULL) else 0.05
                 delay = min(0.005 * (2 ** min(attempt, 6)), cap) * (0.5 + self._rng.random())
                 await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
+
+    def _gave_up(self, last: Response, answers: dict[str, str]) -> Response:
+        if last.code not in (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT, ResponseCode.NOT_LEADER):
+            return last
+        said = "; ".join(f"{m} ({self.peers[m]}): {answers.get(m, 'not asked')}" for m in self.peers)
+        what = "no member answered" if all(m in answers for m in self.peers) and \
+            last.code != ResponseCode.NOT_LEADER else "no leader found"
+        return Response(last.code, last.body, f"{what} within {self.timeout:g}s: {said}")
 
     async def append(self, body: bytes) -> AppendResult:
         resp = (await self._leader_call(RequestCode.APPEND, {"bodies": [bytes(body)]})).check()
@@ -285,24 +381,33 @@ class AsyncClient:
         """Every member's own view; a member that does not answer has ``role`` None."""
 
         async def one(member: str, addr: str) -> NodeStatus:
-            try:
-                resp = await self._rpc.call(addr, RequestCode.METADATA, {}, group=self.group,
-                                            timeout=min(self.request_timeout, 2.0))
-                b = resp.check().body
-                return NodeStatus(member, addr, b.get("role"), b.get("term"), b.get("leader"), b.get("end_index"),
-                                  b.get("committed_index"), b.get("pid"))
-            except DLedgerError:
-                return NodeStatus(member, addr, None, None, None, None, None, None)
+            resp = await self._metadata_of(addr, self.group)
+            if resp.code != ResponseCode.SUCCESS:
+                return NodeStatus(member, addr, None, None, None, None, None, None,
+                                  error=self._explain(resp), error_code=resp.code)
+            b = resp.body
+            match = b.get("match_index")
+            return NodeStatus(member, addr, b.get("role"), b.get("term"), b.get("leader"), b.get("end_index"),
+                              b.get("committed_index"), b.get("pid"), b.get("group"),
+                              dict(match) if isinstance(match, dict) else None)
 
         return list(await asyncio.gather(*(one(m, a) for m, a in self.peers.items())))
 
     async def transfer_leader(self, to: str) -> str:
         """Hand leadership to member ``to``; returns the new leader's id."""
+        return (await self.transfer(to)).leader
+
+    async def transfer(self, to: str) -> TransferResult:
+        """Hand leadership to member ``to`` (DLedger's leadership transfer). Succeeds at once
+        when ``to`` already leads. On failure the DLedgerError says why (the transferee fell
+        behind, lost the election it stood in, did not answer...)."""
         if to not in self.peers:
-            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no member {to!r}")
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no member {to!r} among {', '.join(self.peers)}")
         resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, {"to": to})).check()
-        self._leader = to
-        return str(resp.body.get("leader") or to)
+        leader = str(resp.body.get("leader") or to)
+        self._leader = leader if leader in self.peers else None
+        term = resp.body.get("term")
+        return TransferResult(leader, term if isinstance(term, int) else None, resp.message or "")
 
 
 class Client:
@@ -315,7 +420,7 @@ class Client:
     asyncio loop, which it would block: use ``AsyncClient`` there.
     """
 
-    def __init__(self, peers: str | dict[str, str], group: str = "default", **kwargs: Any) -> None:
+    def __init__(self, peers: str | dict[str, str], group: str | None = "default", **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         try:
@@ -363,6 +468,16 @@ class Client:
     def transfer_leader(self, to: str) -> str:
         return self._run(self._async.transfer_leader(to))
 
+    def transfer(self, to: str) -> TransferResult:
+        return self._run(self._async.transfer(to))
+
+    def discover_group(self) -> str:
+        return self._run(self._async.discover_group())
+
+    @property
+    def group(self) -> str | None:
+        return self._async.group
+
     def close(self) -> None:
         if self._loop.is_closed():
             return
@@ -401,5 +516,5 @@ def _chunks(bodies: Sequence[bytes]) -> list[tuple[list[bytes], np.ndarray]]:
     return chunks
 
 
-async def _make(peers: str | dict[str, str], group: str, kwargs: dict[str, Any]) -> AsyncClient:
+async def _make(peers: str | dict[str, str], group: str | None, kwargs: dict[str, Any]) -> AsyncClient:
     return AsyncClient(peers, group, **kwargs)

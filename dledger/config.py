@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,72 +23,83 @@ GB = 1024 * 1024 * 1024
 MB = 1024 * 1024
 
 
+def _opt(default: Any, help: str) -> Any:
+    """A field with its one-line meaning, which ``dledger server --help`` shows."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(slots=True)
 class DLedgerConfig:
     # identity
-    group: str = "default"
-    self_id: str = "n0"
-    peers: str = "n0-127.0.0.1:20911"
-    store_base_dir: str = "/tmp/dledgerstore"
-    store_type: str = FILE
-    data_store_path: str | None = None
+    group: str = _opt("default", "name of the Raft group (every member of a group uses the same)")
+    self_id: str = _opt("n0", "this member's id; must be one of the ids in --peers")
+    peers: str = _opt("n0-127.0.0.1:20911", 'every member of the group, "n0-host:port;n1-host:port;..."')
+    store_base_dir: str = _opt("/tmp/dledgerstore", "base directory; files go to <store-dir>/dledger-<id>/")
+    store_type: str = _opt(FILE, "FILE (segment files on disk) or MEMORY (nothing kept across restarts)")
+    data_store_path: str | None = _opt(None, "data segment directory (unset: <store-dir>/dledger-<id>/data)")
 
     # replication
-    peer_push_throttle_point: int = 300 * MB
-    peer_push_quota: int = 20 * MB
-    max_pending_requests_num: int = 10000
-    max_wait_ack_time_ms: int = 2500
-    max_push_time_out_ms: int = 1000
+    peer_push_throttle_point: int = _opt(300 * MB, "bytes a follower may lag before the leader throttles its pushes")
+    peer_push_quota: int = _opt(20 * MB, "bytes per second pushed to a lagging follower once throttled")
+    max_pending_requests_num: int = _opt(10000, "appends awaiting quorum before LEADER_PENDING_FULL (503)")
+    max_wait_ack_time_ms: int = _opt(2500, "ms an append waits for a quorum before WAIT_QUORUM_ACK_TIMEOUT (502)")
+    max_push_time_out_ms: int = _opt(1000, "ms before an unanswered push to a follower is resent")
     # DLedger defaults to False; batch push is what makes replication fast, and the
     # replication issue asks for it on by default.
-    is_enable_batch_push: bool = True
+    is_enable_batch_push: bool = _opt(True, "push many entries per message (DLedger's default: false)")
     # DLedger's 4 KiB batch carries four 1 KiB entries a push; 1 MiB lets one push frame carry
     # a client's whole batch (bench/test_bench_cluster.py: 1 KiB bodies 13k -> ~45k entries/s).
-    max_batch_push_size: int = 1024 * 1024
-    enable_push_to_follower: bool = True
+    max_batch_push_size: int = _opt(1024 * 1024, "most bytes of entries in one push (DLedger's default: 4096)")
+    enable_push_to_follower: bool = _opt(True, "DLedger's switch for pushing to followers (kept for config files)")
 
     # election
-    enable_leader_elector: bool = True
+    enable_leader_elector: bool = _opt(True, "take part in elections (false: never stand, never time out)")
     # DLedger's default is 2000 ms: with max_heart_beat_leak 3 a dead leader goes unnoticed
     # for 6 s. 400 ms gives failover well under 3 s (bench/test_bench_cluster.py) for a
     # heartbeat per follower 2.5 times a second, which costs nothing measurable.
-    heart_beat_time_interval_ms: int = 400
-    max_heart_beat_leak: int = 3
-    min_vote_interval_ms: int = 300
-    max_vote_interval_ms: int = 1000
-    preferred_leader_ids: str | None = None
-    max_leadership_transfer_wait_index: int = 1000
-    min_take_leadership_vote_interval_ms: int = 30
-    max_take_leadership_vote_interval_ms: int = 100
+    heart_beat_time_interval_ms: int = _opt(400, "ms between the leader's heartbeats (DLedger's default: 2000)")
+    max_heart_beat_leak: int = _opt(3, "heartbeat intervals a follower waits without one before it stands")
+    min_vote_interval_ms: int = _opt(300, "least ms between a candidate's vote rounds")
+    max_vote_interval_ms: int = _opt(1000, "most ms between a candidate's vote rounds")
+    preferred_leader_ids: str | None = _opt(None, '"n1;n2": the leader hands leadership to the first one live')
+    max_leadership_transfer_wait_index: int = _opt(1000, "entries a transferee may lag; more: FALL_BEHIND_TOO_MUCH")
+    # DLedger's leadershipTransferWaitTimeout: the transferee first waits to hold every entry
+    # the leader had when it asked.
+    leadership_transfer_wait_timeout: int = _opt(1000, "ms a transferee waits to catch up before it stands")
+    min_take_leadership_vote_interval_ms: int = _opt(30, "least ms before a transferee's vote round")
+    max_take_leadership_vote_interval_ms: int = _opt(100, "most ms before a transferee's vote round")
 
     # retention and disk
-    file_reserved_hours: int = 72
-    delete_when: str = "04"
-    disk_space_ratio_to_check_expired: float = 0.70
-    disk_space_ratio_to_force_clean: float = 0.85
-    enable_disk_force_clean: bool = True
+    file_reserved_hours: int = _opt(72, "hours a data segment is kept once full")
+    delete_when: str = _opt("04", 'hours of the day ("04;16") when expired segments are deleted')
+    disk_space_ratio_to_check_expired: float = _opt(0.70, "disk use ratio above which expired segments go at once")
+    disk_space_ratio_to_force_clean: float = _opt(0.85, "disk use ratio above which the oldest segments go")
+    enable_disk_force_clean: bool = _opt(True, "delete the oldest segments when the disk is nearly full")
 
     # ours: multiplies the intervals DLedger hard-codes (vote-round wait 2000 ms, compare/truncate
     # wait 3000 ms, leak checks 1000 ms...; see dledger.raft.timings). 0.5 halves the wait for a
     # vote round whose votes were lost, the long pole of a failover; the low-latency profile
     # in the README uses 0.1.
-    raft_timing_scale: float = 0.5
+    raft_timing_scale: float = _opt(0.5, "multiplies DLedger's fixed waits (vote round, compare, leak checks)")
 
     # storage
-    flush_file_interval: int = 10
-    check_point_interval: int = 3000
-    mapped_file_size_for_entry_data: int = GB
-    mapped_file_size_for_entry_index: int = 32 * 5 * 1024 * 1024
+    flush_file_interval: int = _opt(10, "ms between the store service's flushes")
+    check_point_interval: int = _opt(3000, "ms between checkpoint writes (endIndex, committedIndex)")
+    mapped_file_size_for_entry_data: int = _opt(GB, "bytes of a data segment file")
+    mapped_file_size_for_entry_index: int = _opt(32 * 5 * 1024 * 1024, "bytes of an index segment file")
     # ours: an append returns only once it is on disk (fdatasync/msync) when True.
-    sync: bool = False
+    sync: bool = _opt(False, "acknowledge an append only once it is on disk")
     # ours: the largest body an append accepts (DLedger relies on its 4 MiB buffer).
-    max_body_size: int = 4 * MB - 48
+    max_body_size: int = _opt(4 * MB - 48, "largest body an append accepts, in bytes")
     # ours: how much of the data just behind the flushed position stays in the page cache;
     # older pages of the data files are handed back to the kernel (0: never). New appends then
     # land in recycled pages instead of fresh ones: 0.3 against 1.0-1.3 us of CPU per KiB
     # written on the test VM (README, "Page cache"). Tailing readers read from the kept window;
     # older reads come from disk, as they would once the kernel evicted them anyway.
-    data_cache_window: int = 256 * MB
+    data_cache_window: int = _opt(256 * MB, "bytes behind the flushed position kept in the page cache (0: all)")
+
+    # ours: operations
+    metrics_port: int | None = _opt(None, "port of the Prometheus /metrics endpoint (0 or unset: off)")
 
     @property
     def default_path(self) -> str:
@@ -106,6 +117,11 @@ class DLedgerConfig:
     @property
     def disk_full_ratio(self) -> float:
         return min(self.disk_space_ratio_to_force_clean + 0.05, 0.95)
+
+    @classmethod
+    def help_of(cls, name: str) -> str:
+        """The one-line meaning of option ``name``."""
+        return str(next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("help", ""))
 
     @classmethod
     def field_names(cls) -> list[str]:

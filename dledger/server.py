@@ -386,14 +386,19 @@ class NodeServer:
 
     # -- requests ------------------------------------------------------------------------
 
-    def _group(self, request: Request) -> _Group:
+    def _group(self, request: Request) -> _Group | None:
         name = request.group
         if name is None and len(self.groups) == 1:
             name = next(iter(self.groups))  # a client that names no group means the only one
-        g = self.groups.get(name) if name is not None else None
-        if g is None:
-            raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"unknown group {request.group!r}")
-        return g
+        return self.groups.get(name) if name is not None else None
+
+    def _unknown_group(self, request: Request) -> Response:
+        """UNKNOWN_GROUP, naming the groups this member serves (in the body and the message),
+        so that a client that named the wrong group, or none, can say which to use."""
+        served = sorted(self.groups)
+        asked = "no group" if request.group is None else f"group {request.group!r}"
+        return Response(ResponseCode.UNKNOWN_GROUP, {"groups": served},
+                        f"{self.self_ids()} does not serve {asked}; it serves {', '.join(served)}")
 
     async def _handle(self, request: Request) -> Response | dict[str, Any] | None:
         body = request.body
@@ -402,6 +407,8 @@ class NodeServer:
             return None
         code = request.code
         g = self._group(request)
+        if g is None:
+            return self._unknown_group(request)
         if code == RequestCode.APPEND:
             return await self._append(g, body)
         if code == RequestCode.GET:
@@ -501,7 +508,7 @@ class NodeServer:
 
     def _metadata(self, g: _Group) -> dict[str, Any]:
         node = g.node
-        return {
+        out = {
             "id": g.config.self_id,
             "addr": self.address,
             "group": g.config.group,
@@ -514,15 +521,28 @@ class NodeServer:
             "pid": os.getpid(),
             "peers": g.peers,
         }
+        rep = node.replicator
+        if node.is_leader and rep.water_mark_term == node.term:
+            # Each member's match index (the leader's own: what it has flushed), for lag.
+            out["match_index"] = {p: rep.water_marks.get(p, -1) for p in g.peers}
+        return out
 
     async def _transfer(self, g: _Group, body: dict[str, Any]) -> Response:
         to = body.get("to")
         if not isinstance(to, str) or to not in g.peers:
-            return Response(ResponseCode.UNKNOWN_MEMBER, message=f"no member {to!r}")
+            return Response(ResponseCode.UNKNOWN_MEMBER, {"leader": g.node.leader_id},
+                            f"no member {to!r} in group {g.config.group!r} (members: {', '.join(g.peers)})")
         done: TransferDone = await self._call(g, lambda now: g.node.transfer_leadership(now, to))
         r = done.response
-        return Response(r.code, {"leader": r.leader_id, "term": r.term},
-                        None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
+        return Response(r.code, {"leader": r.leader_id, "term": r.term, "reason": r.reason},
+                        r.reason or (None if r.code == ResponseCode.SUCCESS else _code_name(r.code)))
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return f"code {code}"
 
 
 def _step(node: RaftNode, msg: Message, now: int) -> list[Output]:

@@ -95,6 +95,10 @@ class Elector:
         self.confirmed_hb_seq = 0
         self.confirmed_hb_term = -1
         self.take_leadership_task: TakeLeadershipTask | None = None
+        # A take-leadership request waiting for us to catch up: (request, deadline).
+        self.take_leadership_wait: tuple[LeadershipTransferRequest, int] | None = None
+        # The last vote round's counts, for a failed transfer's reason.
+        self.last_vote_summary = ""
         # A member that voted for itself in the term it restarts in may have led that term,
         # and its pushes go out before its own flush (effects.py): entries a crash took from
         # it may live on at followers. Leading that term again could put a different entry
@@ -200,6 +204,23 @@ class Elector:
 
     def handle_heartbeat_response(self, resp: HeartBeatResponse) -> None:
         ms = self.core.ms
+        if (
+            resp.code == ResponseCode.EXPIRED_TERM
+            and resp.local_id == ms.transferee
+            and resp.term == ms.curr_term + 1
+            and ms.is_leader()
+        ):
+            # The member we hand leadership to has moved to the next term to stand in it. We
+            # lead on (appends stay blocked) until its vote request reaches us: stepping down
+            # now would make us a candidate of that term too, and our own vote round could
+            # win it before the transferee asks (TAKE_LEADERSHIP_FAILED).
+            hb = self.hb_round
+            if hb is not None and resp.req_id == hb.req_id and resp.local_id not in hb.responded:
+                hb.responded.add(resp.local_id)
+                hb.all_num += 1
+                ms.peers_live_table[resp.local_id] = True
+                self._check_heartbeat_latch()
+            return
         if resp.code == ResponseCode.EXPIRED_TERM and resp.term > ms.curr_term and ms.is_leader():
             # Not DLedger: it steps down only when the round also misses a quorum, so a member
             # that came back from a partition with a larger term (and a log too short to win)
@@ -286,11 +307,13 @@ class Elector:
                 self.change_role_to_candidate(ms.curr_term)
 
     def _is_taking_leadership(self) -> bool:
-        cfg = self.core.config
+        """Standing in the term our leader asked us to take. DLedger also requires that we are
+        in ``preferred_leader_ids``; here an explicit transfer (``dledger transfer-leader``)
+        counts the same, so the transferee votes within 30-100 ms and does not give its vote
+        away in that term. Otherwise its first vote round waits 300-1000 ms with appends
+        blocked on the old leader, and any member that stands first in the term wins it."""
         ms = self.core.ms
-        if cfg.preferred_leader_ids is not None and ms.term_to_take_leadership == ms.curr_term:
-            return ms.self_id in cfg.preferred_leader_ids.split(";")
-        return False
+        return ms.term_to_take_leadership != -1 and ms.term_to_take_leadership == ms.curr_term
 
     def _get_next_time_to_request_vote(self) -> int:
         rng = self.core.rng
@@ -426,6 +449,10 @@ class Elector:
             result = ParseResult.WAIT_TO_VOTE_NEXT
             self.next_time_to_request_vote = self._get_next_time_to_request_vote()
         self.last_parse_result = result
+        self.last_vote_summary = (
+            f"term {term} accepted {vr.accepted_num}/{ms.peer_size()}, not ready {vr.not_ready_term_num}, "
+            f"bigger ledger {vr.bigger_ledger_num}, already has leader {vr.already_has_leader}: {result.name}"
+        )
         log.info(
             "[%s] [PARSE_VOTE_RESULT] cost=%d term=%d memberNum=%d allNum=%d acceptedNum=%d "
             "notReadyTermNum=%d biggerLedgerNum=%d alreadyHasLeader=%s maxTerm=%d result=%s",
@@ -545,12 +572,55 @@ class Elector:
             r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_LEADER)
             req.base_reply(r)
             return r
+        behind = req.take_leadership_ledger_index - self.core.store.ledger_end_index
+        if behind > 0:
+            # DLedgerServer.handleLeadershipTransfer: wait until we hold every entry the leader
+            # had when it asked; standing without them, our vote would be refused on the
+            # ledger checks (REJECT_SMALL_LEDGER_END_INDEX). The leader blocks appends meanwhile.
+            log.info("[%s] transferee %d entries behind; waiting up to %d ms to catch up", ms.self_id, behind,
+                     self.core.config.leadership_transfer_wait_timeout)
+            self.take_leadership_wait = (req, self.core.now + self.core.config.leadership_transfer_wait_timeout)
+            return None
+        self._take_leadership(req)
+        return None
+
+    def _take_leadership(self, req: LeadershipTransferRequest) -> None:
+        ms = self.core.ms
         target = req.term + 1
+        log.info("[%s] taking leadership from %s: standing in term %d", ms.self_id, req.transfer_id, target)
         ms.term_to_take_leadership = target
         self.take_leadership_task = TakeLeadershipTask(req)
         self.change_role_to_candidate(target)
         self.need_increase_term_immediately = True
-        return None
+
+    def check_take_leadership_wait(self) -> None:
+        """A transferee waiting to catch up: stand once it holds the leader's entries; refuse
+        when its leader or term changed, or the wait timed out."""
+        waiting = self.take_leadership_wait
+        if waiting is None:
+            return
+        req, deadline = waiting
+        core = self.core
+        ms = core.ms
+        behind = req.take_leadership_ledger_index - core.store.ledger_end_index
+        code: ResponseCode | None = None
+        if ms.curr_term != req.term or ms.leader_id != req.transfer_id:
+            code = ResponseCode.INCONSISTENT_TERM if ms.curr_term != req.term else ResponseCode.INCONSISTENT_LEADER
+            reason = f"while catching up, {ms.self_id} moved to term {ms.curr_term} with leader {ms.leader_id}"
+        elif behind <= 0:
+            self.take_leadership_wait = None
+            self._take_leadership(req)
+            return
+        elif core.now >= deadline:
+            code = ResponseCode.TAKE_LEADERSHIP_FAILED
+            reason = (f"{ms.self_id} still {behind} entries behind the leader's {req.take_leadership_ledger_index} "
+                      f"after {core.config.leadership_transfer_wait_timeout} ms (leadership_transfer_wait_timeout)")
+        if code is None:
+            return
+        self.take_leadership_wait = None
+        log.warning("[%s] not taking leadership: %s", ms.self_id, reason)
+        core.reply(req, LeadershipTransferResponse(term=ms.curr_term, code=code, reason=reason,
+                                                   leader_id=ms.leader_id))
 
     def _check_take_leadership(self, term: int, role: Role) -> None:
         ms = self.core.ms
@@ -558,20 +628,27 @@ class Elector:
         if ms.term_to_take_leadership == -1 or task is None:
             return
         target = ms.term_to_take_leadership
+        votes = self.last_vote_summary or "no vote round finished"
         if term > target:
             code = ResponseCode.EXPIRED_TERM
+            reason = f"{ms.self_id} moved on to term {term} > {target} ({role.name}); last vote round: {votes}"
         elif term == target:
             if role == Role.LEADER:
                 code = ResponseCode.SUCCESS
+                reason = f"{ms.self_id} leads term {term}"
             elif role == Role.FOLLOWER:
                 code = ResponseCode.TAKE_LEADERSHIP_FAILED
+                reason = f"{ms.leader_id} won term {term} first; {ms.self_id}'s last vote round: {votes}"
             else:
                 return
         else:
             # A heartbeat may make it a follower before its term has moved.
             code = ResponseCode.TAKE_LEADERSHIP_FAILED if role == Role.FOLLOWER else ResponseCode.INTERNAL_ERROR
-        resp = LeadershipTransferResponse(term=term, code=code, leader_id=ms.leader_id)
+            reason = f"{ms.self_id} became {role.name} in term {term} before standing in term {target}"
+        resp = LeadershipTransferResponse(term=term, code=code, leader_id=ms.leader_id, reason=reason)
         self.core.reply(task.request, resp)
-        log.info("TakeLeadershipTask finished code=%s term=%d role=%s", code.name, term, role.name)
+        log.log(logging.INFO if code == ResponseCode.SUCCESS else logging.WARNING,
+                "[%s] TakeLeadershipTask finished code=%s term=%d role=%s: %s", ms.self_id, code.name, term,
+                role.name, reason)
         ms.term_to_take_leadership = -1
         self.take_leadership_task = None

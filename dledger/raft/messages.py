@@ -267,6 +267,9 @@ class LeadershipTransferRequest(Message):
 
 @dataclass(slots=True)
 class LeadershipTransferResponse(Message):
+    # Ours: why a transfer failed (or that the transferee already leads), for the log and
+    # the caller; DLedger's response has only the code.
+    reason: str = ""
     REQUEST_CODE: ClassVar[RequestCode] = RequestCode.LEADERSHIP_TRANSFER
     IS_RESPONSE: ClassVar[bool] = True
 

@@ -89,6 +89,14 @@ class _Transfer:
     waiter: Any
     term: int
     deadline_ms: int
+    transferee: str
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return "UNKNOWN"
 
 
 class RaftNode:
@@ -173,6 +181,7 @@ class RaftNode:
         self.replicator.pump()
         self.handler.do_work()
         self._check_transfer_timeout()
+        self.elector.check_take_leadership_wait()
         self._check_preferred_leader()
         return self._finish()
 
@@ -399,24 +408,36 @@ class RaftNode:
     def _handle_leadership_transfer(self, req: LeadershipTransferRequest, waiter: Any) -> None:
         ms = self.ms
 
-        def fail(code: ResponseCode) -> None:
-            self._complete_transfer(waiter, LeadershipTransferResponse(term=ms.curr_term, code=code))
+        def fail(code: ResponseCode, reason: str = "") -> None:
+            resp = LeadershipTransferResponse(term=ms.curr_term, code=code, reason=reason)
+            self._complete_transfer(waiter, resp)
 
-        if not ms.is_peer_member(req.transferee_id) or req.transferee_id == ms.self_id:
-            fail(ResponseCode.UNKNOWN_MEMBER)
+        # DLedger's order (membership, term, leadership), so that a member asked to hand over
+        # to itself while another leads says NOT_LEADER and the caller follows the redirect.
+        if not ms.is_peer_member(req.transferee_id):
+            fail(ResponseCode.UNKNOWN_MEMBER, f"{req.transferee_id!r} is not a member of group {ms.group!r}")
             return
         if req.term != ms.curr_term:
-            fail(ResponseCode.INCONSISTENT_TERM)
+            fail(ResponseCode.INCONSISTENT_TERM, f"request term {req.term} != current term {ms.curr_term}")
             return
         if not ms.is_leader():
-            fail(ResponseCode.NOT_LEADER)
+            fail(ResponseCode.NOT_LEADER, f"{ms.self_id} is {ms.role.name}; the leader is {ms.leader_id}")
             return
-        if self.replicator.fall_behind(req.transferee_id) >= self.config.max_leadership_transfer_wait_index:
-            fail(ResponseCode.FALL_BEHIND_TOO_MUCH)
+        if req.transferee_id == ms.self_id:
+            # Nothing to hand over: the wanted member already leads.
+            fail(ResponseCode.SUCCESS, f"{ms.self_id} already leads term {ms.curr_term}")
+            return
+        behind = self.replicator.fall_behind(req.transferee_id)
+        if behind >= self.config.max_leadership_transfer_wait_index:
+            fail(ResponseCode.FALL_BEHIND_TOO_MUCH,
+                 f"{req.transferee_id} is {behind} entries behind (limit max_leadership_transfer_wait_index "
+                 f"{self.config.max_leadership_transfer_wait_index})")
             return
         if ms.transferee is not None:
-            fail(ResponseCode.LEADER_TRANSFERRING)
+            fail(ResponseCode.LEADER_TRANSFERRING, f"a transfer to {ms.transferee} is in progress")
             return
+        log.info("[%s] transferring leadership of term %d to %s (%d entries behind)", ms.self_id, ms.curr_term,
+                 req.transferee_id, behind)
         ms.transferee = req.transferee_id
         req_id = self.core.new_req_id()
         self.core.send(
@@ -430,7 +451,8 @@ class RaftNode:
                 req_id=req_id,
             ),
         )
-        self._transfer = _Transfer(req_id, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms)
+        self._transfer = _Transfer(req_id, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms,
+                                   req.transferee_id)
 
     def _on_transfer_response(self, resp: LeadershipTransferResponse) -> None:
         t = self._transfer
@@ -438,11 +460,21 @@ class RaftNode:
             return
         self._transfer = None
         ms = self.ms
-        if resp.code != ResponseCode.SUCCESS or (ms.curr_term == t.term and ms.transferee is not None):
-            log.warning("leadershipTransfer failed (%s), set transferee to null", resp.code)
+        code = resp.code
+        reason = resp.reason
+        if code == ResponseCode.SUCCESS and ms.curr_term == t.term and ms.transferee is not None:
+            # DLedger's check: still leading the term we handed over is a failure, whatever was said.
+            code = ResponseCode.TAKE_LEADERSHIP_FAILED
+            reason = f"{t.transferee} answered SUCCESS but {ms.self_id} still leads term {t.term}"
+        if code != ResponseCode.SUCCESS:
+            log.warning("[%s] leadership transfer to %s failed: %s(%d): %s; transferee cleared", ms.self_id,
+                        t.transferee, _code_name(code), code, reason or "no reason given")
             if ms.curr_term == t.term:
                 ms.transferee = None
-        self._complete_transfer(t.waiter, LeadershipTransferResponse(term=resp.term, code=resp.code))
+        else:
+            log.info("[%s] leadership transferred to %s in term %d", ms.self_id, t.transferee, resp.term)
+        out = LeadershipTransferResponse(term=resp.term, code=code, reason=reason)
+        self._complete_transfer(t.waiter, out, resp.leader_id if code == ResponseCode.SUCCESS else None)
 
     def _check_transfer_timeout(self) -> None:
         t = self._transfer
@@ -451,14 +483,19 @@ class RaftNode:
         self._transfer = None
         if self.ms.curr_term == t.term:
             self.ms.transferee = None
-        self._complete_transfer(t.waiter, LeadershipTransferResponse(term=self.ms.curr_term, code=ResponseCode.TIMEOUT))
+        reason = f"no answer from {t.transferee} within {self.core.timings.transfer_wait_ms} ms"
+        log.warning("[%s] leadership transfer to %s failed: %s; transferee cleared", self.ms.self_id, t.transferee,
+                    reason)
+        resp = LeadershipTransferResponse(term=self.ms.curr_term, code=ResponseCode.TIMEOUT, reason=reason)
+        self._complete_transfer(t.waiter, resp)
 
-    def _complete_transfer(self, waiter: Any, resp: LeadershipTransferResponse) -> None:
+    def _complete_transfer(self, waiter: Any, resp: LeadershipTransferResponse, leader_id: str | None = None) -> None:
         if waiter is None:
             return
         kind, target = waiter
         resp.group = self.ms.group
-        resp.leader_id = self.ms.leader_id
+        # The new leader names itself in its answer; the old one may not have heard of it yet.
+        resp.leader_id = leader_id or self.ms.leader_id
         if kind == "local":
             self._outbox.append(TransferDone(target, resp))
         else:
