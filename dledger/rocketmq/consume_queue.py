@@ -12,6 +12,7 @@ deletes anything.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import mmap
 import os
@@ -33,9 +34,10 @@ UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 TMP_SUFFIX = ".creating"
 
 try:  # the kernel encodes units without a Python loop; numpy does the same when it is absent
-    from dledger._ext.message import consume_queue_units as _encode_units
+    _kernels: Any = importlib.import_module("dledger._ext.message")
 except ImportError:  # pragma: no cover - before the kernels are built
-    _encode_units = None
+    _kernels = None
+_encode_units: Any = getattr(_kernels, "consume_queue_units", None)
 
 
 def encode_units(phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLike) -> bytes:

@@ -14,6 +14,7 @@ only (as RocketMQ, which leaves the key check to its clients), newest file first
 
 from __future__ import annotations
 
+import importlib
 import logging
 import mmap
 import os
@@ -46,11 +47,12 @@ _ITEM = struct.Struct(">iqii")
 ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 
 try:  # kernels: batch put and slot-chain lookup without a Python loop per item
-    from dledger._ext.message import index_lookup as _index_lookup
-    from dledger._ext.message import index_put_many as _index_put_many
-    from dledger._ext.message import java_hash as _java_hash
+    _kernels: Any = importlib.import_module("dledger._ext.message")
 except ImportError:  # pragma: no cover - before the kernels are built
-    _index_lookup = _index_put_many = _java_hash = None
+    _kernels = None
+_index_lookup: Any = getattr(_kernels, "index_lookup", None)
+_index_put_many: Any = getattr(_kernels, "index_put_many", None)
+_java_hash: Any = getattr(_kernels, "java_hash", None)
 
 
 def _kernel_hash_ok() -> bool:
