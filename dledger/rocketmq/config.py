@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,9 @@ class MessageStoreConfig:
     # ours: the store host written into records and msgIds (the broker's brokerIP1 and listen
     # port in RocketMQ); empty means this host's address and port 10911.
     store_host: str = ""
+    # ours: the write queue count of topics that have one; a put to a queue id at or past it is
+    # refused (the broker's topic config check). Topics not listed take any non-negative id.
+    topic_queue_nums: dict[str, int] = field(default_factory=dict)
     # ours: give a message without UNIQ_KEY one, as MessageClientIDSetter does in the producer.
     create_uniq_key: bool = True
     # ours: max seconds a DLedger-mode store waits after becoming leader for its ledger end to

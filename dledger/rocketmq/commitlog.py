@@ -1,0 +1,450 @@
+"""The classic commit log (RocketMQ's CommitLog over a MappedFileQueue).
+
+``commitlog/`` holds files of ``mapped_file_size_commit_log`` bytes named by their 20-digit
+start offset. Records are the 17-field RocketMQ format; a record that does not fit the rest
+of a file (with the 8 bytes an END_OF_FILE marker needs) goes to the next file, and the rest
+of the old one is marked by a blank record ``{int maxBlank, int BLANK_MAGIC_CODE}``.
+
+Puts are serialised by one lock, under which the store timestamp and queue offsets are
+assigned and the bytes written (pwrite into the page cache). A flush service msyncs them:
+every ``flush_interval_commit_log`` ms (ASYNC_FLUSH), or at once for waiting puts, several
+at a time (SYNC_FLUSH group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dledger._ext import require_built
+from dledger.rocketmq import _kernels as K
+from dledger.rocketmq.checkpoint import StoreCheckpoint
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch
+from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus
+
+require_built()
+from dledger._ext import segment as _segment  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+_SCAN_CHUNK = 1 << 16
+_BLANK = struct.Struct(">ii")
+# How much past a torn tail recovery zeroes, so that stale bytes cannot read as records.
+_TORN_ZERO_MIN = 1 << 16
+
+
+@dataclass(slots=True)
+class Segment:
+    """A readable stretch of one commit-log file: ``view[start:end]`` holds records; ``base``
+    is the file's start offset (absolute offset of ``view[0]``)."""
+
+    view: memoryview
+    base: int
+    start: int
+    end: int
+    dledger: bool = False
+
+
+def segment_size_of(directory: Path) -> int | None:
+    if not directory.is_dir():
+        return None
+    sizes = {p.stat().st_size for p in directory.iterdir()
+             if p.is_file() and not p.name.startswith(".") and p.name.isdigit()}
+    if not sizes:
+        return None
+    if len(sizes) > 1:
+        raise ValueError(f"{directory}: commit-log files of mixed sizes {sorted(sizes)}")
+    return sizes.pop()
+
+
+class FlushService:
+    """FlushRealTimeService and GroupCommitService in one thread.
+
+    It msyncs what was written every ``interval_ms`` (fewer than ``least_pages`` new pages wait,
+    except every ``thorough_ms``), and at once when a put waits for its bytes (``wait_flushed``):
+    every put waiting meanwhile is answered by the same msync (group commit).
+    """
+
+    def __init__(self, log_: CommitLog, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
+        self.log = log_
+        self.interval = max(interval_ms, 1) / 1000.0
+        self.least_pages = least_pages
+        self.thorough = thorough_ms / 1000.0
+        self._cond = threading.Condition()
+        self._wanted = 0
+        self._stop = False
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rocketmq-commitlog-flush", daemon=True)
+        self.on_flushed: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            if offset > self._wanted:
+                self._wanted = offset
+                self._cond.notify_all()
+            while self.log.flushed_where < offset:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._failed is not None or self._stop:
+                    return self.log.flushed_where >= offset
+                self._cond.wait(left)
+        return True
+
+    def _run(self) -> None:
+        last_thorough = time.monotonic()
+        while True:
+            with self._cond:
+                if not self._stop and self._wanted <= self.log.flushed_where:
+                    self._cond.wait(self.interval)
+                if self._stop:
+                    break
+                urgent = self._wanted > self.log.flushed_where
+            now = time.monotonic()
+            least = 0 if urgent or now - last_thorough >= self.thorough else self.least_pages
+            if least == 0:
+                last_thorough = now
+            try:
+                self.log.flush(least)
+                if self.on_flushed is not None:
+                    self.on_flushed()
+            except BaseException as exc:  # keep serving: a later flush may succeed
+                log.exception("commit log flush failed")
+                self._failed = exc
+            with self._cond:
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+class CommitLog:
+    """The classic commit log of one store root."""
+
+    dledger = False
+
+    def __init__(self, config: MessageStoreConfig, checkpoint: StoreCheckpoint, *, readonly: bool = False) -> None:
+        self.config = config
+        self.checkpoint = checkpoint
+        self.readonly = readonly
+        self.path = config.commit_log_path
+        self.file_size = segment_size_of(self.path) or config.mapped_file_size_commit_log
+        if not readonly:
+            self.path.mkdir(parents=True, exist_ok=True)
+        self.files = _segment.MmapFileList(str(self.path), self.file_size, readonly)
+        self.files.load()
+        self.files.check_self()
+        self.put_lock = threading.Lock()
+        # Structural changes (retention, close) and readers of mapped views exclude each other.
+        self.read_lock = threading.RLock()
+        self.topic_queue_table: dict[str, int] = {}
+        self.last_store_timestamp = 0
+        self._flushed_store_timestamp = 0
+        self.flush_service: FlushService | None = None
+        self.recovered_from = 0
+        self.closed = False
+
+    # -- offsets -------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """getMinOffset: the start of the first file (-1 when there is none)."""
+        files = self.files.files
+        if not files:
+            return -1
+        return int(files[0].file_from_offset)
+
+    @property
+    def max_offset(self) -> int:
+        """getMaxOffset: where the next record goes; everything below is readable."""
+        return int(self.files.max_wrote_position)
+
+    @property
+    def readable_end(self) -> int:
+        return self.max_offset
+
+    @property
+    def flushed_where(self) -> int:
+        return int(self.files.flushed_where)
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def _first_store_timestamp(self, f: object) -> int:
+        view = f.view(0, 128)  # type: ignore[attr-defined]
+        try:
+            if len(view) < 64:
+                return 0
+            _size, magic = _BLANK.unpack_from(view, 0)
+            if magic != K.MESSAGE_MAGIC_CODE:
+                return 0
+            (sys_flag,) = struct.unpack_from(">i", view, K.SYSFLAG_POSITION)
+            at = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + (20 if sys_flag & 16 else 8)
+            (ts,) = struct.unpack_from(">q", view, at)
+            return int(ts)
+        finally:
+            view.release()
+
+    def recover(self, normal: bool) -> int:
+        """recoverNormally / recoverAbnormally: find the end of the valid records and cut the
+        log there. Returns the offset recovery started scanning at (dispatch must redo
+        everything from there after an abnormal exit)."""
+        files = self.files.files
+        if not files:
+            self.files.flushed_where = 0
+            return 0
+        if normal:
+            k = max(len(files) - 3, 0)
+        else:
+            # The last file whose first message is older than what the checkpoint vouches for.
+            limit = (self.checkpoint.min_timestamp_index
+                     if self.config.message_index_enable and self.config.message_index_safe
+                     else self.checkpoint.min_timestamp)
+            k = 0
+            for j in range(len(files) - 1, -1, -1):
+                ts = self._first_store_timestamp(files[j])
+                if ts != 0 and ts <= limit:
+                    k = j
+                    break
+        start_offset = int(files[k].file_from_offset)
+        check_crc = self.config.check_crc_on_recover
+        process = start_offset
+        torn_at = -1
+        last_ts = 0
+        for j in range(k, len(files)):
+            f = files[j]
+            view = f.view()
+            try:
+                pos = 0
+                while True:
+                    cols, stop, code = K.scan_records(view, f.file_from_offset, pos, -1, check_crc, _SCAN_CHUNK)
+                    if len(cols["size"]):
+                        last_ts = int(cols["store_timestamp"][-1])
+                    pos = stop
+                    if code != K.STOP_LIMIT:
+                        break
+            finally:
+                view.release()
+            process = f.file_from_offset + pos
+            if code == K.STOP_BLANK and j + 1 < len(files):
+                continue
+            if code == K.STOP_END and j + 1 < len(files):
+                continue
+            if code in (K.STOP_BAD, K.STOP_CRC):
+                torn_at = process
+                log.warning("commit log recovery: %s at %d in %s; the log ends there",
+                            K.STOP_NAMES[code], process, f.path)
+            break
+        self._truncate(process, torn_at >= 0)
+        if last_ts:
+            self.last_store_timestamp = max(self.last_store_timestamp, last_ts)
+        self.recovered_from = start_offset
+        return start_offset
+
+    def _truncate(self, offset: int, torn: bool) -> None:
+        """truncateDirtyFiles: files past ``offset`` go, the one holding it ends there."""
+        for f in self.files.files:
+            if f.file_from_offset <= offset < f.file_from_offset + f.file_size:
+                rel = offset - f.file_from_offset
+                if torn and not self.readonly:
+                    # Stale bytes past the end must not read as records after the next crash.
+                    f.zero_range(rel, min(f.file_size, rel + max(_TORN_ZERO_MIN, self.config.max_message_size)))
+                # Set first: truncate_offset then zeroes nothing of the (sparse) rest of the file.
+                f.wrote_position = rel
+                f.flushed_position = rel
+        if not self.readonly:
+            self.files.truncate_offset(offset)
+        else:
+            keep = []
+            for f in self.files.files:
+                if f.file_from_offset <= offset:
+                    keep.append(f)
+                else:
+                    f.close()
+            self.files.files = keep
+        self.files.flushed_where = offset
+
+    # -- puts ----------------------------------------------------------------------------
+
+    def _place(self, lengths: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+        """Physical offsets for records of ``lengths`` from the write position, rolling to new
+        files as RocketMQ does; and the runs ``(first, last+1, file_from)`` per file."""
+        n = len(lengths)
+        f = self.files.last_file(0, False)
+        if f is None or f.is_full():
+            pos = 0 if f is None else f.file_from_offset + f.file_size
+        else:
+            pos = f.file_from_offset + f.wrote_position
+        size = self.file_size
+        base = pos - pos % size
+        ends = pos + np.cumsum(lengths)
+        if int(ends[-1]) + K.END_FILE_MIN_BLANK_LENGTH <= base + size:
+            phys = ends - lengths
+            return phys, [(0, n, base)]
+        phys = np.empty(n, dtype=np.int64)
+        runs: list[tuple[int, int, int]] = []
+        first = 0
+        for i in range(n):
+            ln = int(lengths[i])
+            if pos + ln + K.END_FILE_MIN_BLANK_LENGTH > base + size:
+                runs.append((first, i, base))
+                first = i
+                base += size
+                pos = base
+            phys[i] = pos
+            pos += ln
+        runs.append((first, n, base))
+        return phys, runs
+
+    def put(self, batch: PreparedBatch) -> AppendMessageResult:
+        """Write a prepared batch; returns where it landed. Raises on I/O failure with nothing
+        recorded in the topic-queue table."""
+        lengths = batch.lengths
+        if int(lengths.max()) + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        with self.put_lock:
+            now = int(time.time() * 1000)
+            # Store timestamps never go backwards, so a binary search on them holds.
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
+            queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
+            phys, runs = self._place(lengths)
+            buf, starts = encode_batch(batch, queue_offsets, phys, now)
+            mv = memoryview(buf)
+            for first, last, file_from in runs:
+                if first == last:
+                    continue
+                f = self.files.last_file(file_from, True)
+                if f.file_from_offset != file_from:
+                    # The current file must end here: mark the rest as END_OF_FILE.
+                    self._end_file(f)
+                    f = self.files.last_file(file_from, True)
+                at = f.append(mv[int(starts[first]):int(starts[last])])
+                if at < 0:
+                    raise OSError(f"{f.path}: records did not fit where they were placed")
+            self.topic_queue_table.update(updates)
+            self.last_store_timestamp = now
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
+            store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=batch.n,
+            store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+
+    def _end_file(self, f: object) -> None:
+        remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]
+        if remaining >= K.END_FILE_MIN_BLANK_LENGTH:
+            f.append(_BLANK.pack(remaining, K.BLANK_MAGIC_CODE))  # type: ignore[attr-defined]
+        f.wrote_position = f.file_size  # type: ignore[attr-defined]
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self.read_lock:
+            yield
+
+    def segment(self, offset: int, limit: int | None = None) -> Segment | None:
+        """The records from ``offset`` to the end of its file's written part (or ``limit``).
+        Call under ``reading()`` and release the view before leaving it."""
+        if self.closed:
+            return None
+        f = self.files.find(offset)
+        if f is None:
+            return None
+        end = f.wrote_position
+        if limit is not None:
+            end = min(end, limit - f.file_from_offset)
+        rel = offset - f.file_from_offset
+        if rel >= end:
+            return None
+        return Segment(f.view(), int(f.file_from_offset), rel, int(end))
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The ``size`` bytes of the record at ``offset``, or None if they are not (or no longer) there."""
+        with self.read_lock:
+            if self.closed:
+                return None
+            f = self.files.find(offset)
+            if f is None:
+                return None
+            rel = offset - f.file_from_offset
+            if rel + size > f.wrote_position or rel < 0:
+                return None
+            return bytes(f.read(rel, size))
+
+    def record_size_at(self, offset: int) -> int:
+        with self.read_lock:
+            f = self.files.find(offset)
+            if f is None or offset - f.file_from_offset + 8 > f.wrote_position:
+                return -1
+            size, magic = _BLANK.unpack(f.read(offset - f.file_from_offset, 8))
+            return int(size) if magic == K.MESSAGE_MAGIC_CODE else -1
+
+    # -- durability ----------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        if self.readonly or self.closed:
+            return self.flushed_where
+        ts = self.last_store_timestamp
+        with self.read_lock:
+            if self.closed:
+                return self.flushed_where
+            where = int(self.files.flush(least_pages))
+        if where >= self.max_offset and ts:
+            # Everything put before this flush began is on disk.
+            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, ts)
+        return where
+
+    def start(self) -> None:
+        if self.readonly or self.flush_service is not None:
+            return
+        cfg = self.config
+        if cfg.sync_flush:
+            self.flush_service = FlushService(self, 10, 0, 0)
+        else:
+            self.flush_service = FlushService(self, cfg.flush_interval_commit_log, cfg.flush_commit_log_least_pages,
+                                              cfg.flush_commit_log_thorough_interval)
+        self.flush_service.start()
+
+    def wait_flushed(self, offset: int) -> bool:
+        svc = self.flush_service
+        if svc is None:
+            self.flush()
+            return self.flushed_where >= offset
+        return svc.wait_flushed(offset, self.config.sync_flush_timeout / 1000.0)
+
+    # -- retention -----------------------------------------------------------------------
+
+    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10) -> int:
+        """deleteExpiredFileByTime: whole files (never the last) older than ``expired_ms``."""
+        if self.readonly:
+            return 0
+        with self.read_lock:
+            return int(self.files.delete_expired_by_time(expired_ms, now_ms, clean_immediately, max_files))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.flush_service is not None:
+            self.flush_service.stop()
+            self.flush_service = None
+        self.flush()
+        with self.read_lock:
+            self.closed = True
+            self.files.close()

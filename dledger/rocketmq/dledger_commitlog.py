@@ -1,0 +1,333 @@
+"""DLedgerCommitLog: RocketMQ records as DLedger entries (spec §7.2-7.3).
+
+Each message is one entry of ``dledger-<selfId>/`` whose body is the whole 17-field record.
+The queue offset is written into the record under the put lock; the physical offset field is
+written by DLedger's AppendHook as the entry is appended (``entry pos + 48``, so replicas hold
+identical bytes). A message's physical offset is that ``pos + 48``; commit-log positions
+(what dispatch walks, ``max_offset``) are entry positions.
+
+Readers see only what lies below the committed position.
+
+The seam to whatever replicates the entries is the *appender*: an object with
+``append_batch(bodies, term) -> (first_index, positions)`` and ``committed_pos``. This class
+is told ``on_committed(pos)`` when the committed position moves and ``on_role_change(role,
+term)`` when the member's role changes. ``EmbeddedAppender`` is the single-member appender:
+a local ``MmapFileStore`` where an append is committed at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import numpy as np
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.rocketmq import _kernels as K
+from dledger.rocketmq.commitlog import Segment
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch
+from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
+from dledger.store.file import MmapFileStore
+
+log = logging.getLogger(__name__)
+
+BODY_OFFSET = 48
+LEADER = "LEADER"
+FOLLOWER = "FOLLOWER"
+CANDIDATE = "CANDIDATE"
+
+
+class Appender(Protocol):
+    """What the DLedger commit log needs from the member that holds its entries."""
+
+    def append_batch(self, bodies: Sequence[Any], term: int) -> tuple[int, np.ndarray]: ...
+
+    @property
+    def committed_pos(self) -> int: ...
+
+
+def status_of_dledger_code(code: int) -> PutMessageStatus:
+    """DLedgerCommitLog's mapping of DLedger response codes to put statuses (§7.3)."""
+    if code == ResponseCode.SUCCESS:
+        return PutMessageStatus.PUT_OK
+    if code in (ResponseCode.INCONSISTENT_LEADER, ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY,
+                ResponseCode.DISK_FULL):
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
+    if code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.LEADER_PENDING_FULL):
+        # "Do not return flush_slave_timeout to the client, for the ons client will ignore it."
+        return PutMessageStatus.OS_PAGECACHE_BUSY
+    return PutMessageStatus.UNKNOWN_ERROR
+
+
+class PutRefused(Exception):
+    def __init__(self, status: PutMessageStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def dledger_config_for(config: MessageStoreConfig) -> DLedgerConfig:
+    """DLedgerCommitLog's DLedgerConfig, built from the message store config (§7.2)."""
+    return DLedgerConfig(
+        group=config.dledger_group,
+        self_id=config.dledger_self_id,
+        peers=config.dledger_peers,
+        store_base_dir=str(config.dledger_path.parent),
+        mapped_file_size_for_entry_data=config.mapped_file_size_commit_log,
+        delete_when=config.delete_when,
+        file_reserved_hours=config.file_reserved_time + 1,
+        enable_disk_force_clean=config.clean_file_forcibly_enable,
+        is_enable_batch_push=config.is_enable_batch_push,
+        preferred_leader_ids=config.preferred_leader_id,
+        max_body_size=config.max_message_size,
+        sync=config.sync_flush,
+    )
+
+
+def open_dledger_store(config: MessageStoreConfig, *, readonly: bool) -> MmapFileStore:
+    dcfg = dledger_config_for(config)
+    kwargs: dict[str, Any] = {}
+    if not readonly:
+        if "body_pos_patch" not in inspect.signature(MmapFileStore.__init__).parameters:
+            raise RuntimeError("this build of dledger has no AppendHook (MmapFileStore(body_pos_patch=...)); "
+                               "the DLedger commit log can only be opened read-only")
+        kwargs["body_pos_patch"] = K.PHY_POS_POSITION
+    return MmapFileStore(dcfg.default_path, dcfg, readonly=readonly, **kwargs)
+
+
+class EmbeddedAppender:
+    """A single-member group: the local store, where what is appended is committed."""
+
+    def __init__(self, store: MmapFileStore) -> None:
+        self.store = store
+        self.on_committed: Callable[[int], None] | None = None
+
+    def append_batch(self, bodies: Sequence[Any], term: int) -> tuple[int, np.ndarray]:
+        first, positions = self.store.append_batch(bodies, term)
+        self.store.update_committed_index(term, first + len(positions) - 1)
+        if self.on_committed is not None:
+            self.on_committed(self.store.committed_pos)
+        return first, positions
+
+    @property
+    def committed_pos(self) -> int:
+        return self.store.committed_pos
+
+    @property
+    def term(self) -> int:
+        return max(self.store.ledger_end_term, 0)
+
+
+class DLedgerCommitLog:
+    dledger = True
+
+    def __init__(self, config: MessageStoreConfig, store: MmapFileStore, appender: Appender | None = None,
+                 *, readonly: bool = False) -> None:
+        self.config = config
+        self.store = store
+        self.readonly = readonly
+        self.appender: Appender | None = appender
+        if appender is None and not readonly:
+            emb = EmbeddedAppender(store)
+            emb.on_committed = self.on_committed
+            self.appender = emb
+        # The data segment list of the store: reads walk its mapped files directly.
+        self.files = store._log.data  # the store has no public handle on its files
+        self.file_size = int(store.data_file_size)
+        self.put_lock = threading.Lock()
+        self.topic_queue_table: dict[str, int] = {}
+        self.last_store_timestamp = 0
+        self.role = LEADER if appender is None else FOLLOWER
+        self.term = max(store.ledger_end_term, 0)
+        self.writable = appender is None and not readonly
+        if appender is None and not readonly:
+            # One member: everything in the ledger is committed.
+            if store.ledger_end_index >= 0:
+                store.update_committed_index(self.term, store.ledger_end_index)
+            self._committed_pos = self._end_pos()
+        else:
+            self._committed_pos = store.committed_pos if store.committed_pos >= 0 else self._end_pos()
+        self.on_role_ready: Callable[[], None] | None = None
+        self.wakeup: Callable[[], None] | None = None
+        self.closed = False
+        self.recovered_from = 0
+
+    def _end_pos(self) -> int:
+        return int(self.files.max_wrote_position) if self.files.files else 0
+
+    # -- the seam ------------------------------------------------------------------------
+
+    def on_committed(self, pos: int) -> None:
+        """The committed position moved to ``pos`` (end of the last committed entry)."""
+        if pos > self._committed_pos:
+            self._committed_pos = pos
+            if self.wakeup is not None:
+                self.wakeup()
+
+    def on_role_change(self, role: str, term: int, ready: Callable[[], bool] | None = None) -> None:
+        """DLedgerRoleChangeHandler: a follower or candidate takes no writes; a new leader takes
+        them once its ledger end is committed and dispatch has caught up (``ready``), after the
+        topic-queue table is rebuilt from the consume queues (``on_role_ready``)."""
+        self.role, self.term = role, term
+        self.writable = False
+        if role != LEADER:
+            return
+
+        def become_leader() -> None:
+            deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
+            while self.role == LEADER and self.term == term and not self.closed:
+                if ready is None or ready():
+                    if self.on_role_ready is not None:
+                        self.on_role_ready()
+                    self.writable = self.role == LEADER and self.term == term
+                    return
+                if time.monotonic() > deadline:
+                    log.warning("leader of term %d: not caught up after %.0f s; still waiting", term,
+                                self.config.dledger_leader_ready_timeout)
+                    deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
+                time.sleep(0.1)
+
+        threading.Thread(target=become_leader, name="rocketmq-dledger-role", daemon=True).start()
+
+    # -- offsets -------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return int(self.files.min_offset) if self.files.files else 0
+
+    @property
+    def committed_pos(self) -> int:
+        app = self.appender
+        pos = app.committed_pos if app is not None else self.store.committed_pos
+        return max(int(pos), self._committed_pos, 0)
+
+    @property
+    def max_offset(self) -> int:
+        """getMaxOffset: the committed position (the data start when nothing is committed)."""
+        pos = self.committed_pos
+        return pos if pos > 0 else max(self.min_offset, 0)
+
+    @property
+    def readable_end(self) -> int:
+        return self.max_offset
+
+    @property
+    def flushed_where(self) -> int:
+        return int(self.files.flushed_where)
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    def recover(self, normal: bool) -> int:
+        """The DLedger store recovered itself when it was opened."""
+        return self.min_offset
+
+    # -- puts ----------------------------------------------------------------------------
+
+    def put(self, batch: PreparedBatch) -> AppendMessageResult:
+        if self.readonly or self.appender is None:
+            raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is read-only")
+        if not self.writable:
+            raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                             f"this member is {self.role} (term {self.term}) and takes no writes now")
+        n = batch.n
+        with self.put_lock:
+            now = max(int(time.time() * 1000), self.last_store_timestamp)
+            queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
+            buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
+            mv = memoryview(buf)
+            bodies = [mv[int(starts[i]):int(starts[i + 1])] for i in range(n)]
+            try:
+                _first, positions = self.appender.append_batch(bodies, self.term)
+            except DLedgerError as exc:
+                raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
+            self.topic_queue_table.update(updates)
+            self.last_store_timestamp = now
+        phys = np.asarray(positions, dtype=np.int64) + BODY_OFFSET
+        if self.wakeup is not None:
+            self.wakeup()
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
+            store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=n,
+            store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        # The store's lock keeps its retention and close from unmapping a file we read.
+        with self.store._lock:
+            yield
+
+    def segment(self, offset: int, limit: int | None = None) -> Segment | None:
+        """Entries from entry position ``offset`` to the end of its file's committed part."""
+        if self.closed:
+            return None
+        end_abs = self.readable_end if limit is None else min(limit, self.readable_end)
+        f = self.files.find(offset)
+        if f is None:
+            return None
+        end = min(int(f.wrote_position), end_abs - f.file_from_offset)
+        rel = offset - f.file_from_offset
+        if rel >= end:
+            return None
+        return Segment(f.view(), int(f.file_from_offset), rel, int(end), dledger=True)
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The record of ``size`` bytes at physical offset ``offset`` (entry pos + 48), if committed."""
+        with self.reading():
+            if self.closed or offset + size > self.readable_end:
+                return None
+            f = self.files.find(offset)
+            if f is None:
+                return None
+            rel = offset - f.file_from_offset
+            if rel < BODY_OFFSET or rel + size > f.wrote_position:
+                return None
+            return bytes(f.read(rel, size))
+
+    def record_size_at(self, offset: int) -> int:
+        with self.reading():
+            f = self.files.find(offset)
+            if f is None or offset + 8 > self.readable_end:
+                return -1
+            raw = f.read(offset - f.file_from_offset, 8)
+            size, magic = int.from_bytes(raw[:4], "big", signed=True), int.from_bytes(raw[4:], "big", signed=True)
+            return size if magic == K.MESSAGE_MAGIC_CODE else -1
+
+    # -- durability and lifecycle ----------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        if not self.readonly and not self.closed:
+            self.store.flush()
+        return self.flushed_where
+
+    def start(self) -> None:
+        pass
+
+    def wait_flushed(self, offset: int) -> bool:
+        self.flush()
+        return True
+
+    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10) -> int:
+        """DLedger applies its own retention (fileReservedTime + 1 hours, deleteWhen), as the
+        Java store hands it to DLedger; ``clean_immediately`` asks it as a full disk would."""
+        if self.readonly:
+            return 0
+        with self.reading():
+            ratio = 1.0 if clean_immediately else None
+            return int(self.store.delete_expired(now_ms / 1000.0, used_ratio=ratio))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.writable = False
+        self.store.close()

@@ -1,0 +1,221 @@
+"""From ``Message`` objects to the columns the record encoder takes (what CommitLog does to a
+message before it takes the put lock): validation, the delay-level rewrite to
+SCHEDULE_TOPIC_XXXX, UNIQ_KEY, host fields and v6 bits, record lengths.
+
+What only the lock can give (store timestamp, queue offsets, physical offsets) is filled in
+by the commit log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dledger.rocketmq import _kernels as K
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.message import (
+    PROPERTY_DELAY,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    UNIQ_KEY,
+    Message,
+    MessageConst,
+    MessageSysFlag,
+    UniqIdGenerator,
+    encode_host,
+    encode_properties,
+    host_v6_bits,
+)
+
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+MAX_QUEUE_ID = (1 << 31) - 1
+
+
+class IllegalMessage(ValueError):
+    """A message the store refuses (MESSAGE_ILLEGAL); the text says why."""
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """Messages ready for the encoder; arrays are length ``n``."""
+
+    n: int
+    topics: list[bytes]
+    queue_ids: np.ndarray
+    bodies: list[bytes]
+    properties: list[bytes]
+    flags: np.ndarray
+    sys_flags: np.ndarray
+    born_timestamps: np.ndarray
+    born_hosts: list[bytes]
+    store_hosts: list[bytes]
+    reconsume_times: np.ndarray
+    prepared_offsets: np.ndarray
+    lengths: np.ndarray
+    # Whether each message takes a queue offset (NOT_TYPE / COMMIT_TYPE; PREPARED and ROLLBACK get 0).
+    advances: np.ndarray
+    # "topic-queueId" per message (CommitLog's topicQueueTable key).
+    queue_keys: list[str]
+    # Whether the put waits for the flush (the WAIT property; RocketMQ's isWaitStoreMsgOK).
+    wait_store: bool = True
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.lengths.sum())
+
+
+class BatchPreparer:
+    """Turns messages into a PreparedBatch for one store (its config, store host and ids)."""
+
+    def __init__(self, config: MessageStoreConfig, store_host: tuple[str, int]) -> None:
+        self.config = config
+        self.store_host = store_host
+        self.store_host_raw = encode_host(store_host)
+        self.delay_table = config.delay_level_table()
+        self.max_delay_level = config.max_delay_level
+        self.uniq = UniqIdGenerator()
+        self._topic_cache: dict[str, bytes] = {}
+
+    def _topic_bytes(self, topic: str) -> bytes:
+        raw = self._topic_cache.get(topic)
+        if raw is None:
+            if not isinstance(topic, str) or not topic:
+                raise IllegalMessage(f"topic must be a non-empty str, got {topic!r}")
+            try:
+                raw = topic.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise IllegalMessage(f"topic {topic!r} is not valid UTF-8 text: {exc}") from None
+            if len(raw) > MAX_TOPIC_BYTES:
+                raise IllegalMessage(f"topic is {len(raw)} bytes in UTF-8, over the limit of {MAX_TOPIC_BYTES}")
+            if len(self._topic_cache) < 100_000:
+                self._topic_cache[topic] = raw
+        return raw
+
+    def _check_queue(self, topic: str, queue_id: int) -> None:
+        if not isinstance(queue_id, int) or queue_id < 0 or queue_id > MAX_QUEUE_ID:
+            raise IllegalMessage(f"queue id {queue_id!r} is not a non-negative int32")
+        nums = self.config.topic_queue_nums.get(topic)
+        if nums is not None and queue_id >= nums:
+            raise IllegalMessage(f"queue id {queue_id} of topic {topic!r} is unknown (the topic has {nums} queues)")
+
+    def prepare(self, messages: Sequence[Message]) -> PreparedBatch:
+        n = len(messages)
+        if n == 0:
+            raise IllegalMessage("no messages")
+        cfg = self.config
+        now = int(time.time() * 1000)
+        topics: list[bytes] = []
+        queue_keys: list[str] = []
+        bodies: list[bytes] = []
+        props: list[bytes] = []
+        born_hosts: list[bytes] = []
+        queue_ids = np.empty(n, dtype=np.int32)
+        flags = np.empty(n, dtype=np.int32)
+        sys_flags = np.empty(n, dtype=np.int32)
+        born_ts = np.empty(n, dtype=np.int64)
+        reconsume = np.empty(n, dtype=np.int32)
+        prepared = np.empty(n, dtype=np.int64)
+        advances = np.empty(n, dtype=bool)
+        store_raw = self.store_host_raw
+        wait_store = True
+        need_uniq = cfg.create_uniq_key
+        for i, m in enumerate(messages):
+            topic, queue_id = m.topic, m.queue_id
+            self._topic_bytes(topic)
+            self._check_queue(topic, queue_id)
+            p = m.store_properties()
+            if need_uniq and UNIQ_KEY not in p:
+                p[UNIQ_KEY] = self.uniq.create()
+            tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+            try:
+                level = int(p.get(PROPERTY_DELAY) or 0)
+            except ValueError:
+                raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
+            if level > 0 and tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE):
+                # CommitLog.asyncPutMessage: clamp the level, keep the real destination in properties.
+                level = min(level, self.max_delay_level)
+                p[PROPERTY_DELAY] = str(level)
+                p[PROPERTY_REAL_TOPIC] = topic
+                p[PROPERTY_REAL_QID] = str(queue_id)
+                topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
+            if p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) == "false":
+                wait_store = False
+            praw = encode_properties(p).encode("utf-8", "surrogatepass")
+            if len(praw) > MAX_PROPERTIES_BYTES:
+                raise IllegalMessage(f"properties are {len(praw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
+            body = m.body if isinstance(m.body, bytes) else bytes(m.body)
+            braw = encode_host(m.born_host) if m.born_host is not None else store_raw
+            topics.append(self._topic_bytes(topic))
+            queue_keys.append(f"{topic}-{queue_id}")
+            bodies.append(body)
+            props.append(praw)
+            born_hosts.append(braw)
+            queue_ids[i] = queue_id
+            flags[i] = m.flag
+            sys_flags[i] = host_v6_bits(m.sys_flag, braw, store_raw)
+            born_ts[i] = m.born_timestamp or now
+            reconsume[i] = m.reconsume_times
+            prepared[i] = m.prepared_offset
+            advances[i] = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        lengths = np.asarray(K.record_lengths(sys_flags, [len(b) for b in bodies], [len(t) for t in topics],
+                                              [len(p) for p in props]), dtype=np.int64)
+        too_big = np.flatnonzero(lengths > cfg.max_message_size)
+        if len(too_big):
+            i = int(too_big[0])
+            raise IllegalMessage(f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size "
+                                 f"{cfg.max_message_size}")
+        return PreparedBatch(
+            n=n, topics=topics, queue_ids=queue_ids, bodies=bodies, properties=props, flags=flags,
+            sys_flags=sys_flags, born_timestamps=born_ts, born_hosts=born_hosts, store_hosts=[store_raw] * n,
+            reconsume_times=reconsume, prepared_offsets=prepared, lengths=lengths, advances=advances,
+            queue_keys=queue_keys, wait_store=wait_store,
+        )
+
+
+def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[np.ndarray, dict[str, int]]:
+    """Queue offsets for a batch from the topic-queue table, without changing it: the offsets
+    and the table entries to store once the records are written."""
+    n = batch.n
+    keys = batch.queue_keys
+    out = np.zeros(n, dtype=np.int64)
+    updates: dict[str, int] = {}
+    if n and keys.count(keys[0]) == n:
+        # One queue (the usual batch): a running count over the messages that take an offset.
+        start = table.get(keys[0], 0)
+        adv = batch.advances
+        counts = np.cumsum(adv, dtype=np.int64)
+        out = np.where(adv, start + counts - 1, 0)
+        total = int(counts[-1])
+        if total:
+            updates[keys[0]] = start + total
+        return out, updates
+    for i, key in enumerate(keys):
+        if not batch.advances[i]:
+            continue
+        cur = updates.get(key)
+        if cur is None:
+            cur = table.get(key, 0)
+        out[i] = cur
+        updates[key] = cur + 1
+    return out, updates
+
+
+def encode_batch(batch: PreparedBatch, queue_offsets: np.ndarray, phys_offsets: np.ndarray,
+                 store_timestamp: int) -> tuple[bytes, np.ndarray]:
+    """The records back to back and their n+1 start offsets in the buffer."""
+    store_ts = np.full(batch.n, store_timestamp, dtype=np.int64)
+    buf, starts = K.encode_records(
+        batch.bodies, batch.topics, batch.properties, batch.queue_ids, batch.flags, queue_offsets, phys_offsets,
+        batch.sys_flags, batch.born_timestamps, batch.born_hosts, store_ts, batch.store_hosts,
+        batch.reconsume_times, batch.prepared_offsets)
+    return buf, np.asarray(starts, dtype=np.int64)
+
+
+def delay_of(table: dict[int, int], level: int) -> int:
+    """ScheduleMessageService.computeDeliverTimestamp's delay: the level's, else 1 s."""
+    return table.get(level, 1000)

@@ -1,0 +1,549 @@
+"""MessageStore: RocketMQ 4.9.4's DefaultMessageStore over the classic or the DLedger commit log.
+
+A store root holds ``commitlog/`` (classic) or ``dledger-<selfId>/`` (DLedger), plus
+``consumequeue/``, ``index/``, ``checkpoint``, ``config/`` and, while a writer has it open,
+``lock`` (flock) and ``abort`` (its absence on the next open means the last close was clean).
+
+Opening read-write recovers the commit log (normally, or from the checkpoint after an
+abnormal exit), cuts consume queues that point past its end, dispatches what the queues
+and the index lack, rebuilds the topic-queue table from the queues, then starts the flush,
+dispatch and clean-up services. ``readonly=True`` opens without writing a byte and without
+the lock, so it can look at a store another process is running, or at a copy it must not touch.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dledger.rocketmq import _kernels as K
+from dledger.rocketmq.checkpoint import FILE_NAME as CHECKPOINT_FILE
+from dledger.rocketmq.checkpoint import StoreCheckpoint
+from dledger.rocketmq.commitlog import CommitLog
+from dledger.rocketmq.config import SLAVE, MessageStoreConfig
+from dledger.rocketmq.consume_queue import ConsumeQueueTable
+from dledger.rocketmq.consumer_offset import ConsumerOffsetManager
+from dledger.rocketmq.dispatch import ReputMessageService
+from dledger.rocketmq.encode import BatchPreparer, IllegalMessage
+from dledger.rocketmq.index_file import IndexService
+from dledger.rocketmq.message import Message, MessageExt, decode_message_id, local_host_address
+from dledger.rocketmq.records import decode_record, messages_from_columns
+from dledger.rocketmq.status import (
+    AppendMessageStatus,
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+)
+
+log = logging.getLogger(__name__)
+
+ABORT_FILE = "abort"
+LOCK_FILE = "lock"
+CLASSIC = "classic"
+DLEDGER = "dledger"
+LONG_MAX = (1 << 63) - 1
+_SCAN_BATCH = 4096
+
+
+def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None]:
+    """``(mode, dledger self id)`` from what is on disk, else from the config."""
+    ids = sorted(p.name[len("dledger-"):] for p in root.glob("dledger-*") if p.is_dir()) if root.is_dir() else []
+    if ids:
+        self_id = config.dledger_self_id if config.dledger_self_id in ids else ids[0]
+        return DLEDGER, self_id
+    if (root / "commitlog").is_dir() or config.store_path_commit_log:
+        return CLASSIC, None
+    return (DLEDGER, config.dledger_self_id) if config.enable_dledger_commit_log else (CLASSIC, None)
+
+
+class MessageStore:
+    """The message store of one root directory. See the module docstring."""
+
+    def __init__(self, root: str | os.PathLike[str], config: MessageStoreConfig | None = None, *,
+                 readonly: bool = False, appender: Any = None) -> None:
+        self.root = Path(root)
+        cfg = (config or MessageStoreConfig()).replace(store_path_root_dir=str(self.root))
+        self.readonly = readonly
+        if readonly and not self.root.is_dir():
+            raise FileNotFoundError(f"{self.root}: no store here")
+        mode, self_id = detect_mode(self.root, cfg)
+        if mode == DLEDGER:
+            cfg = cfg.replace(enable_dledger_commit_log=True, dledger_self_id=self_id or cfg.dledger_self_id)
+        else:
+            cfg = cfg.replace(enable_dledger_commit_log=False)
+        self.config = cfg
+        self.mode = mode
+        self._closed = False
+        self._lock_fd = -1
+        self._services_stop = threading.Event()
+        self._service_thread: threading.Thread | None = None
+        if not readonly:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
+        try:
+            self._open(appender)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(f"{self.root}: another process has this store open (lock failed)") from None
+        os.pwrite(fd, b"lock", 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _open(self, appender: Any) -> None:
+        cfg, ro = self.config, self.readonly
+        self.last_exit_ok = not (self.root / ABORT_FILE).exists()
+        self.checkpoint = StoreCheckpoint(self.root / CHECKPOINT_FILE, readonly=ro)
+        host = cfg.store_host or f"{local_host_address()}:10911"
+        addr, _, port = host.rpartition(":")
+        self.store_host = (addr.strip("[]"), int(port))
+        self.preparer = BatchPreparer(cfg, self.store_host)
+        self.commitlog: Any
+        if self.mode == DLEDGER:
+            from dledger.rocketmq.dledger_commitlog import DLedgerCommitLog, open_dledger_store
+
+            dstore = open_dledger_store(cfg, readonly=ro)
+            self.commitlog = DLedgerCommitLog(cfg, dstore, appender, readonly=ro)
+        else:
+            self.commitlog = CommitLog(cfg, self.checkpoint, readonly=ro)
+        self.consume_queues = ConsumeQueueTable(self.root, cfg.mapped_file_size_consume_queue, ro)
+        self.consume_queues.load()
+        self.index_service = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num, ro,
+                                          max_msgs_num_batch=max(cfg.max_msgs_num_batch, 64))
+        self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        self.consumer_offsets = ConsumerOffsetManager(self.root / "config", readonly=ro)
+        self.consumer_offsets.load()
+
+        # recover(): consume queues first (they recovered their ends when loaded), then the log.
+        max_cq_phys = self.consume_queues.max_physic_offset()
+        started = self.commitlog.recover(self.last_exit_ok)
+        end = self.commitlog.max_offset
+        if max_cq_phys > end and not ro:
+            log.warning("consume queues point up to %d, past the commit log's end %d: cutting them", max_cq_phys, end)
+            self.consume_queues.truncate_dirty(end)
+        self.reput = ReputMessageService(self.commitlog, self.consume_queues,
+                                         self.index_service if cfg.message_index_enable else None,
+                                         self.checkpoint, cfg)
+        self.reput.reput_from = self._reput_start(started)
+        if self.mode == DLEDGER:
+            self.commitlog.wakeup = self.reput.wakeup
+            self.commitlog.on_role_ready = self.recover_topic_queue_table
+        if not ro:
+            # start(): finish what dispatch lacks before taking writes.
+            self.reput.dispatch_now()
+            self.recover_topic_queue_table()
+            (self.root / ABORT_FILE).touch()
+            self.commitlog.start()
+            self.reput.start()
+            self._service_thread = threading.Thread(target=self._services, name="rocketmq-store-services",
+                                                    daemon=True)
+            self._service_thread.start()
+        else:
+            self.recover_topic_queue_table()
+
+    def _reput_start(self, recovery_start: int) -> int:
+        cl = self.commitlog
+        low = max(int(cl.min_offset), 0)
+        cq_end = self.consume_queues.max_physic_offset()
+        start = max(cq_end, low) if cq_end >= 0 else low
+        if not self.last_exit_ok and self.mode == CLASSIC:
+            # Abnormal exit: redo from the file recovery started at (duplicates are ignored).
+            start = min(start, max(recovery_start, low))
+        if self.config.message_index_enable:
+            index_next = self._index_next()
+            self.reput.index_from = index_next
+            start = min(start, max(index_next, low))
+        return start
+
+    def _index_next(self) -> int:
+        """Where the index needs dispatch from: past the last indexed record."""
+        files = self.index_service.files
+        if not files or all(f.entries == 0 for f in files):
+            return max(int(self.commitlog.min_offset), 0)
+        end_phy = int(files[-1].end_phy_offset)
+        size = self.commitlog.record_size_at(end_phy)
+        return end_phy + size if size > 0 else end_phy
+
+    def recover_topic_queue_table(self) -> None:
+        """recoverTopicQueueTable: the next queue offset of every queue, from its consume queue."""
+        table: dict[str, int] = {}
+        low = max(int(self.commitlog.min_offset), 0)
+        for topic, qid, cq in self.consume_queues:
+            table[f"{topic}-{qid}"] = cq.max_offset
+            if not self.readonly:
+                cq.correct_min_offset(low)
+        with self.commitlog.put_lock:
+            self.commitlog.topic_queue_table = table
+
+    # -- background services ---------------------------------------------------------------
+
+    def _services(self) -> None:
+        """FlushConsumeQueueService and CleanCommitLogService/CleanConsumeQueueService."""
+        cfg = self.config
+        interval = max(cfg.flush_interval_consume_queue, 10) / 1000.0
+        last_clean = time.monotonic()
+        while not self._services_stop.wait(interval):
+            try:
+                self.flush_logics()
+                if time.monotonic() - last_clean >= cfg.clean_resource_interval / 1000.0:
+                    last_clean = time.monotonic()
+                    self.delete_expired()
+            except Exception:
+                log.exception("store service failed; retrying")
+
+    def flush_logics(self) -> None:
+        """Flush consume queues and index, then record in the checkpoint what they cover."""
+        if self.readonly or self._closed:
+            return
+        logics_ts = self.reput.dispatched_store_timestamp
+        with self.reput._lock:
+            self.consume_queues.flush()
+            self.index_service.flush()
+        if logics_ts:
+            self.checkpoint.logics_msg_timestamp = logics_ts
+        if self.index_service.index_msg_timestamp:
+            self.checkpoint.index_msg_timestamp = self.index_service.index_msg_timestamp
+        if self.mode == DLEDGER:
+            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
+                                                       self.commitlog.last_store_timestamp)
+        self.checkpoint.flush()
+
+    def flush(self) -> None:
+        """Flush the commit log, the consume queues, the index and the checkpoint."""
+        if self.readonly or self._closed:
+            return
+        self.commitlog.flush(0)
+        self.flush_logics()
+
+    # -- puts ----------------------------------------------------------------------------
+
+    def put_message(self, msg: Message) -> PutMessageResult:
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
+        """Store messages (one batch: one lock hold, one write). A message the store refuses
+        makes the whole batch MESSAGE_ILLEGAL with nothing written."""
+        if self._closed or self.readonly:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                    reason="store is closed" if self._closed else "store is read-only")
+        if self.config.broker_role == SLAVE:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="the store is a slave")
+        try:
+            batch = self.preparer.prepare(msgs)
+        except IllegalMessage as exc:
+            log.warning("put refused: %s", exc)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
+        try:
+            result = self.commitlog.put(batch)
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status is not None:
+                return PutMessageResult(status, reason=str(exc))
+            log.exception("put failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
+        if result.status == AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, result,
+                                    reason="message larger than a commit-log file")
+        self.reput.wakeup()
+        if self.config.sync_flush and batch.wait_store and self.mode == CLASSIC:
+            end = int(result.wrote_offsets[-1]) + int(batch.lengths[-1]) if result.wrote_offsets is not None else 0
+            if not self.commitlog.wait_flushed(end):
+                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, reason="flush timed out")
+        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _cq(self, topic: str, queue_id: int) -> Any:
+        return self.consume_queues.get(topic, queue_id)
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     max_bytes: int | None = None) -> GetMessageResult:
+        """getMessage: up to ``max_count`` messages (and about ``max_bytes``) of a queue from
+        ``offset``, with RocketMQ's status and next offset."""
+        max_bytes = self.config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
+        cq = self._cq(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
+        min_off, max_off = int(cq.min_offset), int(cq.max_offset)
+        res = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=offset,
+                               min_offset=min_off, max_offset=max_off)
+        if max_off == 0:
+            res.next_begin_offset = 0
+        elif offset < min_off:
+            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_off
+        elif offset == max_off:
+            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        elif offset > max_off:
+            res.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            res.next_begin_offset = min_off if min_off == 0 else max_off
+        else:
+            phys, sizes, _tags = cq.get_units(offset, max(max_count, 1))
+            if not len(phys):
+                res.status = GetMessageStatus.OFFSET_FOUND_NULL
+                res.next_begin_offset = offset
+                return res
+            res.status = GetMessageStatus.NO_MATCHED_MESSAGE
+            total = 0
+            i = 0
+            min_phys = int(self.commitlog.min_offset)
+            for i in range(len(phys)):
+                p, s = int(phys[i]), int(sizes[i])
+                if res.messages and (len(res.messages) >= max_count or total + s > max_bytes):
+                    break
+                data = self.commitlog.read(p, s) if p >= min_phys else None
+                if data is None:
+                    if not res.messages:
+                        res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    continue
+                msg = decode_record(data, p)
+                if msg is None:
+                    continue
+                res.messages.append(msg)
+                total += s
+                res.status = GetMessageStatus.FOUND
+            else:
+                i = len(phys)
+            res.next_begin_offset = offset + i
+        return res
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._cq(topic, queue_id)
+        return int(cq.min_offset) if cq is not None else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._cq(topic, queue_id)
+        return int(cq.max_offset) if cq is not None else 0
+
+    def store_timestamp_at(self, phys_offset: int, size: int = -1) -> int:
+        """pickupStoreTimestamp: the store time of the record at ``phys_offset`` (-1 if unreadable)."""
+        if size <= 0:
+            size = self.commitlog.record_size_at(phys_offset)
+            if size <= 0:
+                return -1
+        data = self.commitlog.read(phys_offset, size)
+        if data is None:
+            return -1
+        msg = decode_record(data, phys_offset)
+        return msg.store_timestamp if msg is not None else -1
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """getOffsetInQueueByTime: binary search on store time for the queue offset nearest ``timestamp``."""
+        cq = self._cq(topic, queue_id)
+        if cq is None:
+            return 0
+        return int(cq.offset_for_timestamp(timestamp, self.store_timestamp_at, max(int(self.commitlog.min_offset), 0)))
+
+    def lookup(self, phys_offset: int) -> MessageExt | None:
+        """lookMessageByOffset: the message whose record starts at ``phys_offset``."""
+        size = self.commitlog.record_size_at(phys_offset)
+        if size <= 0:
+            return None
+        data = self.commitlog.read(phys_offset, size)
+        return decode_record(data, phys_offset) if data is not None else None
+
+    def view_by_msg_id(self, msg_id: str) -> MessageExt | None:
+        """The message of an offset message id (store host + physical offset)."""
+        try:
+            _host, phys = decode_message_id(msg_id)
+        except ValueError:
+            return None
+        return self.lookup(phys)
+
+    def query_offsets_by_key(self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0,
+                             end_ts: int = LONG_MAX) -> list[int]:
+        """The physical offsets of the messages of ``topic`` with ``key``, newest first."""
+        return [int(p) for p in self.index_service.query(topic, key, max_count, begin_ts, end_ts)]
+
+    def query_by_key(self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0,
+                     end_ts: int = LONG_MAX) -> list[MessageExt]:
+        """queryMessage: the messages of ``topic`` with ``key`` (UNIQ_KEY or a KEYS segment), newest first."""
+        out = []
+        for p in self.query_offsets_by_key(topic, key, max_count, begin_ts, end_ts):
+            msg = self.lookup(p)
+            if msg is not None:
+                out.append(msg)
+        return out
+
+    # -- offsets and lag -------------------------------------------------------------------
+
+    @property
+    def min_phys_offset(self) -> int:
+        return max(int(self.commitlog.min_offset), 0)
+
+    @property
+    def max_phys_offset(self) -> int:
+        """getMaxPhyOffset: the end of the readable commit log."""
+        return int(self.commitlog.max_offset)
+
+    @property
+    def committed_phys_offset(self) -> int:
+        """What readers may see: the committed position in DLedger mode, the written end otherwise."""
+        return int(self.commitlog.readable_end)
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind()
+
+    def dispatch_now(self) -> int:
+        """Dispatch what is readable now, in the caller's thread."""
+        if self.readonly:
+            return 0
+        return self.reput.dispatch_now()
+
+    def wait_dispatched(self, timeout: float = 30.0) -> bool:
+        if self.readonly:
+            return self.reput.behind() == 0
+        return self.reput.wait_dispatched(None, timeout)
+
+    # -- walking the log ------------------------------------------------------------------------
+
+    def iter_batches(self, start_phys: int | None = None) -> Iterator[tuple[memoryview, dict[str, np.ndarray]]]:
+        """Scan columns of the records in commit-log order, each batch with the buffer its
+        offsets point into (a copy of the file's bytes: valid after the loop moves on)."""
+        cl = self.commitlog
+        dledger = self.mode == DLEDGER
+        pos = max(int(cl.min_offset), 0)
+        if start_phys is not None:
+            pos = max(start_phys - (48 if dledger else 0), pos)
+        end = int(cl.readable_end)
+        while pos < end:
+            with cl.reading():
+                seg = cl.segment(pos, end)
+                if seg is None:
+                    nxt = cl.roll_next_file(pos)
+                    if nxt >= end:
+                        return
+                    pos = nxt
+                    continue
+                try:
+                    data = bytes(seg.view)
+                finally:
+                    seg.view.release()
+            scan = K.scan_dledger_records if dledger else K.scan_records
+            cur = seg.start
+            while True:
+                cols, stop, code = scan(data, seg.base, cur, seg.end, False, _SCAN_BATCH)
+                if len(cols["size"]):
+                    yield memoryview(data), cols
+                cur = stop
+                if code != K.STOP_LIMIT:
+                    break
+            if code == K.STOP_BLANK or stop >= cl.file_size:
+                pos = cl.roll_next_file(seg.base + stop)
+            elif code in (K.STOP_END,):
+                pos = seg.base + stop
+                if pos >= end:
+                    return
+            else:
+                log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], seg.base + stop)
+                return
+
+    def iter_messages(self, start_phys: int | None = None) -> Iterator[MessageExt]:
+        """Every message in commit-log order, as ReputMessageService walks the log."""
+        for buf, cols in self.iter_batches(start_phys):
+            yield from messages_from_columns(buf, cols)
+
+    # -- consumer offsets ---------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.consumer_offsets.commit_offset(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return int(self.consumer_offsets.query_offset(group, topic, queue_id))
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def disk_used_ratio(self) -> float:
+        usage = shutil.disk_usage(self.root)
+        return usage.used / usage.total if usage.total else 0.0
+
+    def delete_expired(self, now: float | None = None, used_ratio: float | None = None, force: bool = False) -> int:
+        """CleanCommitLogService, then CleanConsumeQueueService: delete commit-log files older
+        than ``file_reserved_time`` hours when it is a ``delete_when`` hour or the disk is over
+        ``disk_max_used_space_ratio`` (or ``force``; above 85 % files go whatever their age),
+        then the consume-queue and index files that point only into deleted commit log.
+        Returns the commit-log files deleted."""
+        if self.readonly or self._closed:
+            return 0
+        cfg = self.config
+        now = time.time() if now is None else now
+        ratio = self.disk_used_ratio() if used_ratio is None else used_ratio
+        hour = time.strftime("%H", time.localtime(now))
+        time_up = hour in [h.strip() for h in cfg.delete_when.split(";") if h.strip()]
+        space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
+        clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
+        deleted = 0
+        if time_up or space_full or force:
+            expired_ms = cfg.file_reserved_time * 3600 * 1000.0
+            deleted = self.commitlog.delete_expired(expired_ms, now * 1000.0, clean_now, 10)
+            if deleted:
+                log.info("retention deleted %d commit-log file(s); the log starts at %d", deleted,
+                         self.commitlog.min_offset)
+        low = max(int(self.commitlog.min_offset), 0)
+        with self.reput._lock:
+            self.consume_queues.delete_expired(low)
+            self.index_service.delete_expired(low)
+        return deleted
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """shutdown(): stop the services, dispatch what is left, flush everything, remove ``abort``."""
+        if self._closed:
+            return
+        if not self.readonly:
+            self._services_stop.set()
+            if self._service_thread is not None:
+                self._service_thread.join()
+            self.reput.stop()
+            try:
+                self.reput.dispatch_now()
+            except Exception:
+                log.exception("dispatch at close failed")
+            self.commitlog.flush(0)
+            self.flush_logics()
+            self.consumer_offsets.persist()
+        clean = self.readonly or self.reput.behind() == 0
+        self._closed = True
+        self.commitlog.close()
+        self.consume_queues.close()
+        self.index_service.close()
+        if not self.readonly:
+            if clean:
+                (self.root / ABORT_FILE).unlink(missing_ok=True)
+            self._release_lock()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MessageStore({str(self.root)!r}, mode={self.mode}, readonly={self.readonly})"
