@@ -1,0 +1,280 @@
+"""MessageStore round trips in both commit-log modes: what is put comes back by queue offset, by
+physical offset, by msgId and by key, with RocketMQ's statuses."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.message import (
+    RMQ_SYS_SCHEDULE_TOPIC,
+    UNIQ_KEY,
+    Message,
+    MessageSysFlag,
+    decode_properties,
+    encode_properties,
+    format_host,
+)
+from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.store import MessageStore
+from dledger.store.file import MmapFileStore
+
+HAVE_HOOK = "body_pos_patch" in inspect.signature(MmapFileStore.__init__).parameters
+MODES = ["classic", pytest.param("dledger", marks=pytest.mark.skipif(not HAVE_HOOK, reason="no DLedger AppendHook"))]
+
+
+def small_config(mode: str, **kw: object) -> MessageStoreConfig:
+    cfg = MessageStoreConfig(
+        mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=300 * 20, max_hash_slot_num=64,
+        max_index_num=256, enable_dledger_commit_log=mode == "dledger", store_host="192.168.0.10:10911")
+    return cfg.replace(**kw)
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(tmp_path: Path, mode: str):
+    s = MessageStore(tmp_path / "store", small_config(mode))
+    yield s
+    s.close()
+
+
+def test_properties_codec() -> None:
+    props = {"a": "1", "KEYS": "k1 k2", "名": "值\tx"}
+    text = encode_properties(props)
+    assert text == "a\x011\x02KEYS\x01k1 k2\x02名\x01值\tx"
+    assert decode_properties(text) == props
+    # string2messageProperties skips empty names/values and short pieces; a later name wins
+    assert decode_properties("\x01x\x02a\x01\x02b\x01c\x02b\x01d") == {"b": "d"}
+    assert encode_properties({}) == ""
+
+
+def test_host_formatting() -> None:
+    assert format_host(("2001:db8::10", 10911)) == "[2001:db8:0:0:0:0:0:10]:10911"
+    assert format_host(("10.1.2.3", 5)) == "10.1.2.3:5"
+
+
+def test_round_trip(store: MessageStore) -> None:
+    msgs = [
+        Message("TopicA", b"hello", queue_id=1, tags="TagA", keys=["k1", "k2"], born_host=("2001:db8::1", 1234),
+                properties={"user": "v"}),
+        Message("TopicA", b"", queue_id=1),  # empty body, no user properties
+        Message("主题-ü", "多字节".encode(), queue_id=0, tags="标签X", keys="订单-🚀-1"),
+        Message("TopicA", b"x" * 3000, queue_id=1, flag=7, reconsume_times=2, born_timestamp=1234567),
+    ]
+    results = [store.put_message(m) for m in msgs]
+    assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 4
+    assert [r.queue_offset for r in results] == [0, 1, 0, 2]
+    assert store.wait_dispatched()
+    got = store.get_messages("TopicA", 1, 0, 32)
+    assert got.status == GetMessageStatus.FOUND
+    assert [m.queue_offset for m in got.messages] == [0, 1, 2]
+    assert got.next_begin_offset == 3 and got.min_offset == 0 and got.max_offset == 3
+    first, empty, big = got.messages
+    assert first.body == b"hello" and first.tags == "TagA" and first.keys == "k1 k2"
+    assert first.born_host == ("2001:db8::1", 1234)
+    assert first.sys_flag & MessageSysFlag.BORNHOST_V6_FLAG
+    assert first.properties["user"] == "v" and len(first.properties[UNIQ_KEY]) in (32, 56)
+    assert first.store_host == ("192.168.0.10", 10911)
+    assert first.msg_id == results[0].msg_id and len(first.msg_id) == 32
+    assert empty.body == b"" and empty.tags is None
+    assert big.flag == 7 and big.reconsume_times == 2 and big.born_timestamp == 1234567 and len(big.body) == 3000
+    other = store.get_messages("主题-ü", 0, 0).messages[0]
+    assert other.body == "多字节".encode() and other.tags == "标签X" and other.keys == "订单-🚀-1"
+    # by offset, by msgId, by key
+    for r, m in zip(results, msgs, strict=True):
+        assert store.lookup(r.phys_offset).body == m.body
+        assert store.view_by_msg_id(r.msg_id).phys_offset == r.phys_offset
+    assert [m.phys_offset for m in store.query_by_key("TopicA", "k2")] == [results[0].phys_offset]
+    assert [m.body for m in store.query_by_key("主题-ü", "订单-🚀-1")] == ["多字节".encode()]
+    uniq = first.properties[UNIQ_KEY]
+    assert store.query_offsets_by_key("TopicA", uniq) == [results[0].phys_offset]
+    assert store.query_by_key("TopicB", "k2") == []
+
+
+def test_store_timestamps_ordered_and_offset_for_timestamp(store: MessageStore) -> None:
+    offsets = []
+    for i in range(20):
+        offsets.append(store.put_message(Message("T", b"%d" % i)).phys_offset)
+        if i % 5 == 4:
+            time.sleep(0.01)
+    store.wait_dispatched()
+    msgs = store.get_messages("T", 0, 0, 32).messages
+    ts = [m.store_timestamp for m in msgs]
+    assert ts == sorted(ts)
+    assert store.offset_for_timestamp("T", 0, ts[0] - 10_000) == 0
+    hit = store.offset_for_timestamp("T", 0, ts[10])
+    assert msgs[hit].store_timestamp == ts[10]
+
+
+def test_get_message_statuses(store: MessageStore) -> None:
+    assert store.get_messages("none", 0, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    for i in range(5):
+        store.put_message(Message("T", b"m%d" % i))
+    store.wait_dispatched()
+    assert store.get_messages("T", 0, 5).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
+    res = store.get_messages("T", 0, 9)
+    assert res.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY and res.next_begin_offset == 0
+    res = store.get_messages("T", 0, 1, max_count=2)
+    assert res.status == GetMessageStatus.FOUND and [m.body for m in res.messages] == [b"m1", b"m2"]
+    assert res.next_begin_offset == 3
+    # max_bytes: at least one message, then stop before going over
+    one = res.messages[0].size
+    res = store.get_messages("T", 0, 0, max_count=5, max_bytes=one + 1)
+    assert len(res.messages) == 1 and res.next_begin_offset == 1
+
+
+def test_batch_put_spans_files_with_blank_records(tmp_path: Path, mode: str) -> None:
+    s = MessageStore(tmp_path / "s", small_config(mode))
+    try:
+        bodies = [os.urandom(700 + i) for i in range(300)]  # > 200 KiB: several 64 KiB files
+        res = s.put_messages([Message("B", b, queue_id=3, keys=f"key-{i}") for i, b in enumerate(bodies)])
+        assert res.status == PutMessageStatus.PUT_OK and res.queue_offset == 0
+        assert list(res.append_result.queue_offsets) == list(range(300))
+        s.wait_dispatched()
+        got = []
+        off = 0
+        while True:
+            r = s.get_messages("B", 3, off, 32)
+            if r.status != GetMessageStatus.FOUND:
+                break
+            got += [m.body for m in r.messages]
+            off = r.next_begin_offset
+        assert got == bodies
+        assert [m.body for m in s.query_by_key("B", "key-250")] == [bodies[250]]
+        assert [m.body for m in s.iter_messages()] == bodies
+    finally:
+        s.close()
+
+
+def test_bad_input_writes_nothing(store: MessageStore) -> None:
+    before = store.max_phys_offset
+    cases = [
+        Message("x" * 128, b"body"),  # topic over 127 bytes
+        Message("é" * 64, b"body"),  # 128 bytes in UTF-8
+        Message("bad\udc80topic", b"body"),  # not encodable as UTF-8
+        Message("T", b"body", properties={"p": "v" * 40000}),  # properties over 32767
+        Message("T", b"x" * (4 * 1024 * 1024)),  # over max_message_size
+        Message("T", b"body", queue_id=-1),
+        Message("", b"body"),
+    ]
+    for m in cases:
+        res = store.put_message(m)
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL, m.topic[:10]
+        assert res.reason
+    # one bad message refuses the whole batch
+    res = store.put_messages([Message("T", b"ok"), Message("x" * 200, b"bad")])
+    assert res.status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_phys_offset == before
+    assert store.get_messages("T", 0, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+
+
+def test_unknown_queue_id_is_refused(tmp_path: Path, mode: str) -> None:
+    with MessageStore(tmp_path / "s", small_config(mode, topic_queue_nums={"T": 4})) as s:
+        assert s.put_message(Message("T", b"x", queue_id=4)).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.put_message(Message("T", b"x", queue_id=3)).status == PutMessageStatus.PUT_OK
+
+
+def test_delay_levels_go_to_schedule_topic(store: MessageStore) -> None:
+    r1 = store.put_message(Message("TopicA", b"d1", queue_id=2, delay_level=3))
+    r2 = store.put_message(Message("TopicA", b"d2", queue_id=1, delay_level=25))  # clamped to 18
+    store.wait_dispatched()
+    m1 = store.get_messages(RMQ_SYS_SCHEDULE_TOPIC, 2, 0).messages[0]
+    assert m1.properties["REAL_TOPIC"] == "TopicA" and m1.properties["REAL_QID"] == "2"
+    assert m1.properties["DELAY"] == "3"
+    m2 = store.get_messages(RMQ_SYS_SCHEDULE_TOPIC, 17, 0).messages[0]
+    assert m2.properties["DELAY"] == "18" and m2.phys_offset == r2.phys_offset
+    # the consume-queue tagsCode of a delayed message is its delivery time
+    cq = store.consume_queues.get(RMQ_SYS_SCHEDULE_TOPIC, 2)
+    assert cq.get_unit(0)[2] == m1.store_timestamp + 10_000
+    cq = store.consume_queues.get(RMQ_SYS_SCHEDULE_TOPIC, 17)
+    assert cq.get_unit(0)[2] == m2.store_timestamp + 2 * 3600 * 1000
+    assert r1.ok and store.get_messages("TopicA", 2, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+
+
+def test_transaction_flags(store: MessageStore) -> None:
+    prepared = store.put_message(Message("T", b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+                                         keys="kp"))
+    rollback = store.put_message(Message("T", b"rb", sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE, keys="kr"))
+    commit = store.put_message(Message("T", b"c", sys_flag=MessageSysFlag.TRANSACTION_COMMIT_TYPE,
+                                       prepared_offset=prepared.phys_offset, keys="kc"))
+    store.wait_dispatched()
+    assert prepared.queue_offset == 0 and rollback.queue_offset == 0 and commit.queue_offset == 0
+    res = store.get_messages("T", 0, 0)
+    assert [m.body for m in res.messages] == [b"c"]
+    assert res.messages[0].prepared_offset == prepared.phys_offset
+    assert store.query_offsets_by_key("T", "kp") == [prepared.phys_offset]
+    assert store.query_offsets_by_key("T", "kr") == []
+    assert store.query_offsets_by_key("T", "kc") == [commit.phys_offset]
+
+
+def test_reopen_keeps_queue_offsets_and_consumer_offsets(tmp_path: Path, mode: str) -> None:
+    root = tmp_path / "s"
+    with MessageStore(root, small_config(mode)) as s:
+        for i in range(10):
+            s.put_message(Message("T", b"%d" % i, queue_id=i % 2))
+        s.commit_offset("g1", "T", 0, 3)
+        assert s.query_offset("g1", "T", 0) == 3
+    assert not (root / "abort").exists()
+    with MessageStore(root, small_config(mode)) as s:
+        assert s.mode == mode
+        assert s.max_offset_in_queue("T", 0) == 5 and s.max_offset_in_queue("T", 1) == 5
+        assert s.put_message(Message("T", b"x", queue_id=1)).queue_offset == 5
+        assert s.query_offset("g1", "T", 0) == 3 and s.query_offset("g1", "T", 1) == -1
+    text = (root / "config" / "consumerOffset.json").read_text()
+    assert '"T@g1"' in text
+
+
+def test_second_writer_is_refused(tmp_path: Path) -> None:
+    with MessageStore(tmp_path / "s", small_config("classic")):
+        with pytest.raises(RuntimeError, match="lock"):
+            MessageStore(tmp_path / "s", small_config("classic"))
+
+
+def test_sync_flush(tmp_path: Path, mode: str) -> None:
+    with MessageStore(tmp_path / "s", small_config(mode, flush_disk_type="SYNC_FLUSH")) as s:
+        res = s.put_messages([Message("T", b"x" * 100) for _ in range(10)])
+        assert res.status == PutMessageStatus.PUT_OK
+        assert s.commitlog.flushed_where >= res.phys_offset + 10 * 100
+
+
+def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with MessageStore(root, small_config("classic")) as s:
+        for i in range(40):
+            s.put_messages([Message("T", os.urandom(1000), keys=f"k{i}-{j}") for j in range(10)])
+        s.wait_dispatched()
+        files = sorted((root / "commitlog").iterdir())
+        assert len(files) > 5
+        old = time.time() - 100 * 3600
+        for p in files[:3]:
+            os.utime(p, (old, old))
+        noon = time.mktime((*time.localtime()[:3], 12, 0, 0, 0, 0, -1))
+        # not the hour to delete (deleteWhen 04), disk not full: nothing goes
+        assert s.delete_expired(now=noon, used_ratio=0.1) == 0
+        # over diskMaxUsedSpaceRatio: the files older than fileReservedTime go
+        assert s.delete_expired(now=noon, used_ratio=0.8) == 3
+        assert not (root / "commitlog" / files[0].name).exists()
+        assert s.min_phys_offset == int(files[3].name)
+        assert s.min_offset_in_queue("T", 0) > 0
+        res = s.get_messages("T", 0, 0)
+        assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == s.min_offset_in_queue(
+            "T", 0)
+        first = s.get_messages("T", 0, res.next_begin_offset).messages[0]
+        assert first.phys_offset >= s.min_phys_offset
+
+
+def test_iter_messages_in_log_order(store: MessageStore) -> None:
+    for i in range(50):
+        store.put_message(Message(f"T{i % 3}", b"%d" % i, queue_id=i % 2))
+    msgs = list(store.iter_messages())
+    assert [m.body for m in msgs] == [b"%d" % i for i in range(50)]
+    assert [m.phys_offset for m in msgs] == sorted(m.phys_offset for m in msgs)
