@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import json
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from dledger.testing import TestCluster, free_ports
 
 
 def dledger(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -91,3 +96,162 @@ def test_bench_store_quick_json():
         assert set(r) == {"name", "value", "unit", "baseline_name", "baseline_value", "ratio"}
         assert r["value"] > 0 and r["baseline_value"] > 0
         assert abs(r["ratio"] - r["value"] / r["baseline_value"]) < 0.01 * r["ratio"] + 1e-3
+
+
+# --- a running group: what the CLI says when something is wrong ---------------------------------
+
+@pytest.fixture(scope="module")
+def group_g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    """Three members serving group "g" (not "default")."""
+    c = TestCluster(tmp_path_factory.mktemp("group-g"), group="g", proxied=False)
+    try:
+        c.start_all()
+        c.wait_leader()
+        yield c
+    finally:
+        c.close()
+
+
+def test_status_names_the_groups_a_member_serves(group_g: TestCluster):
+    res = dledger("status", "--peers", group_g.peers, "--group", "default", check=False)
+    assert res.returncode == 1
+    for m in group_g.ids:
+        assert f"{m} (127.0.0.1:{group_g.ports[m]}) did not answer: UNKNOWN_GROUP" in res.stderr
+    assert "does not serve group 'default'; it serves g" in res.stderr
+    assert "no member answered; name a group the members serve with --group" in res.stderr
+
+
+def test_group_is_found_when_every_member_serves_one(group_g: TestCluster):
+    res = dledger("status", "--peers", group_g.peers)
+    rows = res.stdout.splitlines()[1:]
+    assert len(rows) == 3 and all(row.split()[2] == "g" for row in rows)
+    first = int(dledger("append", "--peers", group_g.peers, "--data", "found").stdout)
+    assert dledger("get", "--peers", group_g.peers, "-i", str(first)).stdout == "found\n"
+    leader = group_g.wait_leader()
+    out = dledger("transfer-leader", "--peers", group_g.peers, "--to", leader).stdout
+    assert out.startswith(f"{leader} already leads group g in term ")
+
+
+@pytest.mark.parametrize("command", [["append", "--data", "x"], ["get", "-i", "0"], ["transfer-leader", "--to", "n1"]])
+def test_a_wrong_group_is_an_error_that_names_the_right_one(group_g: TestCluster, command: list[str]):
+    res = dledger(command[0], "--peers", group_g.peers, "--group", "nope", *command[1:], check=False)
+    assert res.returncode == 2
+    assert "UNKNOWN_GROUP" in res.stderr and "does not serve group 'nope'; it serves g" in res.stderr
+    assert "--group" in res.stderr
+
+
+def test_status_shows_each_followers_lag(group_g: TestCluster):
+    dledger("append", "--peers", group_g.peers, "--stdin", stdin="".join(f"{i}\n" for i in range(100)))
+    leader = group_g.wait_leader()
+
+    def lags() -> dict[str, object]:
+        rows = json.loads(dledger("status", "--peers", group_g.peers, "--json").stdout)
+        return {r["id"]: r["lag"] for r in rows}
+
+    group_g.wait_for(lambda: lags() == {m: (None if m == leader else 0) for m in group_g.ids},
+                     what="followers caught up, lag 0")
+    rows = json.loads(dledger("status", "--peers", group_g.peers, "--json").stdout)
+    ld = next(r for r in rows if r["id"] == leader)
+    assert set(ld["match_index"]) == set(group_g.ids)
+
+
+def _closed_ports(n: int) -> str:
+    return ";".join(f"n{k}-127.0.0.1:{p}" for k, p in enumerate(free_ports(n)))
+
+
+def test_no_member_answers_connection_refused():
+    peers = _closed_ports(3)
+    res = dledger("status", "--peers", peers, check=False)
+    assert res.returncode == 1
+    assert res.stderr.count("did not answer: connection refused") == 3
+    assert "no member answered" in res.stderr
+    res = dledger("append", "--peers", peers, "--group", "g", "--data", "x", "--timeout", "1", check=False)
+    assert res.returncode == 2
+    assert "no member answered within 1s" in res.stderr and res.stderr.count("connection refused") == 3
+
+
+def test_no_member_answers_timed_out():
+    # Listening, never answering: the connection is made (by the kernel's backlog), the request is not served.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        peers = f"n0-127.0.0.1:{s.getsockname()[1]}"
+        res = dledger("status", "--peers", peers, "--group", "g", check=False)
+        assert res.returncode == 1 and "did not answer: timed out" in res.stderr
+        res = dledger("get", "--peers", peers, "--group", "g", "-i", "0", "--timeout", "1", check=False)
+        assert res.returncode == 2 and "no member answered within 1s" in res.stderr and "timed out" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def secret_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestCluster, Path]]:
+    root = tmp_path_factory.mktemp("secret")
+    secret = root / "secret"
+    secret.write_text("s3cret\n")
+    c = TestCluster(root, size=1, group="g", proxied=False, extra=["--secret-file", str(secret)])
+    try:
+        c.start_all()
+        yield c, secret
+    finally:
+        c.close()
+
+
+def test_shared_secret_mismatch_is_named(secret_member: tuple[TestCluster, Path], tmp_path: Path):
+    c, secret = secret_member
+    res = dledger("status", "--peers", c.peers, check=False)
+    assert res.returncode == 1 and "did not answer: shared-secret mismatch" in res.stderr
+    assert "this client has none" in res.stderr
+    wrong = tmp_path / "wrong"
+    wrong.write_text("other")
+    res = dledger("append", "--peers", c.peers, "--secret-file", str(wrong), "--data", "x", "--timeout", "1",
+                  check=False)
+    assert res.returncode == 2 and "shared-secret mismatch" in res.stderr and "wrong secret" in res.stderr
+    assert dledger("status", "--peers", c.peers, "--secret-file", str(secret)).returncode == 0
+
+
+def test_tls_mismatch_is_named(secret_member: tuple[TestCluster, Path], tmp_path: Path):
+    c, _ = secret_member
+    ca = _self_signed_ca(tmp_path)
+    # A TLS client against a member that does not speak TLS.
+    res = dledger("status", "--peers", c.peers, "--tls-ca", str(ca), check=False)
+    assert res.returncode == 1 and "did not answer: TLS" in res.stderr
+
+
+def _self_signed_ca(d: Path) -> Path:
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    path = d / "ca.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def test_server_help_lists_every_option_with_its_default():
+    import dataclasses
+
+    from dledger.config import DLedgerConfig
+
+    text = " ".join(dledger("server", "--help").stdout.split())  # argparse wraps lines
+    for f in dataclasses.fields(DLedgerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in text, flag
+        assert DLedgerConfig.help_of(f.name), f.name
+    assert "--heart-beat-time-interval-ms N ms between the leader's heartbeats" in text
+    assert "(default: 400)" in text and f"(default: {1024 ** 3})" in text
+    assert "--metrics-port N" in text
+    # DLedger's camelCase spellings still work, unlisted.
+    assert "--heartBeatTimeIntervalMs" not in text
+    from dledger.cli import _config_from_args, build_parser
+
+    args = build_parser().parse_args(["server", "--heartBeatTimeIntervalMs", "250", "--metrics-port", "9100"])
+    cfg = _config_from_args(args)
+    assert (cfg.heart_beat_time_interval_ms, cfg.metrics_port) == (250, 9100)
