@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -160,7 +161,12 @@ def _body_text(m: Any) -> str:
             body = zlib.decompress(body)
         except zlib.error:
             pass
-    return escape(body.decode("utf-8", "backslashreplace"))
+    # Bytes that are not UTF-8 show as \xNN, like the control characters escape() writes.
+    text = escape(body.decode("utf-8", "surrogateescape"))
+    return _UNDECODED.sub(lambda m: f"\\x{ord(m.group(0)) - 0xDC00:02x}", text)
+
+
+_UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
