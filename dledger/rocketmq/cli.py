@@ -173,21 +173,27 @@ def cmd_consume(args: argparse.Namespace) -> int:
     with open_store(Path(args.dir)) as store:
         _queue_or_fail(store, args.topic, args.queue)
         offset, left = args.offset, args.count
-        status_name = "NO_MESSAGE_IN_QUEUE"
-        next_offset = offset
+        status_name, next_offset = "", offset
+        # Pull until the count is reached or a pull finds nothing; report the last pull that found
+        # messages (or the empty one when none did).
         while left > 0:
             result = store.get_messages(args.topic, args.queue, offset, max_count=min(left, 32))
+            if not result.messages:
+                if not status_name:
+                    status_name = getattr(result.status, "name", str(result.status))
+                    next_offset = result.next_begin_offset
+                break
             status_name = getattr(result.status, "name", str(result.status))
             next_offset = result.next_begin_offset
             for m in result.messages:
                 print(f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
                       f"{escape(m.keys if isinstance(m.keys, str) else ' '.join(m.keys or []))}\t{_body_text(m)}")
             left -= len(result.messages)
-            if not result.messages:
-                if next_offset == offset:
-                    break
+            if next_offset == offset:
+                break
             offset = next_offset
-        print(f"status {status_name} next {next_offset}", file=sys.stderr)
+        if status_name:
+            print(f"status {status_name} next {next_offset}", file=sys.stderr)
     return 0
 
 
@@ -255,7 +261,8 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
         except MqCliError as exc:
             print(f"dledger mq {args.mq_command}: {exc}", file=sys.stderr)
             return 1
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:
+            # Unreadable files, bad sizes, a store another process holds: what the user acts on.
             print(f"dledger mq {args.mq_command}: {exc}", file=sys.stderr)
             return 1
 
