@@ -18,6 +18,8 @@ from dledger.rocketmq.listing import (
     INDEX_HEADER,
     MESSAGES_HEADER,
     consume_queue_lines,
+    escape,
+    message_line,
     message_lines,
     unescape,
 )
@@ -148,3 +150,31 @@ def test_cli_stats_and_consume_read_the_fixture(fixture_root: Path) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
     consumed = [r.split("\t") for r in proc.stdout.decode("utf-8").splitlines()]
     assert [(r[0], r[1]) for r in consumed] == [(u[2], u[3]) for u in topic_b0[298:302]]
+
+
+def test_escaping_of_text_columns() -> None:
+    assert escape("a\\b\tc\nd\re") == "a\\\\b\\tc\\nd\\re"
+    assert escape("KEYS\x01k\x02TAGS\x01t") == "KEYS\\x01k\\x02TAGS\\x01t"
+    assert escape("\x00\x1f\x7f") == "\\x00\\x1f\\x7f"
+    assert escape("标签X 🚀 é") == "标签X 🚀 é"
+    assert escape(None) == "" and escape("") == ""
+    every = "".join(chr(c) for c in range(0, 0x100)) + "\\x01 \\t"
+    assert unescape(escape(every)) == every
+
+
+def test_message_line_formats_hosts_and_ids_as_java() -> None:
+    from dledger.rocketmq.message import MessageExt
+
+    m = MessageExt(topic="T\tx", body=b"\x00body", queue_id=3, flag=7, sys_flag=48, born_timestamp=11,
+                   born_host=("2001:db8::1", 40000), reconsume_times=2, prepared_offset=5, queue_offset=9,
+                   phys_offset=1234, size=250, store_timestamp=12, store_host=("2001:db8::10", 10911), body_crc=99,
+                   properties_string="KEYS\x01a b\x02TAGS\x01tg")
+    cols = message_line(m).split("\t")
+    assert len(cols) == 20
+    assert cols[:8] == ["1234", "250", "T\\tx", "3", "9", "48", "11", "12"]
+    assert cols[8:10] == ["[2001:db8:0:0:0:0:0:1]:40000", "[2001:db8:0:0:0:0:0:10]:10911"]
+    assert cols[10:13] == ["2", "5", "99"]
+    assert cols[13] == hashlib.sha256(b"\x00body").hexdigest()[:16] and cols[14] == "5"
+    assert cols[15:18] == ["tg", "a b", "KEYS\\x01a b\\x02TAGS\\x01tg"]
+    assert cols[18] == "20010DB8000000000000000000000010" + "00002A9F" + "00000000000004D2"
+    assert cols[19] == "7"
