@@ -37,6 +37,15 @@ from typing import Any
 from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
+from dledger.metrics import (
+    FLUSH_BUCKETS,
+    GroupSample,
+    GroupStats,
+    LatencyHistogram,
+    MetricsCollector,
+    MetricsServer,
+    Sample,
+)
 from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks, parse_addr
 from dledger.packed import PackedBodies
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
@@ -88,6 +97,7 @@ class _Group:
     store: DLedgerStore
     peers: dict[str, str]
     waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
+    stats: GroupStats = field(default_factory=GroupStats)
 
 
 class NodeServer:
@@ -156,6 +166,12 @@ class NodeServer:
         self._flush_running = False
         self._flush_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-flush")
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Written by whichever flush runs (one at a time: on the loop or on the flush thread).
+        self.flush_latency = LatencyHistogram(FLUSH_BUCKETS)
+        metrics_port = next((c.metrics_port for c in configs if c.metrics_port), None)
+        self.metrics: MetricsServer | None = (
+            MetricsServer(MetricsCollector(self._metrics_sample), self.host, metrics_port) if metrics_port else None
+        )
 
     @staticmethod
     def _open_store(cfg: DLedgerConfig) -> DLedgerStore:
@@ -172,6 +188,9 @@ class NodeServer:
         await self.rpc_server.start()
         self.port = self.rpc_server.port
         self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-ticker"))
+        if self.metrics is not None:
+            self.metrics.collector.bind(self._loop)
+            await asyncio.to_thread(self.metrics.start)
         log.info("node %s serving groups %s on %s:%d", self.self_ids(), sorted(self.groups), self.host, self.port)
 
     def self_ids(self) -> str:
@@ -189,6 +208,8 @@ class NodeServer:
             return
         self._closed = True
         self._stopped.set()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)
         await self.rpc_server.close()
         await cancel_tasks(self._tasks)
         await self.rpc_client.close()
@@ -259,8 +280,10 @@ class NodeServer:
         assert loop is not None
 
         def flush() -> None:
+            start = time.perf_counter()
             for store in stores:
                 store.flush_entries()
+            self.flush_latency.observe(time.perf_counter() - start)
 
         def done(f: concurrent.futures.Future[None]) -> None:
             try:
@@ -275,11 +298,14 @@ class NodeServer:
         if self._closed:
             self._flush_done(target, None)
             return
+        start = time.perf_counter()
         try:
             busy = [s for s in self._stores if not s.flush_entries(wait=False)]
         except Exception as exc:
             self._flush_done(target, exc)
             return
+        if not busy:
+            self.flush_latency.observe(time.perf_counter() - start)
         if busy:
             # A store's own service holds it (a checkpoint, say): the flush thread waits for
             # that, not the loop.
@@ -323,6 +349,7 @@ class NodeServer:
             if fut is not None and not fut.done():
                 fut.set_result(out)
         elif isinstance(out, RoleChanged):
+            g.stats.leader_seen(out.leader_id)
             log.info("group %s: %s is %s in term %d (leader %s)", g.config.group, g.config.self_id,
                      out.role.name, out.term, out.leader_id)
 
@@ -477,8 +504,16 @@ class NodeServer:
         return await self._propose(g, bodies)
 
     async def _propose(self, g: _Group, bodies: Sequence[bytes]) -> Response:
+        start = time.perf_counter()
         done: AppendDone = await self._call(g, lambda now: g.node.propose(now, bodies))
         r = done.response
+        stats = g.stats
+        stats.append_latency.observe(time.perf_counter() - start)
+        if r.code == ResponseCode.SUCCESS:
+            stats.appended_entries += len(bodies)
+        else:
+            name = _code_name(r.code)
+            stats.append_errors[name] = stats.append_errors.get(name, 0) + 1
         out = {"index": r.index, "pos": r.pos, "positions": list(r.positions), "term": r.term,
                "leader": r.leader_id}
         return Response(r.code, out, None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
@@ -506,6 +541,37 @@ class NodeServer:
                 break
         return Response(ResponseCode.SUCCESS, {"entries": entries, "committed": done.read_index})
 
+    def _match_index(self, g: _Group) -> dict[str, int] | None:
+        node = g.node
+        rep = node.replicator
+        if node.is_leader and rep.water_mark_term == node.term:
+            return {p: rep.water_marks.get(p, -1) for p in g.peers}
+        return None
+
+    def _metrics_sample(self) -> Sample:
+        """Every metric's value now; runs on the loop (see dledger.metrics)."""
+        groups = []
+        for g in self.groups.values():
+            node, store, stats = g.node, g.store, g.stats
+            used = getattr(store, "used_ratio", None)
+            try:
+                ratio = float(used()) if callable(used) else None
+            except OSError:
+                ratio = None
+            groups.append(GroupSample(
+                group=g.config.group, member=g.config.self_id, role=node.role.name, term=node.term,
+                leader=node.leader_id, begin_index=store.ledger_begin_index, end_index=store.ledger_end_index,
+                committed_index=store.committed_index, match_index=self._match_index(g),
+                pending_appends=len(node.replicator.pending) if node.is_leader else 0,
+                pending_requests=len(g.waiters), disk_used_ratio=ratio,
+                disk_full=bool(getattr(store, "disk_full", False)),
+                appended_entries=stats.appended_entries, append_errors=dict(stats.append_errors),
+                leader_changes=stats.leader_changes, append_latency=stats.append_latency.snapshot(),
+            ))
+        stats_in = self.rpc_server.stats.bytes_in + self.rpc_client.stats.bytes_in
+        stats_out = self.rpc_server.stats.bytes_out + self.rpc_client.stats.bytes_out
+        return Sample(groups, stats_in, stats_out, self.flush_latency.snapshot(), self.self_ids())
+
     def _metadata(self, g: _Group) -> dict[str, Any]:
         node = g.node
         out = {
@@ -521,10 +587,10 @@ class NodeServer:
             "pid": os.getpid(),
             "peers": g.peers,
         }
-        rep = node.replicator
-        if node.is_leader and rep.water_mark_term == node.term:
+        match = self._match_index(g)
+        if match is not None:
             # Each member's match index (the leader's own: what it has flushed), for lag.
-            out["match_index"] = {p: rep.water_marks.get(p, -1) for p in g.peers}
+            out["match_index"] = match
         return out
 
     async def _transfer(self, g: _Group, body: dict[str, Any]) -> Response:

@@ -50,6 +50,15 @@ _CLOSE_GRACE = 1.0
 
 
 @dataclass(slots=True)
+class TransportStats:
+    """Bytes read from and written to the sockets (frames, handshakes; TLS records counted as
+    the plain bytes they carry), for metrics. Plain ints: an add per read or write."""
+
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(slots=True)
 class Request:
     code: int
     group: str | None
@@ -134,8 +143,9 @@ def _format_peer(peername: Any) -> str:
 class _Connection(asyncio.BufferedProtocol):
     """What both ends share: frame decoding, coalesced writes, flow control, closing."""
 
-    def __init__(self, max_frame: int, initial_max_frame: int) -> None:
+    def __init__(self, max_frame: int, initial_max_frame: int, stats: TransportStats) -> None:
         self.max_frame = max_frame
+        self.stats = stats
         self.decoder = FrameDecoder(initial_max_frame)
         self.packer = new_packer()
         self.transport: asyncio.Transport | None = None
@@ -160,6 +170,7 @@ class _Connection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.stats.bytes_in += nbytes
         try:
             frames = self.decoder.buffer_updated(nbytes)
         except FrameError as e:
@@ -209,6 +220,7 @@ class _Connection(asyncio.BufferedProtocol):
             raise ConnectionResetError("connection closed")
         parts = encode_parts(frame, self.packer, self.max_frame)
         size = sum(map(len, parts))
+        self.stats.bytes_out += size
         if size >= _DIRECT_WRITE:
             self.flush()
             for part in parts:
@@ -282,7 +294,7 @@ class _ServerConnection(_Connection):
     def __init__(self, server: RpcServer) -> None:
         self.server = server
         secret = server._key is not None
-        super().__init__(server.max_frame, auth.HANDSHAKE_MAX_FRAME if secret else server.max_frame)
+        super().__init__(server.max_frame, auth.HANDSHAKE_MAX_FRAME if secret else server.max_frame, server.stats)
         self.state = self._AWAIT_HELLO if secret else self._READY
         self.tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
@@ -462,6 +474,7 @@ class RpcServer:
         self.max_inflight = max(2, max_inflight)
         self._server: asyncio.Server | None = None
         self._conns: set[_ServerConnection] = set()
+        self.stats = TransportStats()
 
     @property
     def port(self) -> int:
@@ -512,7 +525,7 @@ class RpcServer:
 class _ClientConnection(_Connection):
     def __init__(self, client: RpcClient, addr: str) -> None:
         secret = client._key is not None
-        super().__init__(client.max_frame, auth.HANDSHAKE_MAX_FRAME if secret else client.max_frame)
+        super().__init__(client.max_frame, auth.HANDSHAKE_MAX_FRAME if secret else client.max_frame, client.stats)
         self.client = client
         self.addr = addr
         self.pending: dict[int, asyncio.Future[Response]] = {}
@@ -674,6 +687,7 @@ class RpcClient:
         self.backoff_max = backoff_max
         self._endpoints: dict[str, _Endpoint] = {}
         self._closed = False
+        self.stats = TransportStats()
 
     def pending(self, addr: str | None = None) -> int:
         """Calls waiting for a response (to ``addr``, or to all addresses)."""
