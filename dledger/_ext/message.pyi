@@ -1,0 +1,80 @@
+"""RocketMQ 4.9 commit-log records: batch encode, scans into numpy columns, properties lookup, Java
+String.hashCode, consume-queue units and IndexFile updates (Cython: _ext/message.pyx)."""
+
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from typing_extensions import Buffer
+
+# One value per record, or one value for every record.
+_Ints: TypeAlias = ArrayLike
+_Fields: TypeAlias = Sequence[Buffer] | bytes
+
+MESSAGE_MAGIC_CODE: int
+BLANK_MAGIC_CODE: int
+QUEUE_OFFSET_POSITION: int
+PHY_POS_POSITION: int
+SYSFLAG_POSITION: int
+END_FILE_MIN_BLANK_LENGTH: int
+CQ_UNIT_SIZE: int
+INDEX_HEADER_SIZE: int
+INDEX_SLOT_SIZE: int
+INDEX_ITEM_SIZE: int
+MIN_RECORD_LENGTH: int
+MAX_TOPIC_LENGTH: int
+MAX_PROPERTIES_LENGTH: int
+DLEDGER_BODY_OFFSET: int
+
+COMPRESSED_FLAG: int
+MULTI_TAGS_FLAG: int
+TRANSACTION_NOT_TYPE: int
+TRANSACTION_PREPARED_TYPE: int
+TRANSACTION_COMMIT_TYPE: int
+TRANSACTION_ROLLBACK_TYPE: int
+BORNHOST_V6_FLAG: int
+STOREHOSTADDRESS_V6_FLAG: int
+
+STOP_END: int
+STOP_BLANK: int
+STOP_ZERO: int
+STOP_BAD: int
+STOP_CRC: int
+STOP_LIMIT: int
+STOP_NAMES: dict[int, str]
+
+COLUMN_TYPES: tuple[tuple[str, str], ...]
+COLUMNS: tuple[str, ...]
+DLEDGER_COLUMN_TYPES: tuple[tuple[str, str], ...]
+DLEDGER_COLUMNS: tuple[str, ...]
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int: ...
+def record_lengths(
+    sys_flags: _Ints, body_lens: ArrayLike, topic_lens: _Ints, props_lens: _Ints
+) -> NDArray[np.int64]: ...
+def encode_records(
+    bodies: Sequence[Buffer], topics: _Fields, properties: _Fields, queue_ids: _Ints, flags: _Ints,
+    queue_offsets: _Ints, phys_offsets: _Ints, sys_flags: _Ints, born_timestamps: _Ints, born_hosts: _Fields,
+    store_timestamps: _Ints, store_hosts: _Fields, reconsume_times: _Ints, prepared_offsets: _Ints,
+) -> tuple[bytes, NDArray[np.int64]]: ...
+def scan_records(
+    buf: Buffer, base_offset: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1,
+) -> tuple[dict[str, NDArray[Any]], int, int]: ...
+def scan_dledger_records(
+    buf: Buffer, base_pos: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1,
+) -> tuple[dict[str, NDArray[Any]], int, int]: ...
+def property_spans(
+    buf: Buffer, props_off: ArrayLike, props_len: ArrayLike, name: bytes
+) -> tuple[NDArray[np.int64], NDArray[np.int32]]: ...
+def java_hash(s: str) -> int: ...
+def java_hash_bytes(raw: Buffer) -> int: ...
+def java_hash_many(buf: Buffer, offs: ArrayLike, lens: ArrayLike) -> NDArray[np.int32]: ...
+def consume_queue_units(phys_offsets: ArrayLike, sizes: _Ints, tags_codes: _Ints) -> bytes: ...
+def index_put_many(
+    buf: Buffer, hash_slot_num: int, index_num: int, key_hashes: ArrayLike, phys_offsets: _Ints, time_diffs: _Ints,
+) -> int: ...
+def index_lookup(
+    buf: Buffer, hash_slot_num: int, index_num: int, key_hash: int, max_num: int, begin_ts: int, end_ts: int,
+    file_begin_ts: int,
+) -> list[int]: ...
