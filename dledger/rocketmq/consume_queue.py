@@ -225,13 +225,20 @@ class ConsumeQueue:
             units = f.units(0, self.file_size)
             bad = np.flatnonzero(~((units["offset"] >= 0) & (units["size"] > 0)))
             valid = int(bad[0]) if len(bad) else len(units)
-            if valid:
-                last = units[valid - 1]
-                self.max_physic_offset = int(last["offset"]) + int(last["size"])
+            self._note_max_physic(units[:valid])
             process_offset = f.file_from_offset + valid * CQ_STORE_UNIT_SIZE
             if valid < len(units):
                 break
         self._truncate_files(process_offset)
+
+    def _note_max_physic(self, units: NDArray[Any]) -> None:
+        """max_physic_offset from the last real unit of ``units``. Pre-blank units do not count:
+        RocketMQ takes their 0 + Integer.MAX_VALUE, after which every later message of a commit
+        log under 2 GiB looks already built and is dropped."""
+        real = np.flatnonzero(~((units["offset"] == 0) & (units["size"] == INT_MAX) & (units["tags_code"] == 0)))
+        if len(real):
+            last = units[int(real[-1])]
+            self.max_physic_offset = int(last["offset"]) + int(last["size"])
 
     def _truncate_files(self, offset: int) -> None:
         """MappedFileQueue.truncateDirtyFiles: files past ``offset`` go, the one holding it ends there."""
@@ -526,22 +533,23 @@ class ConsumeQueue:
             keep_mask = valid & (units["offset"] < phys_offset)
             stop = np.flatnonzero(~keep_mask)
             keep = int(stop[0]) if len(stop) else len(units)
-            if keep:
-                last = units[keep - 1]
-                self.max_physic_offset = int(last["offset"]) + int(last["size"])
+            self._note_max_physic(units[:keep])
             self._set_end(f, keep * CQ_STORE_UNIT_SIZE)
             return
 
     def correct_min_offset(self, min_phys_offset: int) -> None:
         """correctMinOffset: the first unit (in the first file) whose message is at or after
-        ``min_phys_offset`` becomes the queue's minimum."""
+        ``min_phys_offset`` becomes the queue's minimum. When every unit of that file points
+        before it, the minimum moves to the file's end: RocketMQ 4.9.4 leaves it where it was,
+        on units whose messages (and perhaps files) are gone."""
         if not self.files:
             return
         f = self.files[0]
         units = f.units(0, f.wrote_position)
         hit = np.flatnonzero(units["offset"] >= min_phys_offset)
-        if len(hit):
-            self.min_logic_offset = f.file_from_offset + int(hit[0]) * CQ_STORE_UNIT_SIZE
+        first = int(hit[0]) if len(hit) else len(units)
+        self.min_logic_offset = max(self.min_logic_offset, f.file_from_offset) if not len(units) \
+            else f.file_from_offset + first * CQ_STORE_UNIT_SIZE
 
     def delete_expired(self, min_phys_offset: int) -> int:
         """deleteExpiredFile: delete leading files whose last unit's message is before

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dledger.rocketmq.consume_queue import (
     CQ_STORE_UNIT_SIZE,
@@ -267,3 +269,96 @@ def test_table_dispatches_many_queues_and_lists_them_in_order(tmp_path: Path) ->
     assert table.max_physic_offset() == 600
     assert table.get("C", 0) is None
     table.close()
+
+
+class _Model:
+    """What a consume queue must hold: units by queue offset, and the minimum offset."""
+
+    def __init__(self, start: int) -> None:
+        self.units: dict[int, tuple[int, int, int]] = {}
+        self.min = start
+        self.max = start
+        # Above 0, so the pre-blank units (offset 0) are below every message.
+        self.next_phys = 1000
+
+    def put(self, sizes: list[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+        cq, phys, size, tags = [], [], [], []
+        for s in sizes:
+            cq.append(self.max)
+            phys.append(self.next_phys)
+            size.append(s)
+            tags.append(self.max * 3)
+            self.units[self.max] = (self.next_phys, s, self.max * 3)
+            self.max += 1
+            self.next_phys += s
+        return cq, phys, size, tags
+
+    def truncate(self, at: int) -> None:
+        while self.max > self.min and self.units[self.max - 1][0] >= at:
+            self.max -= 1
+            del self.units[self.max]
+        self.next_phys = (self.units[self.max - 1][0] + self.units[self.max - 1][1]) if self.max > self.min else at
+        self.next_phys = max(self.next_phys, at)
+
+    def delete_expired(self, min_phys: int) -> None:
+        first_file = min(self.units) // UNITS_PER_FILE if self.units else 0
+        last_file = (self.max - 1) // UNITS_PER_FILE
+        f = first_file
+        while f < last_file and self.units[f * UNITS_PER_FILE + UNITS_PER_FILE - 1][0] < min_phys:
+            for o in range(f * UNITS_PER_FILE, (f + 1) * UNITS_PER_FILE):
+                self.units.pop(o, None)
+            f += 1
+        hits = [o for o in range(f * UNITS_PER_FILE, min((f + 1) * UNITS_PER_FILE, self.max))
+                if o in self.units and self.units[o][0] >= min_phys]
+        self.min = hits[0] if hits else min((f + 1) * UNITS_PER_FILE, self.max)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("put"), st.lists(st.integers(1, 40), min_size=1, max_size=25)),
+    st.tuples(st.just("reopen"), st.just(0)),
+    st.tuples(st.just("truncate"), st.integers(0, 100)),
+    st.tuples(st.just("expire"), st.integers(0, 100)),
+), max_size=12), start=st.integers(0, 35))
+def test_random_operations_match_a_model(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]],
+                                         start: int) -> None:
+    """Puts, reopens, truncations and expiry against a model, from a first queue offset that
+    may need pre-blank units."""
+    root = tmp_path_factory.mktemp("cq")
+    model = _Model(start)
+    put_any = False
+    cq = ConsumeQueue(root, "T", 0, FILE_SIZE)
+    try:
+        for op, arg in ops:
+            if op == "put":
+                assert isinstance(arg, list)
+                cq.put_units(*model.put(arg))
+                put_any = True
+            elif op == "reopen":
+                cq.close()
+                cq = ConsumeQueue(root, "T", 0, FILE_SIZE)
+                if model.max > model.min:
+                    cq.correct_min_offset(model.units[model.min][0])
+                else:
+                    cq.min_logic_offset = model.min * CQ_STORE_UNIT_SIZE
+            elif op == "truncate" and model.max > model.min:
+                # A point at or after the first live message, as a percentage of the live range.
+                lo, hi = model.units[model.min][0], model.next_phys
+                at = lo + (hi - lo) * int(str(arg)) // 100
+                model.truncate(at)
+                cq.truncate_dirty(at)
+            elif op == "expire" and model.max > model.min:
+                lo, hi = model.units[model.min][0], model.next_phys
+                at = lo + (hi - lo) * int(str(arg)) // 100
+                model.delete_expired(at)
+                cq.delete_expired(at)
+            if not put_any:
+                continue
+            # A queue whose files are all gone answers max 0, as RocketMQ's getMaxOffsetInQueue.
+            want_max = 0 if model.max == model.min and not cq.files else model.max
+            assert (cq.min_offset, cq.max_offset) == (model.min, want_max), op
+            phys, sizes, tags = cq.get_units(model.min, 10**6)
+            want = [model.units[o] for o in range(model.min, model.max)]
+            assert list(zip(phys.tolist(), sizes.tolist(), tags.tolist(), strict=True)) == want, op
+    finally:
+        cq.close()
