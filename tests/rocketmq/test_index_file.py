@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dledger.rocketmq.index_file import (
     INDEX_HEADER_SIZE,
@@ -230,4 +232,28 @@ def test_fixture_index_answers_every_expected_query(name: str) -> None:
         key, topic, offsets = line.split("\t")
         got = svc.query(unescape(topic), unescape(key), 64)
         assert ",".join(map(str, sorted(got))) == offsets, line
+    svc.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "ab", "订单", "🚀"]), max_size=3),
+                         min_size=1, max_size=60),
+       batch=st.integers(1, 20), max_num=st.integers(1, 70))
+def test_queries_match_a_brute_force_model(tmp_path_factory: pytest.TempPathFactory, messages: list[list[str]],
+                                           batch: int, max_num: int) -> None:
+    """Over any number of files: every item with the key's hash, newest first, up to max_num."""
+    root = tmp_path_factory.mktemp("ix")
+    svc = IndexService(root / "index", 3, 8, max_msgs_num_batch=1000)
+    phys = [100 + i * 10 for i in range(len(messages))]
+    ts = [T0 + i * 700 for i in range(len(messages))]
+    for start in range(0, len(messages), batch):
+        end = start + batch
+        svc.build_index("T", messages[start:end], phys[start:end], ts[start:end])
+    items = [(index_key_hash(build_key("T", k)), p) for keys, p in zip(messages, phys, strict=True) for k in keys]
+    assert sum(f.entries for f in svc.files) == len(items)
+    assert all(f.entries == 7 for f in svc.files[:-1])
+    for key in ["a", "b", "ab", "订单", "🚀", "zzz"]:
+        h = index_key_hash(build_key("T", key))
+        want = [p for kh, p in reversed(items) if kh == h][:max_num]
+        assert svc.query("T", key, max_num) == want, key
     svc.close()
