@@ -265,7 +265,7 @@ class AsyncClient:
         attempt = 0
         last: Response | None = None
         tried = 0
-        answers: dict[str, str] = {}
+        answers: dict[str, tuple[int, str]] = {}
         while True:
             target = self._leader if self._leader is not None else self._order[tried % len(self._order)]
             tried += 1
@@ -287,7 +287,7 @@ class AsyncClient:
                 if code_enum == ResponseCode.UNKNOWN_GROUP:
                     return Response(resp.code, resp.body, f"{target} ({self.peers[target]}): {resp.message}")
                 return resp
-            answers[target] = self._explain(resp)
+            answers[target] = (resp.code, self._explain(resp))
             hinted = resp.body.get("leader") if isinstance(resp.body, dict) else None
             if code_enum == ResponseCode.NOT_LEADER and isinstance(hinted, str) and hinted in self.peers \
                     and hinted != target:
@@ -306,12 +306,15 @@ class AsyncClient:
                 delay = min(0.005 * (2 ** min(attempt, 6)), cap) * (0.5 + self._rng.random())
                 await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
 
-    def _gave_up(self, last: Response, answers: dict[str, str]) -> Response:
-        if last.code not in (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT, ResponseCode.NOT_LEADER):
+    def _gave_up(self, last: Response, answers: dict[str, tuple[int, str]]) -> Response:
+        """The last answer; when it says no leader could be reached, each member's last answer."""
+        silent = (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT)
+        if last.code not in (*silent, ResponseCode.NOT_LEADER):
             return last
-        said = "; ".join(f"{m} ({self.peers[m]}): {answers.get(m, 'not asked')}" for m in self.peers)
-        what = "no member answered" if all(m in answers for m in self.peers) and \
-            last.code != ResponseCode.NOT_LEADER else "no leader found"
+        said = "; ".join(f"{m} ({self.peers[m]}): {answers[m][1] if m in answers else 'not asked'}"
+                         for m in self.peers)
+        none = all(m in answers and answers[m][0] in silent for m in self.peers)
+        what = "no member answered" if none else "no leader found"
         return Response(last.code, last.body, f"{what} within {self.timeout:g}s: {said}")
 
     async def append(self, body: bytes) -> AppendResult:

@@ -255,3 +255,17 @@ def test_server_help_lists_every_option_with_its_default():
     args = build_parser().parse_args(["server", "--heartBeatTimeIntervalMs", "250", "--metrics-port", "9100"])
     cfg = _config_from_args(args)
     assert (cfg.heart_beat_time_interval_ms, cfg.metrics_port) == (250, 9100)
+
+
+def test_no_leader_found_names_each_members_answer(tmp_path: Path):
+    # One member of three up: it answers, but cannot be elected without a majority.
+    c = TestCluster(tmp_path, group="g", proxied=False)
+    try:
+        c.start("n0")
+        res = dledger("append", "--peers", c.peers, "--data", "x", "--timeout", "2", check=False)
+        assert res.returncode == 2
+        assert "no leader found within 2s" in res.stderr
+        assert f"n0 (127.0.0.1:{c.ports['n0']}): NOT_LEADER" in res.stderr
+        assert f"n1 (127.0.0.1:{c.ports['n1']}): connection refused" in res.stderr
+    finally:
+        c.close()
