@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dledger.rocketmq.consume_queue import ConsumeQueueTable
 from dledger.rocketmq.index_file import IndexService, geometry_of_size, index_file_size
 from dledger.rocketmq.listing import (
     consume_queue_lines,
@@ -236,18 +235,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    root = Path(args.dir)
-    if args.consume_queues:
-        detect_mode(root)
-        table = ConsumeQueueTable(root, readonly=True)
-        table.load()
-        try:
-            write_lines(consume_queue_lines(table), sys.stdout)
-        finally:
-            table.close()
-        return 0
-    with open_store(root) as store:
-        write_lines(message_lines(store.iter_messages()), sys.stdout)
+    # Through the store, so each queue starts at the minimum the commit log leaves it (as the
+    # Java listing read them after load).
+    with open_store(Path(args.dir)) as store:
+        if args.consume_queues:
+            write_lines(consume_queue_lines(store.consume_queues), sys.stdout)
+        else:
+            write_lines(message_lines(store.iter_messages()), sys.stdout)
     return 0
 
 
