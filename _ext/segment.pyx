@@ -24,6 +24,9 @@ include "bodies.pxi"
 
 include "format.pxi"
 
+cdef extern from "dl_format.h" nogil:
+    void dl_put64(unsigned char *p, uint64_t v)
+
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
     int madvise(void *addr, size_t length, int advice)
@@ -112,6 +115,17 @@ cdef int _pwritev_all(int fd, iovec *iov, int count, int64_t offset, Py_ssize_t 
             iov[0].iov_base = <char *>iov[0].iov_base + r
             iov[0].iov_len -= r
     return 0
+
+
+cdef inline uint32_t _body_crc(const unsigned char *body, Py_ssize_t n, int64_t patch_at,
+                               const unsigned char *stamp) noexcept nogil:
+    """CRC-32 of the body as stored: with ``stamp`` in place of its bytes ``[patch_at, patch_at + 8)``
+    when ``patch_at`` >= 0 (the AppendHook), computed straight through, without a patched copy."""
+    if patch_at < 0:
+        return dl_crc32(0, body, <size_t>n)
+    cdef uint32_t crc = dl_crc32(0, body, <size_t>patch_at)
+    crc = dl_crc32(crc, stamp, 8)
+    return dl_crc32(crc, body + patch_at + 8, <size_t>(n - patch_at - 8))
 
 
 def _create_sized(str path, int64_t size):
@@ -622,11 +636,17 @@ cdef class EntryLog:
     # the store service last looked: it prefaults data pages only while the first dominate.
     cdef public int64_t mapped_bytes
     cdef public int64_t written_bytes
+    # The AppendHook (DLedgerCommitLog's): leader appends write big-endian ``pos + 48`` (the
+    # entry's body offset in the log) at this byte of each body before its CRC; -1 for none.
+    cdef int64_t patch_at
 
     def __init__(self, MmapFileList data, MmapFileList index, Py_ssize_t max_body_size,
-                 bint record_crc=True):
+                 bint record_crc=True, body_pos_patch=None):
         if index.file_size % DL_INDEX_UNIT != 0:
             raise ValueError(f"index segment size {index.file_size} is not a multiple of 32")
+        if body_pos_patch is not None and body_pos_patch < 0:
+            raise ValueError(f"body_pos_patch must be >= 0, got {body_pos_patch}")
+        self.patch_at = -1 if body_pos_patch is None else body_pos_patch
         self.data = data
         self.index = index
         self.begin = -1
@@ -635,6 +655,11 @@ cdef class EntryLog:
         self.max_body_size = max_body_size
         self.disk_full = False
         self.record_crc = record_crc
+
+    @property
+    def body_pos_patch(self):
+        """Where leader appends write the body's own log offset (``pos + 48``), or None."""
+        return None if self.patch_at < 0 else self.patch_at
 
     cdef inline void _check_body(self, Py_ssize_t n) except *:
         if n <= 0:
@@ -664,10 +689,16 @@ cdef class EntryLog:
         if self.begin == -1:
             self.begin = first
 
+    cdef inline void _check_patch(self, Py_ssize_t n) except *:
+        if self.patch_at >= 0 and n < self.patch_at + 8:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"body of {n} bytes has no room for its position at byte {self.patch_at}")
+
     cdef int64_t _put(self, const unsigned char *body, Py_ssize_t n, int64_t index, int64_t term,
                       int64_t expect_pos, int32_t magic, int32_t channel, int32_t chain_crc,
-                      int64_t body_crc) except -2:
-        """Write one entry and its index unit. ``expect_pos`` >= 0 must be where it lands."""
+                      int64_t body_crc, bint patch=False) except -2:
+        """Write one entry and its index unit. ``expect_pos`` >= 0 must be where it lands;
+        ``patch``: apply the AppendHook (``patch_at`` is set and the body long enough)."""
         cdef int64_t size = DL_BODY_OFFSET + n
         cdef int64_t pos = self.data.pre_append(size, True)
         if pos < 0:
@@ -683,14 +714,17 @@ cdef class EntryLog:
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef unsigned char *p = df.ptr + df.wrote_position
         cdef uint32_t crc
+        cdef unsigned char stamp[8]
+        if patch:
+            dl_put64(stamp, <uint64_t>(pos + DL_BODY_OFFSET))
         if body_crc >= 0:
             crc = <uint32_t>body_crc
         elif self.record_crc:
             if n >= NOGIL_COPY:
                 with nogil:
-                    crc = dl_crc32(0, body, n)
+                    crc = _body_crc(body, n, self.patch_at if patch else -1, stamp)
             else:
-                crc = dl_crc32(0, body, n)
+                crc = _body_crc(body, n, self.patch_at if patch else -1, stamp)
         else:
             crc = 0
         # One entry goes through the mapping: a syscall per entry would cost more than the page
@@ -703,6 +737,8 @@ cdef class EntryLog:
                 memcpy(p + DL_BODY_OFFSET, body, n)
         else:
             memcpy(p + DL_BODY_OFFSET, body, n)
+        if patch:
+            memcpy(p + DL_BODY_OFFSET + self.patch_at, stamp, 8)
         df.wrote_position += size
         self.mapped_bytes += size
         self._put_unit(xf, magic, pos, <int32_t>size, index, term)
@@ -714,13 +750,14 @@ cdef class EntryLog:
             body = bytes(memoryview(body).cast("B"))
         cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
         self._check_body(n)
+        self._check_patch(n)
         if self.disk_full:
             raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
         if term < self.end_term:
             raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
                                f"term {term} is below the ledger end term {self.end_term}")
         return self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
-                         DL_CURRENT_MAGIC, 0, 0, -1)
+                         DL_CURRENT_MAGIC, 0, 0, -1, self.patch_at >= 0)
 
     def append(self, body, int64_t term):
         """Append as leader at ``end + 1``; returns the new entry's index."""
@@ -741,6 +778,7 @@ cdef class EntryLog:
         cdef Py_ssize_t count = bs.count, k
         for k in range(count):
             self._check_body(bs.lens[k])
+            self._check_patch(bs.lens[k])
         if self.disk_full:
             raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
         if term < self.end_term:
@@ -749,8 +787,9 @@ cdef class EntryLog:
         positions = np.empty(count, dtype=np.int64)
         cdef int64_t[::1] ps = positions
         cdef int64_t first = self.end + 1
-        cdef unsigned char *headers = <unsigned char *>malloc(RUN_ENTRIES * DL_BODY_OFFSET)
-        cdef iovec *iov = <iovec *>malloc(2 * RUN_ENTRIES * sizeof(iovec))
+        # Per entry a header and, with the AppendHook, its 8-byte stamp after all the headers.
+        cdef unsigned char *headers = <unsigned char *>malloc(RUN_ENTRIES * (DL_BODY_OFFSET + 8))
+        cdef iovec *iov = <iovec *>malloc(4 * RUN_ENTRIES * sizeof(iovec))
         try:
             if headers == NULL or iov == NULL:
                 raise MemoryError()
@@ -766,7 +805,9 @@ cdef class EntryLog:
                              int64_t term, unsigned char *headers, iovec *iov,
                              int64_t *pos_out) except -1:
         """Write the leader entries ``bs[start:start + limit]`` (at most RUN_ENTRIES) that fit
-        in the current data file with one pwritev, then their index units; returns how many."""
+        in the current data file with one pwritev, then their index units; returns how many.
+        With the AppendHook each body goes as three buffers, before, the stamp and after, so
+        the caller's bytes are neither copied nor changed."""
         cdef int64_t pos = self.data.pre_append(DL_BODY_OFFSET + bs.lens[start], True)
         if pos < 0:
             raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
@@ -775,31 +816,47 @@ cdef class EntryLog:
             raise DLedgerError(ResponseCode.DISK_ERROR,
                                f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
-        cdef int64_t at = df.wrote_position, size
-        cdef Py_ssize_t j = 0, n
+        cdef int64_t at = df.wrote_position, size, pa = self.patch_at
+        cdef Py_ssize_t j = 0, n, v = 0
         cdef uint32_t crc
+        cdef const unsigned char *body
+        cdef unsigned char *stamp
         while j < limit:
             n = bs.lens[start + j]
+            body = bs.ptrs[start + j]
             size = DL_BODY_OFFSET + n
             if j and size + DL_MIN_BLANK_LEN > df.file_size - at:
                 break  # the rest starts the next file (pre_append ends this one with a blank)
+            pos_out[j] = df.file_from_offset + at
+            stamp = headers + RUN_ENTRIES * DL_BODY_OFFSET + j * 8
+            if pa >= 0:
+                dl_put64(stamp, <uint64_t>(pos_out[j] + DL_BODY_OFFSET))
             if not self.record_crc:
                 crc = 0
             elif n >= NOGIL_COPY:
                 with nogil:
-                    crc = dl_crc32(0, bs.ptrs[start + j], n)
+                    crc = _body_crc(body, n, pa, stamp)
             else:
-                crc = dl_crc32(0, bs.ptrs[start + j], n)
-            pos_out[j] = df.file_from_offset + at
+                crc = _body_crc(body, n, pa, stamp)
             dl_write_header(headers + j * DL_BODY_OFFSET, DL_CURRENT_MAGIC, <int32_t>size, index0 + j,
                             term, pos_out[j], 0, 0, <int32_t>crc, <int32_t>n)
-            iov[2 * j].iov_base = headers + j * DL_BODY_OFFSET
-            iov[2 * j].iov_len = DL_BODY_OFFSET
-            iov[2 * j + 1].iov_base = <void *>bs.ptrs[start + j]
-            iov[2 * j + 1].iov_len = <size_t>n
+            iov[v].iov_base = headers + j * DL_BODY_OFFSET
+            iov[v].iov_len = DL_BODY_OFFSET
+            if pa < 0:
+                iov[v + 1].iov_base = <void *>body
+                iov[v + 1].iov_len = <size_t>n
+                v += 2
+            else:
+                iov[v + 1].iov_base = <void *>body
+                iov[v + 1].iov_len = <size_t>pa
+                iov[v + 2].iov_base = stamp
+                iov[v + 2].iov_len = 8
+                iov[v + 3].iov_base = <void *>(body + pa + 8)
+                iov[v + 3].iov_len = <size_t>(n - pa - 8)
+                v += 4
             at += size
             j += 1
-        df._pwritev(df.wrote_position, iov, <int>(2 * j), at - df.wrote_position)
+        df._pwritev(df.wrote_position, iov, <int>v, at - df.wrote_position)
         self.written_bytes += at - df.wrote_position
         df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]

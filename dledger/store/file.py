@@ -112,7 +112,8 @@ class MmapFileStore:
     ``sync=True`` makes every append durable (msync of data and index) before it returns;
     otherwise the background flush writes within ``flush_file_interval`` ms.
     ``truncate_corrupt=True`` cuts the log at a CRC mismatch found before the checkpoint
-    instead of refusing to open.
+    instead of refusing to open. ``body_pos_patch`` is DLedgerCommitLog's AppendHook: leader
+    appends write the body's own offset (``pos + 48``) at that byte of each body (EntryLog).
     """
 
     def __init__(
@@ -125,6 +126,7 @@ class MmapFileStore:
         sync: bool | None = None,
         truncate_corrupt: bool = False,
         start_services: bool = True,
+        body_pos_patch: int | None = None,
     ) -> None:
         self.config = config or DLedgerConfig()
         self.path = Path(path)
@@ -157,7 +159,8 @@ class MmapFileStore:
         index = _segment.MmapFileList(str(index_dir), index_size, readonly)
         # A body must also fit a data segment with its header and the blank record after it.
         self.max_body_size = min(self.config.max_body_size, data_size - BODY_OFFSET - 8)
-        self._log = _segment.EntryLog(data, index, self.max_body_size)
+        # body_pos_patch: DLedgerCommitLog's AppendHook (see EntryLog); followers store the leader's bytes.
+        self._log = _segment.EntryLog(data, index, self.max_body_size, body_pos_patch=body_pos_patch)
         try:
             data.load()
             index.load()
