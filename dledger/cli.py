@@ -427,6 +427,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dir", default=None, help="base directory (default: a new temporary one)")
     m.add_argument("--count", type=int, default=1000)
     m.set_defaults(func=cmd_demo)
+    for command in sub.choices.values():
+        if "-v" in command._option_string_actions:
+            continue
+        # Also after the command (`dledger server -v ...`), where operators put it.
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="log at INFO level")
     return p
 
 
