@@ -19,6 +19,7 @@ import logging
 import mmap
 import os
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -361,9 +362,13 @@ class IndexService:
         self.readonly = readonly
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
-        # The end timestamp of the newest full file flushed when the next was created: what
+        # The end timestamp of the newest full file flushed since the next was created: what
         # StoreCheckpoint.indexMsgTimestamp records (0 until a file fills).
         self.index_msg_timestamp = 0
+        # A full file is flushed on a thread of its own (RocketMQ's FlushIndexFileThread): a
+        # default-size file is 400 MB of dirty pages, too long to stall dispatch for.
+        self._flushers: list[threading.Thread] = []
+        self._flush_lock = threading.Lock()
         self._loaded = False
         self._new_file = False
 
@@ -425,9 +430,24 @@ class IndexService:
         self.files.append(f)
         self._new_file = True
         if prev is not None:
-            prev.flush()
-            self.index_msg_timestamp = prev.end_timestamp
+            t = threading.Thread(target=self._flush_full, args=(prev,), name="FlushIndexFileThread", daemon=True)
+            self._flushers.append(t)
+            t.start()
         return f
+
+    def _flush_full(self, f: IndexFile) -> None:
+        try:
+            f.flush()
+        except Exception:  # the next flush() tries again; the checkpoint does not move past it
+            log.exception("flush of full index file %s failed", f.name)
+            return
+        with self._flush_lock:
+            self.index_msg_timestamp = max(self.index_msg_timestamp, f.end_timestamp)
+
+    def _join_flushers(self) -> None:
+        for t in self._flushers:
+            t.join()
+        self._flushers = []
 
     def build_index(self, topics: str | Sequence[str], keys: Sequence[Sequence[str]], phys_offsets: ArrayLike,
                     store_timestamps: ArrayLike) -> int:
@@ -514,6 +534,7 @@ class IndexService:
         if self.readonly:
             raise PermissionError(f"index {self.dir} is open read-only")
         self.load()
+        self._join_flushers()  # never unmap a file a flush thread is writing out
         if not self.files or self.files[0].end_phy_offset >= min_phys_offset:
             return 0
         count = 0
@@ -523,8 +544,10 @@ class IndexService:
         return count
 
     def flush(self) -> None:
+        """Write out every file (waiting for the flushes of full files first)."""
         if self.readonly:
             return
+        self._join_flushers()
         for f in self.files:
             f.flush()
         if self._new_file:

@@ -115,6 +115,7 @@ def test_service_rolls_to_new_files_newest_first(tmp_path: Path) -> None:
     assert (first.begin_phy_offset, first.end_phy_offset) == (0, 300)
     # A new file starts where the full one ended (then its first item moves the begin).
     assert (second.begin_phy_offset, second.begin_timestamp) == (300, T0 + 3000)
+    svc.flush()  # waits for the flushes of the full files
     assert svc.index_msg_timestamp == second.end_timestamp  # the last full file, for the checkpoint
     assert svc.query("T", "hot") == [i * 100 for i in reversed(range(n))]
     assert svc.query("T", "hot", 3) == [900, 800, 700]
@@ -177,8 +178,8 @@ def test_delete_expired_keeps_the_last_file(tmp_path: Path) -> None:
 def test_after_an_abnormal_exit_files_past_the_checkpoint_are_dropped(tmp_path: Path) -> None:
     svc = IndexService(tmp_path / "index", 4, 8)
     svc.build_index("T", [["k"]] * 10, [i * 10 for i in range(10)], [T0 + i * 1000 for i in range(10)])
-    checkpoint = svc.index_msg_timestamp
     svc.close()
+    checkpoint = svc.index_msg_timestamp
     svc = IndexService(tmp_path / "index", 4, 8)
     svc.load(last_exit_ok=False, index_msg_timestamp=checkpoint)
     assert len(svc.files) == 1 and svc.files[0].end_timestamp == checkpoint
