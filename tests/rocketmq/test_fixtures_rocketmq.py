@@ -178,3 +178,41 @@ def test_message_line_formats_hosts_and_ids_as_java() -> None:
     assert cols[15:18] == ["tg", "a b", "KEYS\\x01a b\\x02TAGS\\x01tg"]
     assert cols[18] == "20010DB8000000000000000000000010" + "00002A9F" + "00000000000004D2"
     assert cols[19] == "7"
+
+
+def _has_append_hook() -> bool:
+    import inspect
+
+    from dledger.store.file import MmapFileStore
+
+    return "body_pos_patch" in inspect.signature(MmapFileStore.__init__).parameters
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_produce_into_a_copy_of_a_java_store(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Appending to a store Java wrote: its listing stays a prefix, the message lands at the end of
+    the log, in its queue after the Java units, and in the index."""
+    import shutil
+
+    if name.startswith("dledger") and not _has_append_hook():
+        pytest.skip("DLedger writes need the AppendHook (MmapFileStore body_pos_patch)")
+    root = tmp_path / name
+    shutil.copytree(FIXTURES_MQ / name, root)
+    old_messages = expected(name, "messages.tsv")
+    last = old_messages[-1].split("\t")
+    # The next record starts where the last ends; a DLedger record sits 48 bytes into its entry.
+    end = int(last[0]) + int(last[1]) + (48 if name.startswith("dledger") else 0)
+    queue_units = [ln for ln in expected(name, "consumequeue.tsv") if ln.startswith("TopicB\t0\t")]
+    assert mq_main(["produce", str(root), "--topic", "TopicB", "--queue", "0", "--keys", "new-key",
+                    "--tags", "TagNew", "--data", "appended"]) == 0
+    put = capsys.readouterr().out.rstrip("\n").split("\t")
+    assert put[3:] == [str(len(queue_units)), str(end)]
+    assert mq_main(["dump", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:-1] == old_messages
+    assert lines[-1].split("\t")[:5] == [str(end), lines[-1].split("\t")[1], "TopicB", "0", str(len(queue_units))]
+    assert mq_main(["dump", str(root), "--consume-queues"]) == 0
+    units = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("TopicB\t0\t")]
+    assert units[:-1] == queue_units and units[-1].split("\t")[3] == str(end)
+    assert mq_main(["query", str(root), "--topic", "TopicB", "--key", "new-key"]) == 0
+    assert capsys.readouterr().out == f"{end}\n"
