@@ -258,3 +258,16 @@ def test_queries_match_a_brute_force_model(tmp_path_factory: pytest.TempPathFact
         want = [p for kh, p in reversed(items) if kh == h][:max_num]
         assert svc.query("T", key, max_num) == want, key
     svc.close()
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_index_headers_are_the_summary(name: str) -> None:
+    root = FIXTURES_MQ / name
+    want = [ln.split("\t")[1:] for ln in (root / "expected" / "summary.txt").read_text(encoding="utf-8").splitlines()
+            if ln.startswith("indexfile\t")]
+    svc = IndexService(root / "index", 64, 256, readonly=True)
+    svc.load()
+    got = [[f.name, str(f.begin_timestamp), str(f.end_timestamp), str(f.begin_phy_offset), str(f.end_phy_offset),
+            str(f.hash_slot_count), str(f.index_count)] for f in svc.files]
+    svc.close()
+    assert got == want
