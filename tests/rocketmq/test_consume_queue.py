@@ -362,3 +362,25 @@ def test_random_operations_match_a_model(tmp_path_factory: pytest.TempPathFactor
             assert list(zip(phys.tolist(), sizes.tolist(), tags.tolist(), strict=True)) == want, op
     finally:
         cq.close()
+
+
+FIXTURES_MQ = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9"
+
+
+@pytest.mark.parametrize("name", ["classic-3topics", "dledger-1node"])
+def test_rebuilding_the_fixture_queues_gives_the_java_files_byte_for_byte(tmp_path: Path, name: str) -> None:
+    root = FIXTURES_MQ / name
+    rows = [ln.split("\t") for ln in (root / "expected" / "consumequeue.tsv").read_text().splitlines()[1:]]
+    table = ConsumeQueueTable(tmp_path, 6000)
+    # A few units at a time, as dispatch batches them.
+    for start in range(0, len(rows), 7):
+        chunk = rows[start:start + 7]
+        table.put_batch([r[0] for r in chunk], [int(r[1]) for r in chunk], [int(r[2]) for r in chunk],
+                        [int(r[3]) for r in chunk], [int(r[4]) for r in chunk], [int(r[5]) for r in chunk])
+    table.close()
+    java = sorted(p.relative_to(root / "consumequeue") for p in (root / "consumequeue").rglob("*") if p.is_file())
+    mine = sorted(p.relative_to(tmp_path / "consumequeue") for p in (tmp_path / "consumequeue").rglob("*")
+                  if p.is_file())
+    assert mine == java
+    for rel in java:
+        assert (tmp_path / "consumequeue" / rel).read_bytes() == (root / "consumequeue" / rel).read_bytes(), rel
