@@ -398,6 +398,8 @@ class ConsumeQueue:
             found = left
         else:
             found = right if abs(ms - left_value) > abs(ms - right_value) else left
+        if found < 0:  # nothing to search: RocketMQ's (fileFromOffset + -1) / 20
+            return max(chosen.file_from_offset - 1, 0) // CQ_STORE_UNIT_SIZE
         return chosen.file_from_offset // CQ_STORE_UNIT_SIZE + found
 
     # -- writing -----------------------------------------------------------------------
