@@ -230,11 +230,16 @@ class ReputMessageService:
             keep = rows[in_cq[rows]]
             if not len(keep):
                 continue
+            topic = topic_raw.decode("utf-8", "replace")
+            cq = self.consume_queues.find_or_create(topic, qid)
+            if cq.max_physic_offset > 0:
+                # Re-dispatch after a restart: units the queue has are skipped here, not one by one.
+                keep = keep[phys[keep] + sizes[keep] > cq.max_physic_offset]
+                if not len(keep):
+                    continue
             codes = tags_code[keep]
             if topic_raw == _SCHEDULE:
                 codes = self._deliver_timestamps(view, keep, cols, codes)
-            topic = topic_raw.decode("utf-8", "replace")
-            cq = self.consume_queues.find_or_create(topic, qid)
             cq.put_units(cols["queue_offset"][keep], phys[keep], sizes[keep], codes)
         # Index: every record but ROLLBACK, from its UNIQ_KEY and KEYS.
         if self.index is not None and self.config.message_index_enable:

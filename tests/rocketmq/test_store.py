@@ -91,7 +91,9 @@ def test_round_trip(store: MessageStore) -> None:
     assert other.body == "多字节".encode() and other.tags == "标签X" and other.keys == "订单-🚀-1"
     # by offset, by msgId, by key
     for r, m in zip(results, msgs, strict=True):
-        assert store.lookup(r.phys_offset).body == m.body
+        got = store.lookup(r.phys_offset)
+        # PHYSICALOFFSET as written: the offset itself (classic) or entry pos + 48 (DLedger's AppendHook)
+        assert got.body == m.body and got.stored_phys_offset == r.phys_offset
         assert store.view_by_msg_id(r.msg_id).phys_offset == r.phys_offset
     assert [m.phys_offset for m in store.query_by_key("TopicA", "k2")] == [results[0].phys_offset]
     assert [m.body for m in store.query_by_key("主题-ü", "订单-🚀-1")] == ["多字节".encode()]
