@@ -128,7 +128,7 @@ class EmbeddedAppender:
 class DLedgerCommitLog:
     dledger = True
 
-    def __init__(self, config: MessageStoreConfig, store: MmapFileStore, appender: Appender | None = None,
+    def __init__(self, config: MessageStoreConfig, store: MmapFileStore, appender: Any = None,
                  *, readonly: bool = False) -> None:
         self.config = config
         self.store = store
@@ -207,6 +207,11 @@ class DLedgerCommitLog:
         app = self.appender
         pos = app.committed_pos if app is not None else self.store.committed_pos
         return max(int(pos), self._committed_pos, 0)
+
+    @property
+    def ledger_end_pos(self) -> int:
+        """The end of the last entry in the local ledger, committed or not."""
+        return self._end_pos()
 
     @property
     def max_offset(self) -> int:

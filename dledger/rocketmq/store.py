@@ -126,6 +126,8 @@ class MessageStore:
             from dledger.rocketmq.dledger_commitlog import DLedgerCommitLog, open_dledger_store
 
             dstore = open_dledger_store(cfg, readonly=ro)
+            if appender is not None and not hasattr(appender, "append_batch"):
+                appender = appender(dstore)  # a factory: it wraps the store this opened
             self.commitlog = DLedgerCommitLog(cfg, dstore, appender, readonly=ro)
         else:
             self.commitlog = CommitLog(cfg, self.checkpoint, readonly=ro)
@@ -197,6 +199,23 @@ class MessageStore:
                 cq.correct_min_offset(low)
         with self.commitlog.put_lock:
             self.commitlog.topic_queue_table = table
+
+    # -- the DLedger seam ------------------------------------------------------------------
+
+    def on_committed(self, pos: int) -> None:
+        """DLedger mode: the group committed the ledger up to data position ``pos``."""
+        self.commitlog.on_committed(pos)
+
+    def on_role_change(self, role: str, term: int) -> None:
+        """DLedger mode: this member became LEADER, FOLLOWER or CANDIDATE in ``term``. A leader
+        takes writes once everything in its ledger is committed and dispatched, with the
+        topic-queue table rebuilt from the consume queues (DLedgerRoleChangeHandler)."""
+        cl = self.commitlog
+
+        def ready() -> bool:
+            return cl.committed_pos >= cl.ledger_end_pos and self.reput.behind() == 0
+
+        cl.on_role_change(role, term, ready)
 
     # -- background services ---------------------------------------------------------------
 
