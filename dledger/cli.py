@@ -427,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dir", default=None, help="base directory (default: a new temporary one)")
     m.add_argument("--count", type=int, default=1000)
     m.set_defaults(func=cmd_demo)
+
+    from dledger.rocketmq.cli import add_mq_commands
+
+    add_mq_commands(sub)
     for command in sub.choices.values():
         if "-v" in command._option_string_actions:
             continue
