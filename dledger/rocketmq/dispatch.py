@@ -23,7 +23,7 @@ from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueueTable
-from dledger.rocketmq.index_file import IndexService, index_keys
+from dledger.rocketmq.index_file import INT_MAX, IndexService, build_key, index_key_hash
 from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -271,15 +271,76 @@ class ReputMessageService:
 
     def _build_index(self, u8: np.ndarray, view: memoryview, cols: dict[str, np.ndarray],
                      groups: list[tuple[bytes, int, np.ndarray]], sel: np.ndarray) -> None:
-        assert self.index is not None
+        """IndexService.buildIndex for a batch: one item per UNIQ_KEY, then one per non-empty
+        KEYS segment, per message, in log order; keys ``topic#key`` hashed as Java does.
+
+        UNIQ_KEY hashes come from one kernel pass: Java's hash of ``topic#`` + key is
+        ``hash(topic#) * 31**len(key) + hash(key)`` (mod 2**32), for keys whose UTF-16 length is
+        their byte length (ASCII); other keys, and KEYS segments, are hashed one by one."""
+        index = self.index
+        assert index is not None
+        last = index.get_and_create_last_file()
+        phys_all = cols["phys_offset"]
+        # buildIndex skips what the last file already covers.
+        sel = sel[phys_all[sel] >= last.end_phy_offset]
+        if not len(sel):
+            return
         props_off, props_len = cols["props_off"][sel], cols["props_len"][sel]
-        uo, ul = K.property_spans(view, props_off, props_len, b"UNIQ_KEY")
-        ko, kl = K.property_spans(view, props_off, props_len, b"KEYS")
-        uniq = _strings(u8, np.asarray(uo), np.asarray(ul))
-        keys = _strings(u8, np.asarray(ko), np.asarray(kl))
+        uo, ul = (np.asarray(a) for a in K.property_spans(view, props_off, props_len, b"UNIQ_KEY"))
+        ko, kl = (np.asarray(a) for a in K.property_spans(view, props_off, props_len, b"KEYS"))
+        n = len(sel)
         topic_of = np.empty(len(cols["size"]), dtype=object)
+        prefix_hash = np.zeros(len(cols["size"]), dtype=np.int64)
         for topic_raw, _qid, rows in groups:
-            topic_of[rows] = topic_raw.decode("utf-8", "replace")
-        topics = topic_of[sel].tolist()
-        key_lists = [index_keys(u, k) for u, k in zip(uniq, keys, strict=True)]
-        self.index.build_index(topics, key_lists, cols["phys_offset"][sel], cols["store_timestamp"][sel])
+            topic = topic_raw.decode("utf-8", "replace")
+            topic_of[rows] = topic
+            prefix_hash[rows] = K.java_hash(topic + "#") & 0xFFFFFFFF
+        topics = topic_of[sel]
+        has_u = uo >= 0
+        # UNIQ_KEY hashes, vectorised over the ASCII ones
+        key_hash = np.asarray(K.java_hash_many(view, np.where(has_u, uo, 0), np.where(has_u, ul, 0)),
+                              dtype=np.int64) & 0xFFFFFFFF
+        lens = ul.astype(np.int64)
+        ascii_ok = np.ones(n, dtype=bool)
+        if has_u.any():
+            lo, hi = int(uo[has_u].min()), int((uo + ul)[has_u].max())
+            high = np.flatnonzero(u8[lo:hi] >= 0x80) + lo
+            if len(high):
+                ascii_ok = np.searchsorted(high, uo) == np.searchsorted(high, uo + ul)
+        pw = np.ones(n, dtype=np.int64)
+        base = np.full(n, 31, dtype=np.int64)
+        e = lens.copy()
+        while (e > 0).any():  # 31**len mod 2**32 by squaring, for every row at once
+            odd = (e & 1) == 1
+            pw = np.where(odd, (pw * base) & 0xFFFFFFFF, pw)
+            base = (base * base) & 0xFFFFFFFF
+            e >>= 1
+        full = ((prefix_hash[sel] * pw) & 0xFFFFFFFF) + key_hash
+        full &= 0xFFFFFFFF
+        signed = np.where(full >= 1 << 31, full - (1 << 32), full)
+        uniq_items = np.abs(signed)
+        uniq_items[uniq_items > INT_MAX] = 0
+        slow_u = np.flatnonzero(has_u & ~ascii_ok)
+        for j in slow_u.tolist():
+            key = bytes(u8[int(uo[j]):int(uo[j]) + int(ul[j])]).decode("utf-8", "replace")
+            uniq_items[j] = index_key_hash(build_key(topics[j], key))
+        # KEYS segments, message by message
+        extra: dict[int, list[int]] = {}
+        for j in np.flatnonzero(ko >= 0).tolist():
+            text = bytes(u8[int(ko[j]):int(ko[j]) + int(kl[j])]).decode("utf-8", "replace")
+            segs = [index_key_hash(build_key(topics[j], k)) for k in text.split(" ") if k]
+            if segs:
+                extra[j] = segs
+        counts = has_u.astype(np.int64)
+        for j, segs in extra.items():
+            counts[j] += len(segs)
+        total = int(counts.sum())
+        if not total:
+            return
+        starts = np.cumsum(counts) - counts
+        hashes = np.zeros(total, dtype=np.int32)
+        hashes[starts[has_u]] = uniq_items[has_u]
+        for j, segs in extra.items():
+            at = int(starts[j]) + int(has_u[j])
+            hashes[at:at + len(segs)] = segs
+        index.put_hashes(hashes, np.repeat(phys_all[sel], counts), np.repeat(cols["store_timestamp"][sel], counts))

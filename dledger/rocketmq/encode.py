@@ -27,7 +27,6 @@ from dledger.rocketmq.message import (
     MessageSysFlag,
     UniqIdGenerator,
     encode_host,
-    encode_properties,
     host_v6_bits,
 )
 
@@ -114,66 +113,76 @@ class BatchPreparer:
         bodies: list[bytes] = []
         props: list[bytes] = []
         born_hosts: list[bytes] = []
-        queue_ids = np.empty(n, dtype=np.int32)
-        flags = np.empty(n, dtype=np.int32)
-        sys_flags = np.empty(n, dtype=np.int32)
-        born_ts = np.empty(n, dtype=np.int64)
-        reconsume = np.empty(n, dtype=np.int32)
-        prepared = np.empty(n, dtype=np.int64)
-        advances = np.empty(n, dtype=bool)
+        queue_ids: list[int] = []
+        flags: list[int] = []
+        sys_flags: list[int] = []
+        born_ts: list[int] = []
+        reconsume: list[int] = []
+        prepared: list[int] = []
+        advances: list[bool] = []
         store_raw = self.store_host_raw
         wait_store = True
-        need_uniq = cfg.create_uniq_key
-        for i, m in enumerate(messages):
+        uniq_head = f"{self.uniq.prefix}{self.uniq._diff():08X}" if cfg.create_uniq_key else ""
+        counter = self.uniq._counter
+        topic_bytes = self._topic_cache.get
+        not_type, commit_type = MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE
+        for m in messages:
             topic, queue_id = m.topic, m.queue_id
-            self._topic_bytes(topic)
-            self._check_queue(topic, queue_id)
+            traw = topic_bytes(topic) or self._topic_bytes(topic)
+            if type(queue_id) is not int or queue_id < 0 or queue_id > MAX_QUEUE_ID or cfg.topic_queue_nums:
+                self._check_queue(topic, queue_id)
             p = m.store_properties()
-            if need_uniq and UNIQ_KEY not in p:
-                p[UNIQ_KEY] = self.uniq.create()
+            if uniq_head and UNIQ_KEY not in p:
+                p[UNIQ_KEY] = f"{uniq_head}{next(counter) & 0xFFFF:04X}"
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-            try:
-                level = int(p.get(PROPERTY_DELAY) or 0)
-            except ValueError:
-                raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
-            if level > 0 and tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE):
-                # CommitLog.asyncPutMessage: clamp the level, keep the real destination in properties.
-                level = min(level, self.max_delay_level)
-                p[PROPERTY_DELAY] = str(level)
-                p[PROPERTY_REAL_TOPIC] = topic
-                p[PROPERTY_REAL_QID] = str(queue_id)
-                topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
+            if PROPERTY_DELAY in p:
+                try:
+                    level = int(p[PROPERTY_DELAY] or 0)
+                except ValueError:
+                    raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
+                if level > 0 and tran in (not_type, commit_type):
+                    # CommitLog.asyncPutMessage: clamp the level, keep the real destination in properties.
+                    level = min(level, self.max_delay_level)
+                    p[PROPERTY_DELAY] = str(level)
+                    p[PROPERTY_REAL_TOPIC] = topic
+                    p[PROPERTY_REAL_QID] = str(queue_id)
+                    topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
+                    traw = self._topic_bytes(topic)
             if p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) == "false":
                 wait_store = False
-            praw = encode_properties(p).encode("utf-8", "surrogatepass")
+            praw = "\x02".join([f"{k}\x01{v}" for k, v in p.items() if v is not None]).encode("utf-8", "surrogatepass")
             if len(praw) > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties are {len(praw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
-            body = m.body if isinstance(m.body, bytes) else bytes(m.body)
+            body = m.body
+            if type(body) is not bytes:
+                body = bytes(body)
             braw = encode_host(m.born_host) if m.born_host is not None else store_raw
-            topics.append(self._topic_bytes(topic))
+            topics.append(traw)
             queue_keys.append(f"{topic}-{queue_id}")
             bodies.append(body)
             props.append(praw)
             born_hosts.append(braw)
-            queue_ids[i] = queue_id
-            flags[i] = m.flag
-            sys_flags[i] = host_v6_bits(m.sys_flag, braw, store_raw)
-            born_ts[i] = m.born_timestamp or now
-            reconsume[i] = m.reconsume_times
-            prepared[i] = m.prepared_offset
-            advances[i] = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
-        lengths = np.asarray(K.record_lengths(sys_flags, [len(b) for b in bodies], [len(t) for t in topics],
-                                              [len(p) for p in props]), dtype=np.int64)
-        too_big = np.flatnonzero(lengths > cfg.max_message_size)
-        if len(too_big):
-            i = int(too_big[0])
+            queue_ids.append(queue_id)
+            flags.append(m.flag)
+            sys_flags.append(host_v6_bits(m.sys_flag, braw, store_raw))
+            born_ts.append(m.born_timestamp or now)
+            reconsume.append(m.reconsume_times)
+            prepared.append(m.prepared_offset)
+            advances.append(tran == not_type or tran == commit_type)
+        sys_arr = np.array(sys_flags, dtype=np.int32)
+        lengths = np.asarray(K.record_lengths(sys_arr, np.array([len(b) for b in bodies], dtype=np.int32),
+                                              np.array([len(t) for t in topics], dtype=np.int32),
+                                              np.array([len(p) for p in props], dtype=np.int32)), dtype=np.int64)
+        if int(lengths.max()) > cfg.max_message_size:
+            i = int(np.flatnonzero(lengths > cfg.max_message_size)[0])
             raise IllegalMessage(f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size "
                                  f"{cfg.max_message_size}")
         return PreparedBatch(
-            n=n, topics=topics, queue_ids=queue_ids, bodies=bodies, properties=props, flags=flags,
-            sys_flags=sys_flags, born_timestamps=born_ts, born_hosts=born_hosts, store_hosts=[store_raw] * n,
-            reconsume_times=reconsume, prepared_offsets=prepared, lengths=lengths, advances=advances,
-            queue_keys=queue_keys, wait_store=wait_store,
+            n=n, topics=topics, queue_ids=np.array(queue_ids, dtype=np.int32), bodies=bodies, properties=props,
+            flags=np.array(flags, dtype=np.int32), sys_flags=sys_arr, born_timestamps=np.array(born_ts, dtype=np.int64),
+            born_hosts=born_hosts, store_hosts=[store_raw] * n, reconsume_times=np.array(reconsume, dtype=np.int32),
+            prepared_offsets=np.array(prepared, dtype=np.int64), lengths=lengths,
+            advances=np.array(advances, dtype=bool), queue_keys=queue_keys, wait_store=wait_store,
         )
 
 

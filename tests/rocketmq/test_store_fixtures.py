@@ -174,3 +174,28 @@ def test_readonly_open_takes_no_lock(tmp_path: Path) -> None:
         writer.close()
     assert not (root / "abort").exists()
     assert os.path.getsize(root / "checkpoint") == 4096
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dispatch_rebuilds_java_queues_and_index_byte_for_byte(tmp_path: Path, name: str) -> None:
+    """Consume queues and index files dispatched here from the Java commit log are the files
+    the Java store wrote (index file names aside: they are creation times)."""
+    import shutil
+
+    from dledger.rocketmq.config import MessageStoreConfig
+
+    src = FIXTURES / name
+    root = tmp_path / name
+    shutil.copytree(src, root)
+    shutil.rmtree(root / "index")
+    shutil.rmtree(root / "consumequeue")
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=65536, mapped_file_size_consume_queue=6000,
+                             max_hash_slot_num=64, max_index_num=256)
+    with MessageStore(root, cfg) as store:
+        assert store.dispatch_behind_bytes() == 0
+    java_index = [p.read_bytes() for p in sorted((src / "index").iterdir())]
+    ours = [p.read_bytes() for p in sorted((root / "index").iterdir())]
+    assert ours == java_index
+    java_cq = {str(p.relative_to(src)): p.read_bytes() for p in (src / "consumequeue").rglob("*") if p.is_file()}
+    our_cq = {str(p.relative_to(root)): p.read_bytes() for p in (root / "consumequeue").rglob("*") if p.is_file()}
+    assert our_cq == java_cq
