@@ -294,6 +294,8 @@ class CommitLog:
             pos = f.file_from_offset + f.wrote_position
         size = self.file_size
         base = pos - pos % size
+        if n == 1 and pos + int(lengths[0]) + K.END_FILE_MIN_BLANK_LENGTH <= base + size:
+            return np.array([pos], dtype=np.int64), [(0, 1, base)]
         ends = pos + np.cumsum(lengths)
         if int(ends[-1]) + K.END_FILE_MIN_BLANK_LENGTH <= base + size:
             phys = ends - lengths
@@ -317,7 +319,8 @@ class CommitLog:
         """Write a prepared batch; returns where it landed. Raises on I/O failure with nothing
         recorded in the topic-queue table."""
         lengths = batch.lengths
-        if int(lengths.max()) + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+        longest = int(lengths[0]) if batch.n == 1 else int(lengths.max())
+        if longest + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
             now = int(time.time() * 1000)

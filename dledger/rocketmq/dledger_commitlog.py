@@ -256,8 +256,6 @@ class DLedgerCommitLog:
             self.topic_queue_table.update(updates)
             self.last_store_timestamp = now
         phys = np.asarray(positions, dtype=np.int64) + BODY_OFFSET
-        if self.wakeup is not None:
-            self.wakeup()
         return AppendMessageResult(
             AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
             store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=n,

@@ -8,9 +8,12 @@ by the commit log.
 
 from __future__ import annotations
 
+import struct
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,19 +48,20 @@ class PreparedBatch:
 
     n: int
     topics: list[bytes]
-    queue_ids: np.ndarray
+    # Columns are numpy arrays, or lists when n == 1.
+    queue_ids: Any
     bodies: list[bytes]
     properties: list[bytes]
-    flags: np.ndarray
-    sys_flags: np.ndarray
-    born_timestamps: np.ndarray
+    flags: Any
+    sys_flags: Any
+    born_timestamps: Any
     born_hosts: list[bytes]
     store_hosts: list[bytes]
-    reconsume_times: np.ndarray
-    prepared_offsets: np.ndarray
+    reconsume_times: Any
+    prepared_offsets: Any
     lengths: np.ndarray
     # Whether each message takes a queue offset (NOT_TYPE / COMMIT_TYPE; PREPARED and ROLLBACK get 0).
-    advances: np.ndarray
+    advances: Any
     # "topic-queueId" per message (CommitLog's topicQueueTable key).
     queue_keys: list[str]
     # Whether the put waits for the flush (the WAIT property; RocketMQ's isWaitStoreMsgOK).
@@ -122,8 +126,8 @@ class BatchPreparer:
         advances: list[bool] = []
         store_raw = self.store_host_raw
         wait_store = True
-        uniq_head = f"{self.uniq.prefix}{self.uniq._diff():08X}" if cfg.create_uniq_key else ""
-        counter = self.uniq._counter
+        uniq_head = self.uniq.head() if cfg.create_uniq_key else ""
+        counter = self.uniq.take(n)
         topic_bytes = self._topic_cache.get
         not_type, commit_type = MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE
         for m in messages:
@@ -133,7 +137,8 @@ class BatchPreparer:
                 self._check_queue(topic, queue_id)
             p = m.store_properties()
             if uniq_head and UNIQ_KEY not in p:
-                p[UNIQ_KEY] = f"{uniq_head}{next(counter) & 0xFFFF:04X}"
+                p[UNIQ_KEY] = f"{uniq_head}{counter & 0xFFFF:04X}"
+                counter += 1
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
             if PROPERTY_DELAY in p:
                 try:
@@ -169,6 +174,17 @@ class BatchPreparer:
             reconsume.append(m.reconsume_times)
             prepared.append(m.prepared_offset)
             advances.append(tran == not_type or tran == commit_type)
+        if n == 1:
+            # One message: plain lists (numpy and kernel calls cost more than they save here).
+            length = record_length(sys_flags[0], len(bodies[0]), len(topics[0]), len(props[0]))
+            if length > cfg.max_message_size:
+                raise IllegalMessage(f"message 0 is {length} bytes as a record, over max_message_size "
+                                     f"{cfg.max_message_size}")
+            return PreparedBatch(
+                n=1, topics=topics, queue_ids=queue_ids, bodies=bodies, properties=props, flags=flags,
+                sys_flags=sys_flags, born_timestamps=born_ts, born_hosts=born_hosts, store_hosts=[store_raw],
+                reconsume_times=reconsume, prepared_offsets=prepared, lengths=np.array([length], dtype=np.int64),
+                advances=advances, queue_keys=queue_keys, wait_store=wait_store)
         sys_arr = np.array(sys_flags, dtype=np.int32)
         lengths = np.asarray(K.record_lengths(sys_arr, np.array([len(b) for b in bodies], dtype=np.int32),
                                               np.array([len(t) for t in topics], dtype=np.int32),
@@ -185,12 +201,78 @@ class BatchPreparer:
             advances=np.array(advances, dtype=bool), queue_keys=queue_keys, wait_store=wait_store,
         )
 
+    def prepare_columns(self, topic: str, bodies: Sequence[bytes], *, queue_id: int = 0, tags: str | None = None,
+                        keys: Sequence[str | None] | None = None, properties: dict[str, str] | None = None,
+                        flag: int = 0, sys_flag: int = 0, born_host: tuple[str, int] | None = None,
+                        born_timestamp: int = 0) -> PreparedBatch:
+        """A batch of one topic-queue whose messages differ only in body and keys (RocketMQ's
+        MessageExtBatch), prepared without a Message object per message."""
+        n = len(bodies)
+        if n == 0:
+            raise IllegalMessage("no messages")
+        cfg = self.config
+        traw = self._topic_bytes(topic)
+        self._check_queue(topic, queue_id)
+        base = dict(properties or {})
+        if PROPERTY_DELAY in base:
+            raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
+        if tags:
+            base["TAGS"] = tags
+        prefix = "\x02".join([f"{k}\x01{v}" for k, v in base.items() if v is not None])
+        parts: list[str] = [prefix] if prefix else []
+        if keys is not None and len(keys) != n:
+            raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
+        if cfg.create_uniq_key and UNIQ_KEY not in base:
+            head = self.uniq.head()
+            first = self.uniq.take(n)
+            joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
+            if keys is None:
+                props = [f"{joint}{(first + i) & 0xFFFF:04X}".encode() for i in range(n)]
+            else:
+                props = [(f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}" if k else
+                          f"{joint}{(first + i) & 0xFFFF:04X}").encode("utf-8", "surrogatepass")
+                         for i, k in enumerate(keys)]
+        else:
+            fixed = "\x02".join(parts)
+            if keys is None:
+                props = [fixed.encode("utf-8", "surrogatepass")] * n
+            else:
+                props = [("\x02".join([*parts, f"KEYS\x01{k}"]) if k else fixed).encode("utf-8", "surrogatepass")
+                         for k in keys]
+        plens = np.fromiter((len(p) for p in props), dtype=np.int32, count=n)
+        if int(plens.max()) > MAX_PROPERTIES_BYTES:
+            raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
+        body_list = [b if type(b) is bytes else bytes(b) for b in bodies]
+        store_raw = self.store_host_raw
+        braw = encode_host(born_host) if born_host is not None else store_raw
+        sflag = host_v6_bits(sys_flag, braw, store_raw)
+        sys_arr = np.full(n, sflag, dtype=np.int32)
+        lengths = np.asarray(K.record_lengths(sys_arr, np.fromiter((len(b) for b in body_list), np.int32, n),
+                                              np.full(n, len(traw), dtype=np.int32), plens), dtype=np.int64)
+        if int(lengths.max()) > cfg.max_message_size:
+            raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
+        tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        return PreparedBatch(
+            n=n, topics=[traw] * n, queue_ids=np.full(n, queue_id, dtype=np.int32), bodies=body_list,
+            properties=props, flags=np.full(n, flag, dtype=np.int32), sys_flags=sys_arr,
+            born_timestamps=np.full(n, born_timestamp or int(time.time() * 1000), dtype=np.int64),
+            born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=np.zeros(n, dtype=np.int32),
+            prepared_offsets=np.zeros(n, dtype=np.int64), lengths=lengths, advances=np.full(n, advances, dtype=bool),
+            queue_keys=[f"{topic}-{queue_id}"] * n, wait_store=base.get("WAIT") != "false",
+        )
+
 
 def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[np.ndarray, dict[str, int]]:
     """Queue offsets for a batch from the topic-queue table, without changing it: the offsets
     and the table entries to store once the records are written."""
     n = batch.n
     keys = batch.queue_keys
+    if n == 1:
+        if not batch.advances[0]:
+            return np.zeros(1, dtype=np.int64), {}
+        first = table.get(keys[0], 0)
+        return np.array([first], dtype=np.int64), {keys[0]: first + 1}
     out = np.zeros(n, dtype=np.int64)
     updates: dict[str, int] = {}
     if n and keys.count(keys[0]) == n:
@@ -217,12 +299,41 @@ def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[n
 def encode_batch(batch: PreparedBatch, queue_offsets: np.ndarray, phys_offsets: np.ndarray,
                  store_timestamp: int) -> tuple[bytes, np.ndarray]:
     """The records back to back and their n+1 start offsets in the buffer."""
+    if batch.n == 1:
+        rec = encode_one(batch, int(queue_offsets[0]), int(phys_offsets[0]), store_timestamp)
+        return rec, np.array([0, len(rec)], dtype=np.int64)
     store_ts = np.full(batch.n, store_timestamp, dtype=np.int64)
     buf, starts = K.encode_records(
         batch.bodies, batch.topics, batch.properties, batch.queue_ids, batch.flags, queue_offsets, phys_offsets,
         batch.sys_flags, batch.born_timestamps, batch.born_hosts, store_ts, batch.store_hosts,
         batch.reconsume_times, batch.prepared_offsets)
     return buf, np.asarray(starts, dtype=np.int64)
+
+
+_HEAD = struct.Struct(">iiiiiqqiq")
+_MID = struct.Struct(">iqi")
+_TS = struct.Struct(">q")
+_SHORT = struct.Struct(">h")
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
+    """CommitLog.calMsgLength."""
+    return (91 + body_len + topic_len + props_len + (12 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 0)
+            + (12 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 0))
+
+
+def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_timestamp: int) -> bytes:
+    """The record of a one-message batch, encoded here: the kernel's per-call cost is several
+    times this for a single record."""
+    body, topic, props = batch.bodies[0], batch.topics[0], batch.properties[0]
+    sys_flag = int(batch.sys_flags[0])
+    size = int(batch.lengths[0])
+    return b"".join((
+        _HEAD.pack(size, K.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, int(batch.queue_ids[0]),
+                   int(batch.flags[0]), queue_offset, phys_offset, sys_flag, int(batch.born_timestamps[0])),
+        batch.born_hosts[0], _TS.pack(store_timestamp), batch.store_hosts[0],
+        _MID.pack(int(batch.reconsume_times[0]), int(batch.prepared_offsets[0]), len(body)), body,
+        bytes((len(topic),)), topic, _SHORT.pack(len(props)), props))
 
 
 def delay_of(table: dict[int, int], level: int) -> int:

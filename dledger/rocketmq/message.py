@@ -260,11 +260,24 @@ class UniqIdGenerator:
         return diff & 0xFFFFFFFF
 
     def create(self) -> str:
-        return f"{self.prefix}{self._diff():08X}{next(self._counter) & 0xFFFF:04X}"
+        return f"{self.prefix}{self._diff():08X}{self.take(1) & 0xFFFF:04X}"
 
     def create_many(self, n: int) -> list[str]:
-        head = f"{self.prefix}{self._diff():08X}"
-        return [f"{head}{next(self._counter) & 0xFFFF:04X}" for _ in range(n)]
+        head = self.head()
+        first = self.take(n)
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
+
+    def head(self) -> str:
+        """Everything but the counter: the ids made within one millisecond share it."""
+        return f"{self.prefix}{self._diff():08X}"
+
+    def take(self, n: int) -> int:
+        """Reserve ``n`` consecutive counter values; returns the first."""
+        with self._lock:
+            first = next(self._counter)
+            if n > 1:
+                self._counter = itertools.count(first + n)
+            return first
 
 
 _uniq: UniqIdGenerator | None = None

@@ -280,3 +280,24 @@ def test_iter_messages_in_log_order(store: MessageStore) -> None:
     msgs = list(store.iter_messages())
     assert [m.body for m in msgs] == [b"%d" % i for i in range(50)]
     assert [m.phys_offset for m in msgs] == sorted(m.phys_offset for m in msgs)
+
+
+def test_put_batch_columns(store: MessageStore) -> None:
+    bodies = [b"b%d" % i for i in range(40)]
+    keys = [f"k{i} shared" if i % 2 else None for i in range(40)]
+    res = store.put_batch("TopicC", bodies, queue_id=2, tags="TagZ", keys=keys, properties={"a": "1"},
+                          born_host=("2001:db8::7", 99))
+    assert res.status == PutMessageStatus.PUT_OK and res.append_result.msg_num == 40
+    assert len(set(res.append_result.msg_ids)) == 40
+    store.wait_dispatched()
+    got = store.get_messages("TopicC", 2, 0, 64).messages
+    assert [m.body for m in got] == bodies and [m.queue_offset for m in got] == list(range(40))
+    assert all(m.tags == "TagZ" and m.properties["a"] == "1" and m.born_host == ("2001:db8::7", 99) for m in got)
+    assert [m.keys for m in got] == [k if k else None for k in keys]
+    uniq = {m.properties[UNIQ_KEY] for m in got}
+    assert len(uniq) == 40
+    assert [m.body for m in store.query_by_key("TopicC", "k3")] == [b"b3"]
+    assert sorted(m.body for m in store.query_by_key("TopicC", "shared")) == sorted(bodies[1::2])
+    assert store.query_offsets_by_key("TopicC", got[4].properties[UNIQ_KEY]) == [got[4].phys_offset]
+    assert store.put_batch("TopicC", [b"x"], properties={"DELAY": "2"}).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_batch("T" * 200, [b"x"]).status == PutMessageStatus.MESSAGE_ILLEGAL
