@@ -119,7 +119,8 @@ def test_normal_recovery_cuts_a_torn_tail(tmp_path: Path) -> None:
         r = s.put_message(Message("TopicA", b"after", queue_id=0))
         assert r.phys_offset == int(last.name) + end
         s.wait_dispatched()
-        assert s.lookup(r.phys_offset).body == b"after"
+        after = s.lookup(r.phys_offset)
+        assert after is not None and after.body == b"after"
     with MessageStore(root, config()) as s:
         assert [m.body for m in s.iter_messages()][-1] == b"after"
 

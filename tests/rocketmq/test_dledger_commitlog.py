@@ -87,7 +87,7 @@ def test_entries_layout(tmp_path: Path) -> None:
     for i, r in enumerate(recs):
         assert r["queue_id"] == i % 3 and r["queue_offset"] == per_queue.get(i % 3, 0)
         per_queue[i % 3] = r["queue_offset"] + 1
-    offs = [int(o) for res in results for o in res.append_result.wrote_offsets]
+    offs = [int(o) for res in results for o in res.append_result.wrote_offsets]  # type: ignore[union-attr]
     assert offs == [r["phys_offset"] for r in recs]
 
 
@@ -114,7 +114,8 @@ def test_readers_see_only_committed(tmp_path: Path) -> None:
         s.on_committed(app.commit_all())
         assert s.wait_dispatched()
         assert [m.body for m in s.get_messages("T", 0, 0).messages] == [b"m%d" % i for i in range(5)]
-        assert s.lookup(r.phys_offset).body == b"m0"
+        first = s.lookup(r.phys_offset)
+        assert first is not None and first.body == b"m0"
         # DLedger codes -> put statuses (DLedgerCommitLog's mapping)
         app.fail_with = ResponseCode.NOT_LEADER
         assert s.put_message(Message("T", b"x")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE

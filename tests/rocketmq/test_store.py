@@ -91,10 +91,11 @@ def test_round_trip(store: MessageStore) -> None:
     assert other.body == "多字节".encode() and other.tags == "标签X" and other.keys == "订单-🚀-1"
     # by offset, by msgId, by key
     for r, m in zip(results, msgs, strict=True):
-        got = store.lookup(r.phys_offset)
+        found = store.lookup(r.phys_offset)
         # PHYSICALOFFSET as written: the offset itself (classic) or entry pos + 48 (DLedger's AppendHook)
-        assert got.body == m.body and got.stored_phys_offset == r.phys_offset
-        assert store.view_by_msg_id(r.msg_id).phys_offset == r.phys_offset
+        assert found is not None and found.body == m.body and found.stored_phys_offset == r.phys_offset
+        by_id = store.view_by_msg_id(r.msg_id)
+        assert by_id is not None and by_id.phys_offset == r.phys_offset
     assert [m.phys_offset for m in store.query_by_key("TopicA", "k2")] == [results[0].phys_offset]
     assert [m.body for m in store.query_by_key("主题-ü", "订单-🚀-1")] == ["多字节".encode()]
     uniq = first.properties[UNIQ_KEY]
@@ -140,6 +141,7 @@ def test_batch_put_spans_files_with_blank_records(tmp_path: Path, mode: str) -> 
         bodies = [os.urandom(700 + i) for i in range(300)]  # > 200 KiB: several 64 KiB files
         res = s.put_messages([Message("B", b, queue_id=3, keys=f"key-{i}") for i, b in enumerate(bodies)])
         assert res.status == PutMessageStatus.PUT_OK and res.queue_offset == 0
+        assert res.append_result is not None and res.append_result.queue_offsets is not None
         assert list(res.append_result.queue_offsets) == list(range(300))
         s.wait_dispatched()
         got = []
@@ -195,10 +197,9 @@ def test_delay_levels_go_to_schedule_topic(store: MessageStore) -> None:
     m2 = store.get_messages(RMQ_SYS_SCHEDULE_TOPIC, 17, 0).messages[0]
     assert m2.properties["DELAY"] == "18" and m2.phys_offset == r2.phys_offset
     # the consume-queue tagsCode of a delayed message is its delivery time
-    cq = store.consume_queues.get(RMQ_SYS_SCHEDULE_TOPIC, 2)
-    assert cq.get_unit(0)[2] == m1.store_timestamp + 10_000
-    cq = store.consume_queues.get(RMQ_SYS_SCHEDULE_TOPIC, 17)
-    assert cq.get_unit(0)[2] == m2.store_timestamp + 2 * 3600 * 1000
+    units = [store.consume_queues.find_or_create(RMQ_SYS_SCHEDULE_TOPIC, q).get_unit(0) for q in (2, 17)]
+    assert units[0] is not None and units[0][2] == m1.store_timestamp + 10_000
+    assert units[1] is not None and units[1][2] == m2.store_timestamp + 2 * 3600 * 1000
     assert r1.ok and store.get_messages("TopicA", 2, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
 
 
@@ -287,7 +288,8 @@ def test_put_batch_columns(store: MessageStore) -> None:
     keys = [f"k{i} shared" if i % 2 else None for i in range(40)]
     res = store.put_batch("TopicC", bodies, queue_id=2, tags="TagZ", keys=keys, properties={"a": "1"},
                           born_host=("2001:db8::7", 99))
-    assert res.status == PutMessageStatus.PUT_OK and res.append_result.msg_num == 40
+    assert res.status == PutMessageStatus.PUT_OK and res.append_result is not None
+    assert res.append_result.msg_num == 40
     assert len(set(res.append_result.msg_ids)) == 40
     store.wait_dispatched()
     got = store.get_messages("TopicC", 2, 0, 64).messages
