@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dledger._ext import gather as _gather
 from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from dledger.rocketmq.checkpoint import StoreCheckpoint
@@ -374,6 +375,69 @@ class MessageStore:
                 i = len(phys)
             res.next_begin_offset = offset + i
         return res
+
+    def pull_columns(self, topic: str, queue_id: int, offset: int,
+                     max_count: int = 65536) -> tuple[memoryview, dict[str, np.ndarray]]:
+        """Up to ``max_count`` messages of a queue from ``offset`` as scan columns over one buffer
+        holding their records back to back (``phys_offset`` is each record's commit-log offset,
+        ``queue_offset`` its queue offset). Stops at the first unit whose record is not readable
+        (not yet committed, or deleted). The fast read path: no object per message."""
+        empty = (memoryview(b""), {k: np.empty(0, np.int64) for k in ("phys_offset",)})
+        cq = self._cq(topic, queue_id)
+        if cq is None or offset < int(cq.min_offset):
+            return empty
+        phys, sizes, _tags = cq.get_units(offset, max_count)
+        if not len(phys):
+            return empty
+        cl = self.commitlog
+        ok = (phys + sizes <= int(cl.readable_end)) & (phys >= int(cl.min_offset))
+        if not ok.all():
+            cut = int(np.argmin(ok))
+            phys, sizes = phys[:cut], sizes[:cut]
+        if not len(phys):
+            return empty
+        fsize = int(cl.file_size)
+        file_no = phys // fsize
+        cuts = np.flatnonzero(np.diff(file_no)) + 1
+        parts = []
+        with cl.reading():
+            for run in np.split(np.arange(len(phys)), cuts):
+                f = cl.files.find(int(phys[run[0]]))
+                if f is None:
+                    break
+                view = f.view()
+                try:
+                    data, _voff = _gather.gather(view, phys[run] - f.file_from_offset, sizes[run])
+                    parts.append(data)
+                finally:
+                    view.release()
+        if not parts:
+            return empty
+        buf = memoryview(np.concatenate(parts) if len(parts) > 1 else parts[0])  # type: ignore[arg-type]
+        cols, _stop, _code = K.scan_records(buf, 0, 0, -1, False, -1)
+        n = len(cols["size"])
+        cols["phys_offset"] = phys[:n].astype(np.int64)
+        cols["queue_offset"] = np.arange(offset, offset + n, dtype=np.int64)
+        return buf, cols
+
+    def pull_arrow(self, topic: str, queue_id: int, offset: int, max_count: int = 65536) -> Any:
+        """``pull_columns`` as a pyarrow Table: queue_offset, phys_offset, size, store_timestamp,
+        born_timestamp, sys_flag, flag, reconsume_times, body and properties (binary)."""
+        import pyarrow as pa
+
+        buf, cols = self.pull_columns(topic, queue_id, offset, max_count)
+        names = ("queue_offset", "phys_offset", "size", "store_timestamp", "born_timestamp", "sys_flag", "flag",
+                 "reconsume_times")
+        if not len(buf):
+            return pa.table({**{k: pa.array([], pa.int64()) for k in names}, "body": pa.array([], pa.binary()),
+                             "properties": pa.array([], pa.binary())})
+        raw = np.frombuffer(buf, dtype=np.uint8)
+        out: dict[str, Any] = {k: pa.array(cols[k]) for k in names}
+        for name, off, ln in (("body", "body_off", "body_len"), ("properties", "props_off", "props_len")):
+            data, voff = _gather.gather(raw, cols[off], cols[ln].astype(np.int32))
+            out[name] = pa.Array.from_buffers(pa.binary(), len(voff) - 1,
+                                              [None, pa.py_buffer(voff), pa.py_buffer(data)])
+        return pa.table(out)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._cq(topic, queue_id)

@@ -303,3 +303,20 @@ def test_put_batch_columns(store: MessageStore) -> None:
     assert store.query_offsets_by_key("TopicC", got[4].properties[UNIQ_KEY]) == [got[4].phys_offset]
     assert store.put_batch("TopicC", [b"x"], properties={"DELAY": "2"}).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert store.put_batch("T" * 200, [b"x"]).status == PutMessageStatus.MESSAGE_ILLEGAL
+
+
+def test_pull_columns_and_arrow(store: MessageStore) -> None:
+    bodies = [bytes([i % 251]) * (i % 50) for i in range(500)]
+    for k in range(0, 500, 50):
+        assert store.put_batch("P", bodies[k:k + 50], queue_id=1, tags="t").ok
+        store.put_message(Message("Other", b"interleaved"))
+    store.wait_dispatched()
+    table = store.pull_arrow("P", 1, 10, 1000)
+    assert table.num_rows == 490
+    assert table.column("body").to_pylist() == bodies[10:]
+    assert table.column("queue_offset").to_pylist() == list(range(10, 500))
+    via_get = store.get_messages("P", 1, 10, 5).messages
+    assert table.column("phys_offset").to_pylist()[:5] == [m.phys_offset for m in via_get]
+    assert table.column("store_timestamp").to_pylist()[:5] == [m.store_timestamp for m in via_get]
+    assert store.pull_arrow("P", 1, 500).num_rows == 0
+    assert store.pull_arrow("none", 0, 0).num_rows == 0
