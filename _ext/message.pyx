@@ -127,9 +127,29 @@ cdef object _col(object values, Py_ssize_t n, object dtype, str name):
 
 cdef _Bodies _fields(object values, Py_ssize_t n, str name):
     """Byte strings per record; one bytes-like object stands for the same value in every record."""
+    cdef _Bodies out
+    cdef const unsigned char *ptr
+    cdef Py_ssize_t size, k
     if isinstance(values, (bytes, bytearray, memoryview)):
-        values = [bytes(values)] * n
-    cdef _Bodies out = _Bodies(values)
+        # The same pointer n times, without a list of n references to walk.
+        value = bytes(values)
+        ptr = <const unsigned char *>PyBytes_AS_STRING(value)
+        size = PyBytes_GET_SIZE(value)
+        out = _Bodies(())
+        free(out.ptrs)
+        free(out.lens)
+        out.ptrs = <const unsigned char **>malloc(max(n, 1) * sizeof(unsigned char *))
+        out.lens = <Py_ssize_t *>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        if out.ptrs == NULL or out.lens == NULL:
+            raise MemoryError()
+        for k in range(n):
+            out.ptrs[k] = ptr
+            out.lens[k] = size
+        out.count = n
+        out.total = n * size
+        out.keep = [value]
+        return out
+    out = _Bodies(values)
     if out.count != n:
         raise ValueError(f"{name}: expected {n} values, got {out.count}")
     return out
