@@ -38,6 +38,24 @@ MAX_PROPERTIES_BYTES = 32767
 MAX_QUEUE_ID = (1 << 31) - 1
 
 
+# The four hex digits of the UNIQ_KEY counter, for every counter value.
+_HEX4 = [f"{i:04X}".encode() for i in range(1 << 16)]
+_FULL_CACHE: dict[tuple[int, Any, Any], np.ndarray] = {}
+
+
+def _full(n: int, value: Any, dtype: Any) -> np.ndarray:
+    """``np.full`` for the constant columns of a batch, shared between batches (read-only)."""
+    key = (n, value, dtype)
+    arr = _FULL_CACHE.get(key)
+    if arr is None:
+        arr = np.full(n, value, dtype=dtype)
+        arr.flags.writeable = False
+        if len(_FULL_CACHE) > 4096:
+            _FULL_CACHE.clear()
+        _FULL_CACHE[key] = arr
+    return arr
+
+
 class IllegalMessage(ValueError):
     """A message the store refuses (MESSAGE_ILLEGAL); the text says why."""
 
@@ -227,7 +245,8 @@ class BatchPreparer:
             first = self.uniq.take(n)
             joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
             if keys is None:
-                props = [f"{joint}{(first + i) & 0xFFFF:04X}".encode() for i in range(n)]
+                jb = joint.encode("utf-8", "surrogatepass")
+                props = [jb + _HEX4[(first + i) & 0xFFFF] for i in range(n)]
             else:
                 props = [(f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}" if k else
                           f"{joint}{(first + i) & 0xFFFF:04X}").encode("utf-8", "surrogatepass")
@@ -239,26 +258,29 @@ class BatchPreparer:
             else:
                 props = [("\x02".join([*parts, f"KEYS\x01{k}"]) if k else fixed).encode("utf-8", "surrogatepass")
                          for k in keys]
-        plens = np.fromiter((len(p) for p in props), dtype=np.int32, count=n)
+        if keys is None:
+            plens = _full(n, len(props[0]), np.int32)
+        else:
+            plens = np.array([len(p) for p in props], dtype=np.int32)
         if int(plens.max()) > MAX_PROPERTIES_BYTES:
             raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-        body_list = [b if type(b) is bytes else bytes(b) for b in bodies]
+        body_list = bodies if isinstance(bodies, list) else list(bodies)
         store_raw = self.store_host_raw
         braw = encode_host(born_host) if born_host is not None else store_raw
         sflag = host_v6_bits(sys_flag, braw, store_raw)
-        sys_arr = np.full(n, sflag, dtype=np.int32)
-        lengths = np.asarray(K.record_lengths(sys_arr, np.fromiter((len(b) for b in body_list), np.int32, n),
-                                              np.full(n, len(traw), dtype=np.int32), plens), dtype=np.int64)
+        sys_arr = _full(n, sflag, np.int32)
+        lengths = np.asarray(K.record_lengths(sys_arr, np.array([len(b) for b in body_list], dtype=np.int32),
+                                              _full(n, len(traw), np.int32), plens), dtype=np.int64)
         if int(lengths.max()) > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
         tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         return PreparedBatch(
-            n=n, topics=[traw] * n, queue_ids=np.full(n, queue_id, dtype=np.int32), bodies=body_list,
-            properties=props, flags=np.full(n, flag, dtype=np.int32), sys_flags=sys_arr,
+            n=n, topics=[traw] * n, queue_ids=_full(n, queue_id, np.int32), bodies=body_list,
+            properties=props, flags=_full(n, flag, np.int32), sys_flags=sys_arr,
             born_timestamps=np.full(n, born_timestamp or int(time.time() * 1000), dtype=np.int64),
-            born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=np.zeros(n, dtype=np.int32),
-            prepared_offsets=np.zeros(n, dtype=np.int64), lengths=lengths, advances=np.full(n, advances, dtype=bool),
+            born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=_full(n, 0, np.int32),
+            prepared_offsets=_full(n, 0, np.int64), lengths=lengths, advances=_full(n, advances, np.bool_),
             queue_keys=[f"{topic}-{queue_id}"] * n, wait_store=base.get("WAIT") != "false",
         )
 

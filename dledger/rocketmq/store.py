@@ -54,6 +54,8 @@ CLASSIC = "classic"
 DLEDGER = "dledger"
 LONG_MAX = (1 << 63) - 1
 _SCAN_BATCH = 4096
+# iter_batches copies the log this much at a time (more than the largest record).
+_WINDOW = 16 << 20
 
 
 def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None]:
@@ -531,9 +533,11 @@ class MessageStore:
 
     def iter_batches(self, start_phys: int | None = None) -> Iterator[tuple[memoryview, dict[str, np.ndarray]]]:
         """Scan columns of the records in commit-log order, each batch with the buffer its
-        offsets point into (a copy of the file's bytes: valid after the loop moves on)."""
+        ``*_off`` columns point into: a copy of at most ``_WINDOW`` bytes of the log (valid
+        after the loop moves on)."""
         cl = self.commitlog
         dledger = self.mode == DLEDGER
+        scan = K.scan_dledger_records if dledger else K.scan_records
         pos = max(int(cl.min_offset), 0)
         if start_phys is not None:
             pos = max(start_phys - (48 if dledger else 0), pos)
@@ -547,27 +551,29 @@ class MessageStore:
                         return
                     pos = nxt
                     continue
+                stop_at = min(seg.end, seg.start + _WINDOW)
                 try:
-                    data = bytes(seg.view)
+                    data = bytes(seg.view[seg.start:stop_at])
                 finally:
                     seg.view.release()
-            scan = K.scan_dledger_records if dledger else K.scan_records
-            cur = seg.start
+            base = seg.base + seg.start
+            cur = 0
             while True:
-                cols, stop, code = scan(data, seg.base, cur, seg.end, False, _SCAN_BATCH)
+                cols, stop, code = scan(data, base, cur, -1, False, _SCAN_BATCH)
                 if len(cols["size"]):
                     yield memoryview(data), cols
                 cur = stop
                 if code != K.STOP_LIMIT:
                     break
-            if code == K.STOP_BLANK or stop >= cl.file_size:
-                pos = cl.roll_next_file(seg.base + stop)
-            elif code in (K.STOP_END,):
-                pos = seg.base + stop
-                if pos >= end:
-                    return
+            if code == K.STOP_BLANK:
+                pos = cl.roll_next_file(base + stop)
+            elif code == K.STOP_END or (code == K.STOP_BAD and stop_at < seg.end and stop > 0):
+                # The window ended (maybe inside a record): go on from the last whole record.
+                pos = base + stop
+                if seg.start + stop >= cl.file_size:
+                    pos = cl.roll_next_file(base + stop - 1)
             else:
-                log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], seg.base + stop)
+                log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], base + stop)
                 return
 
     def iter_messages(self, start_phys: int | None = None) -> Iterator[MessageExt]:

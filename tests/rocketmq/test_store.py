@@ -320,3 +320,15 @@ def test_pull_columns_and_arrow(store: MessageStore) -> None:
     assert table.column("store_timestamp").to_pylist()[:5] == [m.store_timestamp for m in via_get]
     assert store.pull_arrow("P", 1, 500).num_rows == 0
     assert store.pull_arrow("none", 0, 0).num_rows == 0
+
+
+def test_iter_messages_in_small_windows(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dledger.rocketmq.store as store_module
+
+    bodies = [os.urandom(100 + i * 7) for i in range(400)]  # > 64 KiB: crosses files too
+    for k in range(0, 400, 40):
+        store.put_batch("W", bodies[k:k + 40])
+    monkeypatch.setattr(store_module, "_WINDOW", 5000)  # windows end inside records (each < 3 KiB)
+    assert [m.body for m in store.iter_messages()] == bodies
+    start = store.get_messages("W", 0, 123).messages[0].phys_offset
+    assert [m.body for m in store.iter_messages(start)] == bodies[123:]

@@ -1,0 +1,218 @@
+"""Message store figures beside same-run baselines (pytest-benchmark; one group per figure).
+
+    pytest bench/test_bench_mq.py --benchmark-group-by=group --benchmark-columns=median,ops
+
+A round of a put figure stores N messages into a fresh store and ends when dispatch has built
+their consume-queue units and index items (so the figure is "put with dispatch keeping up").
+Its baselines do the same bytes' worth of work without the message layer: ``raw_append`` is
+``MmapFileStore.append_batch`` of the same encoded records in the same batches, ``raw_write``
+a plain ``os.write`` of them. Messages per second = N / median (``extra_info['messages']``).
+DLEDGER_BENCH_FULL=1 runs the full sizes (1M messages per round).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dledger.config import DLedgerConfig
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.encode import BatchPreparer, encode_batch
+from dledger.rocketmq.message import Message
+from dledger.rocketmq.store import MessageStore
+from dledger.store.file import MmapFileStore
+
+FULL = os.environ.get("DLEDGER_BENCH_FULL") == "1"
+N = int(os.environ.get("DLEDGER_BENCH_MQ_N", 1_000_000 if FULL else 256 * 1024))
+ROUNDS = 3 if FULL else 5
+BATCH = 32
+
+
+@pytest.fixture(scope="module")
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dledger-bench-mq-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def store_config(mode: str, **kw: Any) -> MessageStoreConfig:
+    return MessageStoreConfig(enable_dledger_commit_log=mode == "dledger", mapped_file_size_commit_log=1 << 30,
+                              store_host="10.0.0.1:10911").replace(**kw)
+
+
+def encoded_batches(size: int, n: int, batch: int) -> list[list[bytes]]:
+    """The records the store writes for ``n`` messages of ``size`` bytes, in batches."""
+    prep = BatchPreparer(store_config("classic"), ("10.0.0.1", 10911))
+    body = os.urandom(size)
+    b = prep.prepare_columns("TopicA", [body] * batch, tags="TagA")
+    buf, starts = encode_batch(b, np.arange(batch, dtype=np.int64), np.zeros(batch, dtype=np.int64), 1)
+    recs = [buf[int(starts[i]):int(starts[i + 1])] for i in range(batch)]
+    return [recs] * (n // batch)
+
+
+class Round:
+    """One fresh directory per round (setup), the timed work, and the messages it handled."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.root = root
+        self.name = name
+        self.k = 0
+        self.opened: list[Any] = []
+
+    def fresh(self) -> Path:
+        for obj in self.opened:
+            obj.close()
+        self.opened.clear()
+        self.k += 1
+        path = self.root / f"{self.name}-{self.k}"
+        shutil.rmtree(self.root / f"{self.name}-{self.k - 1}", ignore_errors=True)
+        return path
+
+
+def run(benchmark: Any, group: str, name: str, setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]],
+        fn: Callable[..., int], messages: int) -> None:
+    benchmark.group = group
+    benchmark.name = name
+    done = benchmark.pedantic(fn, setup=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["messages"] = messages
+    benchmark.extra_info["msgs_per_s_median"] = messages / benchmark.stats.stats.median
+    assert done == messages
+
+
+# -- puts -------------------------------------------------------------------------------------
+
+PUT_CASES = [(mode, size, batch) for mode in ("classic", "dledger") for size in (100, 1024) for batch in (BATCH, 1)]
+
+
+@pytest.mark.parametrize("mode,size,batch", PUT_CASES, ids=[f"{m}-{s}B-b{b}" for m, s, b in PUT_CASES])
+@pytest.mark.parametrize("side", ["ours", "raw_append", "raw_write"])
+def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side: str) -> None:
+    n = N if batch > 1 else N // 4
+    group = f"put {mode} {size}B batch {batch}"
+    r = Round(root, f"{mode}-{size}-{batch}-{side}")
+    body = os.urandom(size)
+    if side == "ours":
+        bodies = [body] * batch
+        msg = Message("TopicA", body, tags="TagA")
+
+        def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+            s = MessageStore(r.fresh(), store_config(mode))
+            r.opened.append(s)
+            return (s,), {}
+
+        def work(s: MessageStore) -> int:
+            if batch > 1:
+                for _ in range(n // batch):
+                    s.put_batch("TopicA", bodies, tags="TagA")
+            else:
+                for _ in range(n):
+                    s.put_message(msg)
+            assert s.wait_dispatched(600)
+            return n
+
+        run(benchmark, group, f"{group} [message store]", setup, work, n)
+        return
+    batches = encoded_batches(size, n, batch)
+    if side == "raw_append":
+        def setup_a() -> tuple[tuple[Any, ...], dict[str, Any]]:
+            d = MmapFileStore(r.fresh() / "dledger-n0", DLedgerConfig(mapped_file_size_for_entry_data=1 << 30))
+            r.opened.append(d)
+            return (d,), {}
+
+        def work_a(d: MmapFileStore) -> int:
+            for b in batches:
+                d.append_batch(b, 0)
+            return n
+
+        run(benchmark, group, f"{group} [MmapFileStore.append_batch, same records]", setup_a, work_a, n)
+        return
+    joined = [b"".join(b) for b in batches]
+
+    def setup_w() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        p = r.fresh()
+        p.mkdir(parents=True)
+        fd = os.open(p / "raw", os.O_WRONLY | os.O_CREAT, 0o644)
+        return (fd,), {}
+
+    def work_w(fd: int) -> int:
+        for chunk in joined:
+            os.write(fd, chunk)
+        os.close(fd)
+        return n
+
+    run(benchmark, group, f"{group} [os.write, same bytes]", setup_w, work_w, n)
+
+
+# -- dispatch alone ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+@pytest.mark.parametrize("side", ["ours", "raw_scan"])
+def test_dispatch_alone(benchmark: Any, root: Path, mode: str, side: str) -> None:
+    """Consume queues and index built from a written commit log; baseline: the kernel scan of
+    the same log alone (what any reader of the records pays)."""
+    group = f"dispatch {mode} 100B"
+    r = Round(root, f"dispatch-{mode}-{side}")
+    bodies = [os.urandom(100)] * BATCH
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        s = MessageStore(r.fresh(), store_config(mode))
+        r.opened.append(s)
+        s.reput.stop()
+        for i in range(N // BATCH):
+            s.put_batch("TopicA", bodies, queue_id=i % 8, tags="TagA")
+        return (s,), {}
+
+    def work(s: MessageStore) -> int:
+        return s.reput.dispatch_now()
+
+    def scan(s: MessageStore) -> int:
+        return sum(len(cols["size"]) for _buf, cols in s.iter_batches())
+
+    run(benchmark, group, f"{group} [{'ReputMessageService' if side == 'ours' else 'scan only'}]", setup,
+        work if side == "ours" else scan, N)
+
+
+# -- pull --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+@pytest.mark.parametrize("side", ["ours", "raw_read"])
+def test_pull_by_offset(benchmark: Any, root: Path, mode: str, side: str) -> None:
+    """One queue read by offset into Arrow; baseline: reading the commit-log bytes that hold it."""
+    group = f"pull {mode} 100B into Arrow"
+    r = Round(root, f"pull-{mode}-{side}")
+    path = r.fresh()
+    s = MessageStore(path, store_config(mode, message_index_enable=False))
+    bodies = [os.urandom(100)] * 1024
+    for _ in range(N // 1024):
+        s.put_batch("TopicA", bodies, queue_id=0)
+    assert s.wait_dispatched(600)
+    n = s.max_offset_in_queue("TopicA", 0)
+    end = s.max_phys_offset
+    spans = [(Path(f.path), min(f.file_size, end - f.file_from_offset)) for f in s.commitlog.files.files]
+
+    def pull() -> int:
+        off = 0
+        while off < n:
+            off += s.pull_arrow("TopicA", 0, off, 1 << 18).num_rows
+        return off
+
+    def read() -> int:
+        for p, length in spans:
+            with open(p, "rb") as f:
+                left = length
+                while left > 0:
+                    left -= len(f.read(min(left, 64 << 20)))
+        return n
+
+    try:
+        run(benchmark, group, f"{group} [{'pull_arrow' if side == 'ours' else 'read the log files'}]",
+            lambda: ((), {}), pull if side == "ours" else read, n)
+    finally:
+        s.close()
