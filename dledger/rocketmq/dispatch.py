@@ -29,6 +29,10 @@ from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS = 8192
+# 31**k mod 2**32 for every property length k (Java's hash of a concatenation).
+_POW31 = np.ones(1 << 15, dtype=np.int64)
+for _k in range(1, len(_POW31)):
+    _POW31[_k] = (_POW31[_k - 1] * 31) & 0xFFFFFFFF
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
 
 
@@ -304,19 +308,12 @@ class ReputMessageService:
                               dtype=np.int64) & 0xFFFFFFFF
         lens = ul.astype(np.int64)
         ascii_ok = np.ones(n, dtype=bool)
-        if has_u.any():
-            lo, hi = int(uo[has_u].min()), int((uo + ul)[has_u].max())
-            high = np.flatnonzero(u8[lo:hi] >= 0x80) + lo
-            if len(high):
-                ascii_ok = np.searchsorted(high, uo) == np.searchsorted(high, uo + ul)
-        pw = np.ones(n, dtype=np.int64)
-        base = np.full(n, 31, dtype=np.int64)
-        e = lens.copy()
-        while (e > 0).any():  # 31**len mod 2**32 by squaring, for every row at once
-            odd = (e & 1) == 1
-            pw = np.where(odd, (pw * base) & 0xFFFFFFFF, pw)
-            base = (base * base) & 0xFFFFFFFF
-            e >>= 1
+        for length in np.unique(lens[has_u]).tolist():
+            rows = np.flatnonzero(has_u & (lens == length))
+            if length:
+                mat = u8[uo[rows][:, None] + np.arange(length)]
+                ascii_ok[rows] = ~(mat >= 0x80).any(axis=1)
+        pw = _POW31[np.minimum(lens, len(_POW31) - 1)]
         full = ((prefix_hash[sel] * pw) & 0xFFFFFFFF) + key_hash
         full &= 0xFFFFFFFF
         signed = np.where(full >= 1 << 31, full - (1 << 32), full)

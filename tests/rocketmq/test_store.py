@@ -332,3 +332,12 @@ def test_iter_messages_in_small_windows(store: MessageStore, monkeypatch: pytest
     assert [m.body for m in store.iter_messages()] == bodies
     start = store.get_messages("W", 0, 123).messages[0].phys_offset
     assert [m.body for m in store.iter_messages(start)] == bodies[123:]
+
+
+def test_non_ascii_uniq_key_is_indexed(store: MessageStore) -> None:
+    r1 = store.put_message(Message("T", b"a", properties={UNIQ_KEY: "唯一-🚀-1"}))
+    r2 = store.put_message(Message("T", b"b", properties={UNIQ_KEY: "plain-2"}, keys="ключ"))
+    store.wait_dispatched()
+    assert store.query_offsets_by_key("T", "唯一-🚀-1") == [r1.phys_offset]
+    assert store.query_offsets_by_key("T", "plain-2") == [r2.phys_offset]
+    assert store.query_offsets_by_key("T", "ключ") == [r2.phys_offset]
