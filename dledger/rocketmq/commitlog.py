@@ -404,13 +404,16 @@ class CommitLog:
     def flush(self, least_pages: int = 0) -> int:
         if self.readonly or self.closed:
             return self.flushed_where
+        # The store time of a message whose record ends at or before ``target`` (a put sets its
+        # write position before its timestamp).
         ts = self.last_store_timestamp
+        target = self.max_offset
         with self.read_lock:
             if self.closed:
                 return self.flushed_where
             where = int(self.files.flush(least_pages))
-        if where >= self.max_offset and ts:
-            # Everything put before this flush began is on disk.
+        if where >= target and ts:
+            # Everything put before this flush began is on disk: what StoreCheckpoint vouches for.
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, ts)
         return where
 
