@@ -255,9 +255,14 @@ class AsyncClient:
         except DLedgerError as exc:
             return Response(exc.code, {}, exc.message)
 
-    async def _leader_call(self, code: RequestCode, body: dict[str, Any]) -> Response:
+    async def _leader_call(self, code: RequestCode, body: dict[str, Any], *, final: frozenset[int] = frozenset(),
+                           wait_answer: bool = False) -> Response:
         """Call the leader, following redirects and retrying until ``timeout``. When no
-        leader answers in time, the response's message gives each member's last answer."""
+        leader answers in time, the response's message gives each member's last answer.
+
+        ``final``: codes that end the call when a member answers them (rather than when the
+        transport reports them). ``wait_answer``: give each request twice the usual time, for
+        requests the member answers only when something has happened (a transfer)."""
         if self.group is None:
             await self.discover_group()
         loop = asyncio.get_running_loop()
@@ -271,10 +276,13 @@ class AsyncClient:
             tried += 1
             left = deadline - loop.time()
             try:
-                resp = await self._rpc.call(self.peers[target], code, body, group=self.group,
-                                            timeout=max(min(self.request_timeout, left), 0.05))
+                wait = min(2 * self.request_timeout if wait_answer else self.request_timeout, left)
+                resp = await self._rpc.call(self.peers[target], code, body, group=self.group, timeout=max(wait, 0.05))
             except DLedgerError as exc:
                 resp = Response(exc.code, {}, exc.message)
+            else:
+                if resp.code in final:
+                    return resp
             if resp.code == ResponseCode.SUCCESS:
                 self._leader = target
                 return resp
@@ -406,7 +414,10 @@ class AsyncClient:
         behind, lost the election it stood in, did not answer...)."""
         if to not in self.peers:
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no member {to!r} among {', '.join(self.peers)}")
-        resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, {"to": to})).check()
+        # The leader's own TIMEOUT means the transferee did not answer it: asking again would
+        # only repeat that, and hide the reason.
+        resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, {"to": to},
+                                        final=frozenset({ResponseCode.TIMEOUT}), wait_answer=True)).check()
         leader = str(resp.body.get("leader") or to)
         self._leader = leader if leader in self.peers else None
         term = resp.body.get("term")

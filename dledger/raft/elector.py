@@ -565,11 +565,13 @@ class Elector:
         """Returns an immediate refusal, or None: the answer follows a later role change."""
         ms = self.core.ms
         if ms.curr_term != req.term:
-            r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_TERM)
+            r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_TERM,
+                                           reason=f"{ms.self_id} is in term {ms.curr_term}, not {req.term}")
             req.base_reply(r)
             return r
         if req.transfer_id != ms.leader_id:
-            r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_LEADER)
+            r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_LEADER,
+                                           reason=f"{ms.self_id} follows {ms.leader_id}, not {req.transfer_id}")
             req.base_reply(r)
             return r
         behind = req.take_leadership_ledger_index - self.core.store.ledger_end_index

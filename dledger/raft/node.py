@@ -90,6 +90,8 @@ class _Transfer:
     term: int
     deadline_ms: int
     transferee: str
+    # False while we wait for the transferee to hold our whole log in this term.
+    asked: bool = False
 
 
 def _code_name(code: int) -> str:
@@ -180,6 +182,7 @@ class RaftNode:
         self.elector.tick()
         self.replicator.pump()
         self.handler.do_work()
+        self._advance_transfer()
         self._check_transfer_timeout()
         self.elector.check_take_leadership_wait()
         self._check_preferred_leader()
@@ -296,6 +299,8 @@ class RaftNode:
             self.handler.handle_push(msg)
         elif isinstance(msg, PushEntryResponse):
             self.replicator.on_push_response(msg)
+            if self._transfer is not None:
+                self._advance_transfer()
         elif isinstance(msg, HeartBeatRequest):
             core.out.append(Send(msg.local_id, self.elector.handle_heartbeat(msg)))
             self.handler.do_work()
@@ -438,21 +443,40 @@ class RaftNode:
             return
         log.info("[%s] transferring leadership of term %d to %s (%d entries behind)", ms.self_id, ms.curr_term,
                  req.transferee_id, behind)
+        # Appends stop here; the transferee is asked once it holds all of our log and follows
+        # us in this term (a member that has not yet heard of this term refuses the request
+        # with INCONSISTENT_TERM, and one with a shorter log cannot win the vote).
         ms.transferee = req.transferee_id
-        req_id = self.core.new_req_id()
+        self._transfer = _Transfer(0, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms,
+                                   req.transferee_id)
+        self._advance_transfer()
+
+    def _transferee_match(self, t: _Transfer) -> int:
+        rep = self.replicator
+        return rep.water_marks.get(t.transferee, -1) if rep.water_mark_term == t.term else -1
+
+    def _advance_transfer(self) -> None:
+        """Ask the transferee to take leadership once it has caught up."""
+        t = self._transfer
+        ms = self.ms
+        if t is None or t.asked or not ms.is_leader() or ms.curr_term != t.term:
+            return
+        end = self.store.ledger_end_index
+        if self._transferee_match(t) < end:
+            return
+        t.asked = True
+        t.req_id = self.core.new_req_id()
         self.core.send(
-            req.transferee_id,
+            t.transferee,
             LeadershipTransferRequest(
                 leader_id=ms.leader_id,
-                term=req.term,
+                term=t.term,
                 transfer_id=ms.self_id,
-                transferee_id=req.transferee_id,
-                take_leadership_ledger_index=self.store.ledger_end_index,
-                req_id=req_id,
+                transferee_id=t.transferee,
+                take_leadership_ledger_index=end,
+                req_id=t.req_id,
             ),
         )
-        self._transfer = _Transfer(req_id, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms,
-                                   req.transferee_id)
 
     def _on_transfer_response(self, resp: LeadershipTransferResponse) -> None:
         t = self._transfer
@@ -478,15 +502,33 @@ class RaftNode:
 
     def _check_transfer_timeout(self) -> None:
         t = self._transfer
-        if t is None or self.core.now < t.deadline_ms:
+        if t is None:
             return
+        ms = self.ms
+        wait = self.core.timings.transfer_wait_ms
+        if not t.asked and (not ms.is_leader() or ms.curr_term != t.term):
+            code = ResponseCode.NOT_LEADER
+            reason = f"{ms.self_id} lost leadership of term {t.term} while {t.transferee} caught up"
+        elif self.core.now < t.deadline_ms:
+            return
+        elif not t.asked:
+            code = ResponseCode.TIMEOUT
+            match = self._transferee_match(t)
+            if match < 0 and self.store.ledger_end_index >= 0:
+                reason = (f"{t.transferee} did not catch up within {wait} ms: it has not acknowledged any "
+                          f"entry of term {t.term} (down, cut off, or still joining the term?)")
+            else:
+                reason = (f"{t.transferee} did not catch up within {wait} ms (it holds up to index {match} of "
+                          f"{self.store.ledger_end_index} in term {t.term})")
+        else:
+            code = ResponseCode.TIMEOUT
+            reason = f"no answer from {t.transferee} within {wait} ms"
         self._transfer = None
-        if self.ms.curr_term == t.term:
-            self.ms.transferee = None
-        reason = f"no answer from {t.transferee} within {self.core.timings.transfer_wait_ms} ms"
+        if ms.curr_term == t.term:
+            ms.transferee = None
         log.warning("[%s] leadership transfer to %s failed: %s; transferee cleared", self.ms.self_id, t.transferee,
                     reason)
-        resp = LeadershipTransferResponse(term=self.ms.curr_term, code=ResponseCode.TIMEOUT, reason=reason)
+        resp = LeadershipTransferResponse(term=ms.curr_term, code=code, reason=reason)
         self._complete_transfer(t.waiter, resp)
 
     def _complete_transfer(self, waiter: Any, resp: LeadershipTransferResponse, leader_id: str | None = None) -> None:

@@ -16,7 +16,13 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.effects import Flush, Output, Send, TransferDone
 from dledger.raft.member_state import MemoryTermStore, Role
-from dledger.raft.messages import Message, PushEntryRequest, PushType
+from dledger.raft.messages import (
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    Message,
+    PushEntryRequest,
+    PushType,
+)
 from dledger.raft.node import RaftNode
 from dledger.store.file import MmapFileStore
 from dledger.store.memory import MemoryStore
@@ -105,6 +111,26 @@ def test_transfer_to_a_follower_right_after_appends(cluster: TestCluster) -> Non
             assert {e.index: e.body for e in s.iter_entries()} == acked, m
 
 
+def test_transfer_with_a_member_down_and_to_a_dead_member(cluster: TestCluster) -> None:
+    leader = cluster.wait_leader()
+    live, dead = [m for m in cluster.ids if m != leader]
+    with cluster.client() as c:
+        c.append_batch([b"before"] * 200)
+        cluster.wait_for(lambda: cluster.status()[dead]["end_index"] == 199, what="every member has the entries")
+        cluster.kill(dead)
+        # Two of three members: still a majority, and the transfer goes both ways.
+        for target in (live, leader, live):
+            c.append_batch([b"x"] * 200)
+            assert c.transfer(target).leader == target
+        # A member that is down cannot take over: the error says so, the leader leads on.
+        res = transfer(cluster, dead)
+        assert res.returncode == 2
+        assert "TIMEOUT(300)" in res.stderr and f"{dead} did not catch up" in res.stderr
+        assert "it has not acknowledged any entry of term" in res.stderr
+        assert roles(cluster)[live] == "LEADER"
+        assert c.append(b"after").index == 800
+
+
 def test_cli_transfer_to_an_unknown_member(cluster: TestCluster) -> None:
     cluster.wait_leader()
     res = transfer(cluster, "n9")
@@ -180,8 +206,8 @@ def test_a_lagging_transferee_catches_up_first_then_takes_leadership() -> None:
     assert g.leader() == target
 
 
-def test_a_transferee_that_cannot_catch_up_refuses_and_says_why() -> None:
-    g = Group(leadership_transfer_wait_timeout=300)
+def test_a_transferee_that_cannot_catch_up_is_not_asked_and_the_error_says_why() -> None:
+    g = Group()
     g.run(5_000)
     leader = g.leader()
     assert leader is not None
@@ -193,9 +219,33 @@ def test_a_transferee_that_cannot_catch_up_refuses_and_says_why() -> None:
     g.run(100)
     node.transfer_leadership(g.now, target)
     g.carry_out(leader, node.drain())
-    g.run(1_000)
+    g.run(node.core.timings.transfer_wait_ms + 100)
     (d,) = g.done
-    assert d.response.code == ResponseCode.TAKE_LEADERSHIP_FAILED
-    assert "entries behind" in d.response.reason and "leadership_transfer_wait_timeout" in d.response.reason
-    # The leader leads on and takes appends again.
+    assert d.response.code == ResponseCode.TIMEOUT
+    assert f"{target} did not catch up" in d.response.reason and "of 49 in term" in d.response.reason
+    # The leader leads on and takes appends again; the transferee never stood.
     assert g.leader() == leader and node.ms.transferee is None
+    assert g.nodes[target].role == Role.FOLLOWER
+
+
+def test_the_transferee_waits_for_the_leaders_entries_and_refuses_past_its_timeout() -> None:
+    # DLedgerServer's own check on the transferee side: asked to take over while it lacks
+    # entries the leader had, it waits leadership_transfer_wait_timeout for them.
+    g = Group(leadership_transfer_wait_timeout=300)
+    g.run(5_000)
+    leader = g.leader()
+    assert leader is not None
+    target = next(m for m in g.nodes if m != leader)
+    t = g.nodes[target]
+    ask = LeadershipTransferRequest(group="default", remote_id=target, local_id=leader, leader_id=leader,
+                                    term=t.term, transfer_id=leader, transferee_id=target,
+                                    take_leadership_ledger_index=t.store.ledger_end_index + 5, req_id=77)
+    answers: list[Message] = []
+    assert not [o for o in t.step(g.now, ask) if isinstance(o, Send)]
+    for _ in range(40):
+        g.now += 10
+        answers += [o.msg for o in t.tick(g.now) if isinstance(o, Send) and o.msg.req_id == 77]
+    (a,) = answers
+    assert isinstance(a, LeadershipTransferResponse) and a.code == ResponseCode.TAKE_LEADERSHIP_FAILED
+    assert "5 entries behind" in a.reason and "leadership_transfer_wait_timeout" in a.reason
+    assert t.role == Role.FOLLOWER
