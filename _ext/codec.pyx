@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Entry/index encode and decode, batch encode and batch scan (spec §2.2).
+"""Entry/index encode and decode, batch encode and batch scan (DLedger's DLedgerEntryCoder).
 
 The scan walks a segment buffer without creating a Python object per entry: two passes
 over the headers with the GIL released (count and validate, then fill numpy arrays).
@@ -18,9 +18,16 @@ include "bodies.pxi"
 
 include "format.pxi"
 
-HEADER_SIZE = 44
-BODY_OFFSET = 48
-INDEX_UNIT_SIZE = 32
+# The layout constants of dl_format.h, for Python (dledger.store.layout takes them from here,
+# so the C kernels and the Python code cannot disagree).
+MAGIC_1 = DL_MAGIC_1
+CURRENT_MAGIC = DL_CURRENT_MAGIC
+BLANK_MAGIC_CODE = DL_BLANK_MAGIC
+POS_OFFSET = DL_POS_OFFSET
+HEADER_SIZE = DL_HEADER_SIZE
+BODY_OFFSET = DL_BODY_OFFSET
+INDEX_UNIT_SIZE = DL_INDEX_UNIT
+MIN_BLANK_LEN = DL_MIN_BLANK_LEN
 
 # Why a scan stopped. The entry at the stop offset is not in the result.
 cdef enum:

@@ -1,4 +1,5 @@
-/* DLedger 0.2.x on-disk layout (spec §2.2): big-endian entry header and index unit.
+/* DLedger 0.2.x on-disk layout (DLedgerEntry, DLedgerEntryCoder): big-endian entry header and
+ * index unit.
  * Plain C so every kernel (codec, segment) shares one definition and the compiler can
  * inline it into the nogil loops. */
 #ifndef DL_FORMAT_H

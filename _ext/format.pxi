@@ -7,6 +7,7 @@ cdef extern from "dl_format.h" nogil:
     int DL_CURRENT_MAGIC
     int DL_MAGIC_1
     int DL_BLANK_MAGIC
+    int DL_POS_OFFSET
     int DL_HEADER_SIZE
     int DL_BODY_OFFSET
     int DL_INDEX_UNIT

@@ -42,9 +42,18 @@ import pyarrow as pa
 from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode
 from dledger.errors import CorruptionError, DLedgerError
-from dledger.store.entry import CURRENT_MAGIC, INDEX_UNIT_SIZE, MAGIC_1
-from dledger.store.file import CHECK_POINT_FILE, COMMITTED_INDEX_KEY, INDEX_DTYPE, is_store_dir
-from dledger.store.properties import read_properties
+from dledger.store.layout import (
+    CURRENT_MAGIC,
+    DATA_DIR,
+    INDEX_DIR,
+    INDEX_DTYPE,
+    INDEX_UNIT_SIZE,
+    MAGIC_1,
+    check_one_size,
+    is_store_dir,
+    list_segments,
+    read_checkpoint,
+)
 
 _codec = _load_ext("codec")
 _gather = _load_ext("gather")
@@ -151,34 +160,21 @@ class _Files:
         self.paths: list[str] = []
         self.file_size = 0
         self._maps: dict[int, mmap.mmap] = {}
-        if not directory.is_dir():
-            return
-        entries = []
-        for name in os.listdir(directory):
-            if len(name) == 20 and name.isdigit():
-                path = str(directory / name)
-                try:
-                    entries.append((int(name), path, os.stat(path).st_size))
-                except FileNotFoundError:  # deleted by retention while we listed
-                    continue
-        entries.sort()
-        if not entries:
+        files = list_segments(directory)
+        if not files:
             return
         # A file being created is shorter than the segment size, never longer.
-        size = max(e[2] for e in entries)
-        while entries and entries[-1][2] != size:
+        size = max(f.size for f in files)
+        while files and files[-1].size != size:
             log.debug("%s: leaving out %s (%d bytes, segment size %d): being created", directory,
-                      entries[-1][1], entries[-1][2], size)
-            entries.pop()
+                      files[-1].path, files[-1].size, size)
+            files.pop()
         if size == 0:
             return
-        odd = [e[1] for e in entries if e[2] != size]
-        if odd:
-            raise DLedgerError(ResponseCode.DISK_ERROR,
-                               f"{directory}: segment files of mixed sizes ({', '.join(odd)} differ from {size})")
+        check_one_size(directory, files)
         self.file_size = size
-        self.starts = [e[0] for e in entries]
-        self.paths = [e[1] for e in entries]
+        self.starts = [f.offset for f in files]
+        self.paths = [f.path for f in files]
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -328,8 +324,8 @@ class NodeSnapshot:
         self.name = name
         self.path = path
         self.committed: int | None = self._read_committed()
-        self.data = _Files(path / "data")
-        self.index = _Index(path / "index")
+        self.data = _Files(path / DATA_DIR)
+        self.index = _Index(path / INDEX_DIR)
         self.begin = 0
         self.end = -1
         try:
@@ -341,14 +337,8 @@ class NodeSnapshot:
             self.committed = min(self.committed, self.end)
 
     def _read_committed(self) -> int | None:
-        props = read_properties(self.path / CHECK_POINT_FILE)
-        if props is None or COMMITTED_INDEX_KEY not in props:
-            return None
-        try:
-            return int(props[COMMITTED_INDEX_KEY])
-        except ValueError as exc:
-            raise DLedgerError(ResponseCode.DISK_ERROR,
-                               f"{self.path / CHECK_POINT_FILE}: committedIndex is not a number") from exc
+        ckpt = read_checkpoint(self.path)
+        return None if ckpt is None else ckpt.committed_index
 
     def _written(self, i: int) -> bool:
         u = self.index.unit(i)
@@ -368,7 +358,7 @@ class NodeSnapshot:
             if written_end - end >= _TAIL_WALK_LIMIT:
                 raise CorruptionError(
                     f"{self.path}: none of the last {_TAIL_WALK_LIMIT} entries the index names is valid",
-                    file=str(self.path / "data"), offset=-1, index=end,
+                    file=str(self.path / DATA_DIR), offset=-1, index=end,
                 )
             end -= 1
         if end < written_end:
@@ -651,7 +641,7 @@ def read_segment(
     mm = _map(seg.data_file) if seg.count > 0 else None
     if mm is None:
         return
-    index = _Index(Path(seg.node_dir) / "index")
+    index = _Index(Path(seg.node_dir) / INDEX_DIR)
     base = seg.file_from_offset
     try:
         try:

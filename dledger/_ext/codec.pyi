@@ -6,9 +6,14 @@ import numpy as np
 from numpy.typing import NDArray
 from typing_extensions import Buffer
 
+MAGIC_1: int
+CURRENT_MAGIC: int
+BLANK_MAGIC_CODE: int
+POS_OFFSET: int
 HEADER_SIZE: int
 BODY_OFFSET: int
 INDEX_UNIT_SIZE: int
+MIN_BLANK_LEN: int
 SCAN_END: int
 SCAN_BLANK: int
 SCAN_ZERO: int

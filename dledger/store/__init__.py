@@ -8,8 +8,8 @@ __all__ = ["DLedgerStore", "Entry", "MemoryStore", "MmapFileStore"]
 
 
 def __getattr__(name: str) -> object:
-    # The file store needs the compiled kernels; the memory store and Entry do not, so the
-    # consensus layer and its simulation import without a build.
+    # Loaded on first use: the memory store and Entry need only the codec kernel (for the
+    # layout), the file store also the segment kernel and its file machinery.
     if name == "MmapFileStore":
         from dledger.store.file import MmapFileStore
 

@@ -1,4 +1,4 @@
-"""The DLedger entry as Python sees it, and the layout constants of spec §2.2."""
+"""The DLedger entry as Python sees it (DLedgerEntry); its layout is in ``dledger.store.layout``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,7 @@ from dataclasses import dataclass
 from dledger import format_py
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-
-MAGIC_1 = 1
-CURRENT_MAGIC = MAGIC_1
-BLANK_MAGIC_CODE = -1
-POS_OFFSET = 24
-HEADER_SIZE = 44
-BODY_OFFSET = 48
-INDEX_UNIT_SIZE = 32
-MIN_BLANK_LEN = 8
+from dledger.store.layout import BODY_OFFSET, CURRENT_MAGIC
 
 
 @dataclass(slots=True)

@@ -29,8 +29,23 @@ from dledger._ext import require_built
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import CorruptionError, DLedgerError, check
-from dledger.store.entry import BODY_OFFSET, INDEX_UNIT_SIZE, Entry
-from dledger.store.properties import read_properties, write_properties
+from dledger.store.entry import Entry
+from dledger.store.layout import (
+    BODY_OFFSET,
+    DATA_DIR,
+    HEADER_SIZE,
+    INDEX_DIR,
+    INDEX_DTYPE,
+    INDEX_UNIT_SIZE,
+    MIN_BLANK_LEN,
+    check_one_size,
+    is_store_dir,
+    list_segments,
+    read_checkpoint,
+    read_index_units,
+    segment_size_of,
+    write_checkpoint,
+)
 
 require_built()
 from dledger._ext import codec as _codec  # noqa: E402
@@ -39,14 +54,6 @@ from dledger._ext import segment as _segment  # noqa: E402
 _segment.set_entry_type(Entry)
 
 log = logging.getLogger(__name__)
-
-CHECK_POINT_FILE = "checkpoint"
-END_INDEX_KEY = "endIndex"
-COMMITTED_INDEX_KEY = "committedIndex"
-
-# Index units as numpy sees them: the vectorised twin of dl_write_index, used when recovery
-# has to rewrite many units at once.
-INDEX_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
 
 # Recovery scans at most this many entries per kernel call, so its memory stays bounded.
 _SCAN_CHUNK = 1 << 20
@@ -82,28 +89,12 @@ class RecoveryReport:
     index_rewritten_from: int = -1
 
 
-def segment_size_of(directory: Path) -> int | None:
-    """The size of the segment files in ``directory`` (all must agree), or None if there are none."""
-    if not directory.is_dir():
-        return None
-    sizes = {p.stat().st_size for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")}
-    if not sizes:
-        return None
-    if len(sizes) > 1:
-        raise DLedgerError(ResponseCode.DISK_ERROR, f"{directory}: files of mixed sizes {sorted(sizes)}")
-    return sizes.pop()
-
-
 def _set_end(files: object, offset: int) -> None:
     """Make the file holding ``offset`` end there (no zeroing)."""
     for f in files.files:  # type: ignore[attr-defined]
         if f.file_from_offset <= offset < f.file_from_offset + f.file_size:
             f.wrote_position = offset - f.file_from_offset
             f.flushed_position = min(f.flushed_position, f.wrote_position)
-
-
-def is_store_dir(path: Path) -> bool:
-    return (path / "data").is_dir() or (path / "index").is_dir() or (path / CHECK_POINT_FILE).is_file()
 
 
 class MmapFileStore:
@@ -143,8 +134,8 @@ class MmapFileStore:
         self._entries_flushed_at = 0.0
         self._dropped_to = 0  # data before this absolute offset was handed back (drop_behind)
 
-        data_dir = Path(self.config.data_store_path) if self.config.data_store_path else self.path / "data"
-        index_dir = self.path / "index"
+        data_dir = Path(self.config.data_store_path) if self.config.data_store_path else self.path / DATA_DIR
+        index_dir = self.path / INDEX_DIR
         self._open_dir(data_dir, index_dir, create)
         data_size = segment_size_of(data_dir) or self.config.mapped_file_size_for_entry_data
         index_size = self._index_segment_size(index_dir) or self.config.mapped_file_size_for_entry_index
@@ -158,7 +149,7 @@ class MmapFileStore:
         data = _segment.MmapFileList(str(data_dir), data_size, readonly)
         index = _segment.MmapFileList(str(index_dir), index_size, readonly)
         # A body must also fit a data segment with its header and the blank record after it.
-        self.max_body_size = min(self.config.max_body_size, data_size - BODY_OFFSET - 8)
+        self.max_body_size = min(self.config.max_body_size, data_size - BODY_OFFSET - MIN_BLANK_LEN)
         # body_pos_patch: DLedgerCommitLog's AppendHook (see EntryLog); followers store the leader's bytes.
         self._log = _segment.EntryLog(data, index, self.max_body_size, body_pos_patch=body_pos_patch)
         try:
@@ -194,34 +185,28 @@ class MmapFileStore:
     def _index_segment_size(self, index_dir: Path) -> int | None:
         """Index files are derived data: a last file cut short by a crash is extended back to
         the segment size (recovery then rewrites the lost units from the data files)."""
-        if not index_dir.is_dir():
-            return None
-        files = sorted(p for p in index_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        files = list_segments(index_dir)
         if not files:
             return None
-        sizes = [p.stat().st_size for p in files]
-        size = max(sizes)
+        size = max(f.size for f in files)
         size += -size % INDEX_UNIT_SIZE
-        if any(n != size for n in sizes[:-1]):
-            raise DLedgerError(ResponseCode.DISK_ERROR, f"{index_dir}: files of mixed sizes {sorted(set(sizes))}")
-        short = [files[-1]] if sizes[-1] != size else []
-        for p in short:
+        check_one_size(index_dir, files[:-1], size)
+        last = files[-1]
+        if last.size != size:
             if self.readonly:
                 raise DLedgerError(ResponseCode.DISK_ERROR,
-                                   f"{p}: index file cut short ({p.stat().st_size} bytes, segment size "
+                                   f"{last.path}: index file cut short ({last.size} bytes, segment size "
                                    f"{size}); open the store read-write once to repair it")
-            log.warning("index file %s is %d bytes, extending it to %d", p, p.stat().st_size, size)
-            os.truncate(p, size)
+            log.warning("index file %s is %d bytes, extending it to %d", last.path, last.size, size)
+            os.truncate(last.path, size)
         return size
 
     def _checkpoint_values(self) -> tuple[int, int]:
-        props = read_properties(self.path / CHECK_POINT_FILE)
-        if props is None:
+        ckpt = read_checkpoint(self.path)
+        if ckpt is None:
             return -1, -1
-        try:
-            return int(props.get(END_INDEX_KEY, -1)), int(props.get(COMMITTED_INDEX_KEY, -1))
-        except ValueError as exc:
-            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.path / CHECK_POINT_FILE}: {exc}") from exc
+        end, committed = ckpt.end_index, ckpt.committed_index
+        return (-1 if end is None else end), (-1 if committed is None else committed)
 
     def _start_file(self) -> int:
         """DLedger's choice of where recovery starts: the third-last file, or earlier until one
@@ -253,7 +238,7 @@ class MmapFileStore:
     def _first_entry_sound(self, f: object) -> bool:
         view = f.view(0, BODY_OFFSET)  # type: ignore[attr-defined]
         magic, size, index, term, pos, _ch, _cc, _bc, body_size = _codec.decode_header(view)
-        if magic <= 0 or size <= 44 or body_size + BODY_OFFSET != size:
+        if magic <= 0 or size <= HEADER_SIZE or body_size + BODY_OFFSET != size:
             return False
         if pos != f.file_from_offset:  # type: ignore[attr-defined]
             return False
@@ -269,24 +254,6 @@ class MmapFileStore:
             return None
         rel = off - f.file_from_offset
         return tuple(_codec.decode_index(f.view(rel, rel + INDEX_UNIT_SIZE)))  # type: ignore[return-value]
-
-    def _index_units(self, first: int, count: int) -> np.ndarray:
-        """Up to ``count`` index units from entry ``first`` on, as INDEX_DTYPE; shorter if files end."""
-        parts = []
-        off = first * INDEX_UNIT_SIZE
-        want = count
-        while want > 0:
-            f = self._log.index.find(off)
-            if f is None:
-                break
-            rel = off - f.file_from_offset
-            n = min(want, (f.file_size - rel) // INDEX_UNIT_SIZE)
-            parts.append(np.frombuffer(f.view(rel, rel + n * INDEX_UNIT_SIZE), dtype=INDEX_DTYPE))
-            want -= n
-            off += n * INDEX_UNIT_SIZE
-        if not parts:
-            return np.empty(0, dtype=INDEX_DTYPE)
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _recover(self, truncate_corrupt: bool) -> RecoveryReport:
         report = RecoveryReport()
@@ -404,7 +371,7 @@ class MmapFileStore:
 
     def _first_index_mismatch(self, cols: dict[str, np.ndarray]) -> int:
         first = int(cols["index"][0])
-        units = self._index_units(first, len(cols["index"]))
+        units = read_index_units(self._log.index, first, len(cols["index"]))
         n = len(units)
         same = (
             (units["magic"] == cols["magic"][:n])
@@ -420,7 +387,7 @@ class MmapFileStore:
 
     def _count_units_after(self, last_index: int) -> int:
         """How many index units past ``last_index`` look written: the entries a cut drops."""
-        units = self._index_units(last_index + 1, 1 << 20)
+        units = read_index_units(self._log.index, last_index + 1, 1 << 20)
         written = np.flatnonzero(units["magic"] == 0) if len(units) else np.empty(0, dtype=np.int64)
         return int(written[0]) if len(written) else len(units)
 
@@ -770,10 +737,7 @@ class MmapFileStore:
         if self.readonly:
             return
         end = self.ledger_end_index if end_index is None else end_index
-        write_properties(
-            self.path / CHECK_POINT_FILE,
-            {END_INDEX_KEY: end, COMMITTED_INDEX_KEY: min(self._committed, end)},
-        )
+        write_checkpoint(self.path, end, min(self._committed, end))
         self._last_checkpoint = time.monotonic()
 
     def checkpoint(self) -> None:

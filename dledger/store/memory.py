@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError, check
-from dledger.store.entry import BODY_OFFSET, Entry, entries_from_raw, entries_to_raw
+from dledger.store.entry import Entry, entries_from_raw, entries_to_raw
+from dledger.store.layout import BODY_OFFSET
 
 
 class MemoryStore:

@@ -15,9 +15,15 @@ import numpy as np
 from dledger._ext import require_built
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-from dledger.store.entry import INDEX_UNIT_SIZE
-from dledger.store.file import CHECK_POINT_FILE, END_INDEX_KEY, INDEX_DTYPE, segment_size_of
-from dledger.store.properties import read_properties
+from dledger.store.layout import (
+    DATA_DIR,
+    INDEX_DIR,
+    INDEX_DTYPE,
+    INDEX_UNIT_SIZE,
+    read_checkpoint,
+    read_index_units,
+    segment_size_of,
+)
 
 require_built()
 from dledger._ext import codec as _codec  # noqa: E402
@@ -51,7 +57,7 @@ class VerifyResult:
 def verify_store(node_dir: str | Path, progress: Callable[[int], None] | None = None) -> VerifyResult:
     """Scan every data file; ``progress`` is called with the bytes done after each file."""
     root = Path(node_dir)
-    data_dir, index_dir = root / "data", root / "index"
+    data_dir, index_dir = root / DATA_DIR, root / INDEX_DIR
     if not data_dir.is_dir():
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{root}: not a dledger node directory (no data/)")
     problems: list[Problem] = []
@@ -101,39 +107,34 @@ def verify_store(node_dir: str | Path, progress: Callable[[int], None] | None = 
             if progress is not None:
                 progress(f.file_size)
         last_index = expect - 1 if expect > 0 else (first_index - 1 if first_index >= 0 else -1)
-        ckpt = read_properties(root / CHECK_POINT_FILE)
-        if ckpt is not None and END_INDEX_KEY in ckpt:
-            try:
-                ckpt_end = int(ckpt[END_INDEX_KEY])
-            except ValueError:
-                problems.append(Problem(str(root / CHECK_POINT_FILE), 0, -1, "unreadable endIndex"))
-            else:
-                if ckpt_end > last_index:
-                    problems.append(Problem(str(root / CHECK_POINT_FILE), 0, ckpt_end,
-                                            f"checkpoint endIndex {ckpt_end} is past the last valid "
-                                            f"entry {last_index}"))
+        problems.extend(_checkpoint_problems(root, last_index))
         return VerifyResult(problems, entries, nbytes, first_index, last_index)
     finally:
         data.close()
         index.close()
 
 
-def _index_problems(index: object, cols: dict[str, np.ndarray], base: int, path: str) -> list[Problem]:
+def _checkpoint_problems(root: Path, last_index: int) -> list[Problem]:
+    ckpt = read_checkpoint(root)
+    if ckpt is None:
+        return []
+    try:
+        ckpt_end = ckpt.end_index
+    except DLedgerError:
+        return [Problem(str(ckpt.path), 0, -1, "unreadable endIndex")]
+    if ckpt_end is None or ckpt_end <= last_index:
+        return []
+    return [Problem(str(ckpt.path), 0, ckpt_end,
+                    f"checkpoint endIndex {ckpt_end} is past the last valid entry {last_index}")]
+
+
+def _index_problems(index: _segment.MmapFileList, cols: dict[str, np.ndarray], base: int, path: str) -> list[Problem]:
     out: list[Problem] = []
-    first = int(cols["index"][0])
     count = len(cols["index"])
+    units = read_index_units(index, int(cols["index"][0]), count)
+    filled = len(units)
     got = np.zeros(count, dtype=INDEX_DTYPE)
-    filled = 0
-    off = first * INDEX_UNIT_SIZE
-    while filled < count:
-        f = index.find(off)  # type: ignore[attr-defined]
-        if f is None:
-            break
-        rel = off - f.file_from_offset
-        n = min(count - filled, (f.file_size - rel) // INDEX_UNIT_SIZE)
-        got[filled:filled + n] = np.frombuffer(f.view(rel, rel + n * INDEX_UNIT_SIZE), dtype=INDEX_DTYPE)
-        filled += n
-        off += n * INDEX_UNIT_SIZE
+    got[:filled] = units
     bad = ~(
         (got["magic"] == cols["magic"]) & (got["pos"] == cols["pos"]) & (got["size"] == cols["size"])
         & (got["index"] == cols["index"]) & (got["term"] == cols["term"])
