@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 import json
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,31 +211,71 @@ def test_shared_secret_mismatch_is_named(secret_member: tuple[TestCluster, Path]
     assert dledger("status", "--peers", c.peers, "--secret-file", str(secret)).returncode == 0
 
 
-def test_tls_mismatch_is_named(secret_member: tuple[TestCluster, Path], tmp_path: Path):
-    c, _ = secret_member
-    ca = _self_signed_ca(tmp_path)
-    # A TLS client against a member that does not speak TLS.
-    res = dledger("status", "--peers", c.peers, "--tls-ca", str(ca), check=False)
-    assert res.returncode == 1 and "did not answer: TLS" in res.stderr
+@dataclass
+class Pki:
+    ca: Path
+    other_ca: Path
+    cert: Path
+    key: Path
 
 
-def _self_signed_ca(d: Path) -> Path:
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, a certificate it signed for 127.0.0.1, and an unrelated CA."""
     x509 = pytest.importorskip("cryptography.x509")
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    d = tmp_path_factory.mktemp("pki")
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    path = d / "ca.pem"
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return path
+
+    def build(cn: str, issuer: Any, signer: Any, ca: bool) -> tuple[Any, Any]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+        b = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer or name).public_key(key.public_key())
+             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+             .not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                critical=False)
+        return key, b.sign(signer or key, hashes.SHA256())
+
+    pem = serialization.Encoding.PEM
+    ca_key, ca = build("test CA", None, None, True)
+    _, other = build("other CA", None, None, True)
+    key, cert = build("member", ca.subject, ca_key, False)
+    out = Pki(d / "ca.pem", d / "other.pem", d / "cert.pem", d / "key.pem")
+    out.ca.write_bytes(ca.public_bytes(pem))
+    out.other_ca.write_bytes(other.public_bytes(pem))
+    out.cert.write_bytes(cert.public_bytes(pem))
+    out.key.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return out
+
+
+def test_tls_client_against_a_plain_member(secret_member: tuple[TestCluster, Path], pki: Pki):
+    c, _ = secret_member
+    res = dledger("status", "--peers", c.peers, "--tls-ca", str(pki.ca), check=False)
+    assert res.returncode == 1 and "did not answer: TLS" in res.stderr
+
+
+def test_tls_member_against_a_plain_client_or_a_wrong_ca(pki: Pki, tmp_path: Path):
+    c = TestCluster(tmp_path, size=1, group="g", proxied=False,
+                    extra=["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)])
+    try:
+        c.start_all()
+        res = dledger("status", "--peers", c.peers, check=False)
+        assert res.returncode == 1
+        assert "did not answer: the member closed the connection without answering (does it expect TLS?" \
+            in res.stderr
+        res = dledger("status", "--peers", c.peers, "--tls-ca", str(pki.other_ca), check=False)
+        assert res.returncode == 1 and "did not answer: TLS failed" in res.stderr
+        assert "CERTIFICATE_VERIFY_FAILED" in res.stderr
+        res = dledger("status", "--peers", c.peers, "--tls-ca", str(pki.ca))
+        assert res.stdout.splitlines()[1].split()[3] == "LEADER"
+    finally:
+        c.close()
 
 
 def test_server_help_lists_every_option_with_its_default():
