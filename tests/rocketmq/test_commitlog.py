@@ -170,3 +170,15 @@ def test_readonly_open_changes_nothing(tmp_path: Path) -> None:
         assert sum(1 for _ in s.iter_messages()) == 900
     after = {str(p): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_lost_last_index_file_is_rebuilt(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    msgs = write_store(root)
+    files = sorted((root / "index").iterdir())
+    assert len(files) > 2
+    files[-1].unlink()
+    with MessageStore(root, config()) as s:
+        for i in (899, 850, 10):
+            got = s.query_by_key(msgs[i].topic, f"k{i}")
+            assert [m.body for m in got] == [msgs[i].body], i
