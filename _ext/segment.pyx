@@ -64,9 +64,12 @@ cdef extern from "<sys/uio.h>" nogil:
 # mapping, which sees the same page cache, and msync still makes the written range durable.
 # Single entries still go through the mapping (see EntryLog._put).
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
-# RUN_ENTRIES entries, two buffers (header, body) each.
+# RUN_ENTRIES entries, two buffers (header, body) each (see _put_run).
 cdef int IOV_MAX_ = 1024
 cdef Py_ssize_t RUN_ENTRIES = 512
+# Scratch for one run's headers (and AppendHook prefixes) is at most this, so a run shrinks
+# when the hook's position is far into the body.
+cdef Py_ssize_t SCRATCH_BYTES = 1 << 20
 
 # Copies at least this large drop the GIL; below it the release costs more than the copy.
 # Suffix of a segment file being created (see _create_sized).
@@ -126,6 +129,13 @@ cdef inline uint32_t _body_crc(const unsigned char *body, Py_ssize_t n, int64_t 
     cdef uint32_t crc = dl_crc32(0, body, <size_t>patch_at)
     crc = dl_crc32(crc, stamp, 8)
     return dl_crc32(crc, body + patch_at + 8, <size_t>(n - patch_at - 8))
+
+
+cdef inline uint32_t _split_crc(const unsigned char *a, Py_ssize_t na, const unsigned char *b,
+                                Py_ssize_t nb) noexcept nogil:
+    """CRC-32 of ``a[:na]`` followed by ``b[:nb]``."""
+    cdef uint32_t crc = dl_crc32(0, a, <size_t>na) if na else 0
+    return dl_crc32(crc, b, <size_t>nb)
 
 
 def _create_sized(str path, int64_t size):
@@ -787,27 +797,31 @@ cdef class EntryLog:
         positions = np.empty(count, dtype=np.int64)
         cdef int64_t[::1] ps = positions
         cdef int64_t first = self.end + 1
-        # Per entry a header and, with the AppendHook, its 8-byte stamp after all the headers.
-        cdef unsigned char *headers = <unsigned char *>malloc(RUN_ENTRIES * (DL_BODY_OFFSET + 8))
-        cdef iovec *iov = <iovec *>malloc(4 * RUN_ENTRIES * sizeof(iovec))
+        # Per entry one scratch buffer written ahead of its body: the header, and with the
+        # AppendHook also the body's bytes before the stamp and the stamp (see _put_run).
+        cdef Py_ssize_t stride = DL_BODY_OFFSET + (self.patch_at + 8 if self.patch_at >= 0 else 0)
+        cdef Py_ssize_t run = min(RUN_ENTRIES, max(1, SCRATCH_BYTES // stride))
+        cdef unsigned char *headers = <unsigned char *>malloc(run * stride)
+        cdef iovec *iov = <iovec *>malloc(2 * run * sizeof(iovec))
         try:
             if headers == NULL or iov == NULL:
                 raise MemoryError()
             k = 0
             while k < count:
-                k += self._put_run(bs, k, min(count - k, RUN_ENTRIES), first + k, term, headers, iov, &ps[k])
+                k += self._put_run(bs, k, min(count - k, run), first + k, term, headers, stride, iov, &ps[k])
         finally:
             free(headers)
             free(iov)
         return first, positions
 
     cdef Py_ssize_t _put_run(self, _Bodies bs, Py_ssize_t start, Py_ssize_t limit, int64_t index0,
-                             int64_t term, unsigned char *headers, iovec *iov,
+                             int64_t term, unsigned char *headers, Py_ssize_t stride, iovec *iov,
                              int64_t *pos_out) except -1:
-        """Write the leader entries ``bs[start:start + limit]`` (at most RUN_ENTRIES) that fit
-        in the current data file with one pwritev, then their index units; returns how many.
-        With the AppendHook each body goes as three buffers, before, the stamp and after, so
-        the caller's bytes are neither copied nor changed."""
+        """Write the leader entries ``bs[start:start + limit]`` (at most one run) that fit in the
+        current data file with one pwritev, then their index units; returns how many.
+        Each entry is two buffers: its scratch (``stride`` bytes: the header, and with the
+        AppendHook the body's first ``patch_at`` bytes and the stamp) and the rest of its body,
+        written from the caller's memory, which is never changed."""
         cdef int64_t pos = self.data.pre_append(DL_BODY_OFFSET + bs.lens[start], True)
         if pos < 0:
             raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
@@ -817,10 +831,10 @@ cdef class EntryLog:
                                f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
         cdef int64_t at = df.wrote_position, size, pa = self.patch_at
-        cdef Py_ssize_t j = 0, n, v = 0
+        cdef Py_ssize_t j = 0, n, skip = stride - DL_BODY_OFFSET
         cdef uint32_t crc
         cdef const unsigned char *body
-        cdef unsigned char *stamp
+        cdef unsigned char *head
         while j < limit:
             n = bs.lens[start + j]
             body = bs.ptrs[start + j]
@@ -828,35 +842,26 @@ cdef class EntryLog:
             if j and size + DL_MIN_BLANK_LEN > df.file_size - at:
                 break  # the rest starts the next file (pre_append ends this one with a blank)
             pos_out[j] = df.file_from_offset + at
-            stamp = headers + RUN_ENTRIES * DL_BODY_OFFSET + j * 8
+            head = headers + j * stride
             if pa >= 0:
-                dl_put64(stamp, <uint64_t>(pos_out[j] + DL_BODY_OFFSET))
+                memcpy(head + DL_BODY_OFFSET, body, pa)
+                dl_put64(head + DL_BODY_OFFSET + pa, <uint64_t>(pos_out[j] + DL_BODY_OFFSET))
             if not self.record_crc:
                 crc = 0
             elif n >= NOGIL_COPY:
                 with nogil:
-                    crc = _body_crc(body, n, pa, stamp)
+                    crc = _split_crc(head + DL_BODY_OFFSET, skip, body + skip, n - skip)
             else:
-                crc = _body_crc(body, n, pa, stamp)
-            dl_write_header(headers + j * DL_BODY_OFFSET, DL_CURRENT_MAGIC, <int32_t>size, index0 + j,
-                            term, pos_out[j], 0, 0, <int32_t>crc, <int32_t>n)
-            iov[v].iov_base = headers + j * DL_BODY_OFFSET
-            iov[v].iov_len = DL_BODY_OFFSET
-            if pa < 0:
-                iov[v + 1].iov_base = <void *>body
-                iov[v + 1].iov_len = <size_t>n
-                v += 2
-            else:
-                iov[v + 1].iov_base = <void *>body
-                iov[v + 1].iov_len = <size_t>pa
-                iov[v + 2].iov_base = stamp
-                iov[v + 2].iov_len = 8
-                iov[v + 3].iov_base = <void *>(body + pa + 8)
-                iov[v + 3].iov_len = <size_t>(n - pa - 8)
-                v += 4
+                crc = _split_crc(head + DL_BODY_OFFSET, skip, body + skip, n - skip)
+            dl_write_header(head, DL_CURRENT_MAGIC, <int32_t>size, index0 + j, term, pos_out[j], 0, 0,
+                            <int32_t>crc, <int32_t>n)
+            iov[2 * j].iov_base = head
+            iov[2 * j].iov_len = <size_t>stride
+            iov[2 * j + 1].iov_base = <void *>(body + skip)
+            iov[2 * j + 1].iov_len = <size_t>(n - skip)
             at += size
             j += 1
-        df._pwritev(df.wrote_position, iov, <int>v, at - df.wrote_position)
+        df._pwritev(df.wrote_position, iov, <int>(2 * j), at - df.wrote_position)
         self.written_bytes += at - df.wrote_position
         df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]

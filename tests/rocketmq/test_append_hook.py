@@ -67,11 +67,21 @@ def test_leader_appends_stamp_the_body_offset(tmp_path, cfg):
 
 
 def test_batches_longer_than_one_write_run(tmp_path):
-    # Over 512 entries per batch: several pwritev runs, each of 4 buffers an entry.
+    # Over 512 entries per batch: several pwritev runs.
     store = _open(tmp_path / "n0", DLedgerConfig(), body_pos_patch=AT)
     bodies = [bytes([k % 251]) * (36 + k % 50) for k in range(1300)]
     store.append_batch(bodies, 2)
     check_store(store, bodies)
+    store.close()
+
+
+def test_stamp_far_into_the_body(tmp_path):
+    # Each entry's bytes before the stamp are staged beside its header, so runs get shorter.
+    at = 300_000
+    store = _open(tmp_path / "n0", DLedgerConfig(), body_pos_patch=at)
+    bodies = [os.urandom(at + 8 + k) for k in range(9)]
+    store.append_batch(bodies, 1)
+    check_store(store, bodies, at)
     store.close()
 
 
