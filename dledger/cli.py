@@ -21,10 +21,14 @@ log = logging.getLogger("dledger.cli")
 
 
 def _progress(total: int, desc: str) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """A progress bar on standard error when it is a terminal; silent otherwise."""
+    """A progress bar on standard error when it is a terminal and tqdm is installed (the
+    ``progress`` extra); silent otherwise."""
     if not sys.stderr.isatty():
         return (lambda n: None), (lambda: None)
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return (lambda n: None), (lambda: None)
 
     bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr, leave=False)
     return bar.update, bar.close

@@ -312,3 +312,21 @@ def test_no_leader_found_names_each_members_answer(tmp_path: Path):
         assert f"n1 (127.0.0.1:{c.ports['n1']}): connection refused" in res.stderr
     finally:
         c.close()
+
+
+def test_progress_bar_is_optional(monkeypatch):
+    # tqdm is an extra: on a terminal without it, long scans run silently rather than fail.
+    import io
+
+    from dledger import cli
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(cli.sys, "stderr", Tty())
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # what an absent package looks like to import
+    update, close = cli._progress(100, "scan")
+    update(10)
+    close()
+    assert cli.sys.stderr.getvalue() == ""
