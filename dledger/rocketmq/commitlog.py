@@ -150,8 +150,10 @@ class CommitLog:
         self.files.load()
         self.files.check_self()
         self.put_lock = threading.Lock()
-        # Structural changes (retention, close) and readers of mapped views exclude each other.
+        # Structural changes (retention, close) exclude readers of mapped views (read_lock) and
+        # the flush (flush_lock, so an msync does not hold up readers).
         self.read_lock = threading.RLock()
+        self.flush_lock = threading.Lock()
         self.topic_queue_table: dict[str, int] = {}
         self.last_store_timestamp = 0
         self._flushed_store_timestamp = 0
@@ -408,7 +410,7 @@ class CommitLog:
         # write position before its timestamp).
         ts = self.last_store_timestamp
         target = self.max_offset
-        with self.read_lock:
+        with self.flush_lock:
             if self.closed:
                 return self.flushed_where
             where = int(self.files.flush(least_pages))
@@ -441,7 +443,7 @@ class CommitLog:
         """deleteExpiredFileByTime: whole files (never the last) older than ``expired_ms``."""
         if self.readonly:
             return 0
-        with self.read_lock:
+        with self.read_lock, self.flush_lock:
             return int(self.files.delete_expired_by_time(expired_ms, now_ms, clean_immediately, max_files))
 
     def close(self) -> None:
@@ -451,6 +453,6 @@ class CommitLog:
             self.flush_service.stop()
             self.flush_service = None
         self.flush()
-        with self.read_lock:
+        with self.read_lock, self.flush_lock:
             self.closed = True
             self.files.close()
