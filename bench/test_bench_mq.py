@@ -66,10 +66,13 @@ class Round:
         self.k = 0
         self.opened: list[Any] = []
 
-    def fresh(self) -> Path:
+    def close(self) -> None:
         for obj in self.opened:
             obj.close()
         self.opened.clear()
+
+    def fresh(self) -> Path:
+        self.close()
         self.k += 1
         path = self.root / f"{self.name}-{self.k}"
         shutil.rmtree(self.root / f"{self.name}-{self.k - 1}", ignore_errors=True)
@@ -77,10 +80,14 @@ class Round:
 
 
 def run(benchmark: Any, group: str, name: str, setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]],
-        fn: Callable[..., int], messages: int) -> None:
+        fn: Callable[..., int], messages: int, rounds: Round | None = None) -> None:
     benchmark.group = group
     benchmark.name = name
-    done = benchmark.pedantic(fn, setup=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    try:
+        done = benchmark.pedantic(fn, setup=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    finally:
+        if rounds is not None:
+            rounds.close()
     benchmark.extra_info["messages"] = messages
     benchmark.extra_info["msgs_per_s_median"] = messages / benchmark.stats.stats.median
     assert done == messages
@@ -117,7 +124,7 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
             assert s.wait_dispatched(600)
             return n
 
-        run(benchmark, group, f"{group} [message store]", setup, work, n)
+        run(benchmark, group, f"{group} [message store]", setup, work, n, r)
         return
     batches = encoded_batches(size, n, batch)
     if side == "raw_append":
@@ -131,7 +138,7 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
                 d.append_batch(b, 0)
             return n
 
-        run(benchmark, group, f"{group} [MmapFileStore.append_batch, same records]", setup_a, work_a, n)
+        run(benchmark, group, f"{group} [MmapFileStore.append_batch, same records]", setup_a, work_a, n, r)
         return
     joined = [b"".join(b) for b in batches]
 
@@ -176,7 +183,7 @@ def test_dispatch_alone(benchmark: Any, root: Path, mode: str, side: str) -> Non
         return sum(len(cols["size"]) for _buf, cols in s.iter_batches())
 
     run(benchmark, group, f"{group} [{'ReputMessageService' if side == 'ours' else 'scan only'}]", setup,
-        work if side == "ours" else scan, N)
+        work if side == "ours" else scan, N, r)
 
 
 # -- pull --------------------------------------------------------------------------------------
@@ -216,3 +223,34 @@ def test_pull_by_offset(benchmark: Any, root: Path, mode: str, side: str) -> Non
             lambda: ((), {}), pull if side == "ours" else read, n)
     finally:
         s.close()
+
+
+# -- query by key ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keyed_store(root: Path) -> Iterator[MessageStore]:
+    s = MessageStore(root / "query", store_config("classic", max_hash_slot_num=N // 8, max_index_num=N // 2))
+    bodies = [b"q" * 100] * 1024
+    for k in range(0, N, 1024):
+        s.put_batch("TopicA", bodies, keys=[f"key-{k + i}" for i in range(1024)])
+    assert s.wait_dispatched(600)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("side", ["ours", "index_only"])
+def test_query_by_key(benchmark: Any, keyed_store: MessageStore, side: str) -> None:
+    """One key among N (in several index files): the median is the p50 latency. Baseline: the
+    index lookup alone, without reading the messages."""
+    rnd = np.random.default_rng(1)
+    keys = [f"key-{int(i)}" for i in rnd.integers(0, N, 4096)]
+    it = iter(keys * 1000)
+    benchmark.group = "query by key"
+    if side == "ours":
+        benchmark.name = "query by key [query_by_key: offsets and messages]"
+        found = benchmark(lambda: keyed_store.query_by_key("TopicA", next(it)))
+    else:
+        benchmark.name = "query by key [query_offsets_by_key]"
+        found = benchmark(lambda: keyed_store.query_offsets_by_key("TopicA", next(it)))
+    assert len(found) == 1
+    benchmark.extra_info["index_files"] = len(keyed_store.index_service.files)
