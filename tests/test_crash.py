@@ -74,7 +74,7 @@ def test_clean_reopen_keeps_everything(store_dir, small_config):
 def test_torn_last_entry_body_is_cut(store_dir, small_config, caplog):
     path, off, size = _locate(store_dir, small_config, N - 1)
     _patch(path, off + 48 + (size - 48) // 2, bytes(size - 48 - (size - 48) // 2))
-    with caplog.at_level(logging.WARNING, logger="dledger.store.file"):
+    with caplog.at_level(logging.WARNING, logger="dledger.store.recovery"):
         with _open(store_dir, small_config) as s:
             _assert_prefix(s, N - 2)
             assert s.recovery.cut_file == str(path) and s.recovery.cut_offset == off

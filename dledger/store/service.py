@@ -1,0 +1,228 @@
+"""The file store's background work, on one thread per store: DLedgerMmapFileStore's
+FlushDataService (flush, checkpoint, and here also prefault and drop-behind) and
+CleanSpaceService (disk-full flag and retention).
+
+Each tick takes the store's lock only in short steps: the flush an acknowledgement waits for
+takes it too, and truncation and retention unmap files under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from dledger.store.recovery import revise_begin
+
+if TYPE_CHECKING:
+    from dledger.store.file import MmapFileStore
+
+log = logging.getLogger(__name__)
+
+# The service keeps this much past the write position faulted in (prefault), in steps of
+# PREFAULT_STEP per hold of the store lock: enough to stay ahead of appends between two ticks.
+# Data pages are prefaulted only while most appended bytes go through the mapping (single
+# entries): batches reach the file by pwritev, which fills the page cache without a fault, and
+# a page faulted in ahead of them would only cost a zero-fill (see _ext/segment.pyx).
+PREFAULT_DATA_AHEAD = 8 << 20
+PREFAULT_INDEX_AHEAD = 1 << 20
+PREFAULT_STEP = 256 << 10
+# drop_behind hands back at least this much at a time (fewer syscalls) and at most this much
+# per tick (the store lock is held meanwhile).
+DROP_STEP_MIN = 4 << 20
+DROP_STEP_MAX = 64 << 20
+# How often the clean-space check runs (seconds).
+CLEAN_INTERVAL_S = 0.1
+# A service failure that repeats is logged at most this often (seconds).
+SERVICE_REPORT_S = 10.0
+
+
+class FlushDataService:
+    """Flush and checkpoint on their intervals; keep the pages ahead of the writer faulted in
+    and hand back the page cache far behind the flushed position."""
+
+    def __init__(self, store: MmapFileStore) -> None:
+        self.store = store
+        self._prefault_ok = True
+        self._dropped_to = 0  # data before this absolute offset was handed back
+
+    def tick(self, interval_s: float) -> None:
+        store = self.store
+        now = time.monotonic()
+        if now - store._last_checkpoint >= store.config.check_point_interval / 1000.0:
+            store.checkpoint()
+        elif now - store._entries_flushed_at >= interval_s:
+            store.flush()
+        else:
+            # Someone (a node acking appends) msyncs the data continuously: a second msync of
+            # it here would only compete for the lock the ack path waits on.
+            with store._lock:
+                if not store._closed:
+                    store._log.index.flush(0)
+        self.prefault()
+        self.drop_behind()
+
+    def prefault(self) -> int:
+        """Fault in the pages just past the write position of the last index file, and of the
+        last data file while appends since the last call went mostly through the mapping, so
+        that appends there take no page fault on the caller's thread. Returns the bytes
+        populated; 0 where the kernel cannot (Linux < 5.14)."""
+        store = self.store
+        if store.readonly or store._closed or not self._prefault_ok:
+            return 0
+        lg = store._log
+        # Advisory counts (an append racing this reset only shifts one tick's decision).
+        through_mapping = lg.mapped_bytes > lg.written_bytes
+        lg.mapped_bytes = lg.written_bytes = 0
+        targets = [(lg.index, PREFAULT_INDEX_AHEAD)]
+        if through_mapping:
+            targets.append((lg.data, PREFAULT_DATA_AHEAD))
+        done = 0
+        for files, ahead in targets:
+            while True:
+                with store._lock:
+                    if store._closed or not files.files:
+                        break
+                    f = files.files[-1]
+                    start = max(f.populated_to, f.wrote_position)
+                    end = min(f.wrote_position + ahead, f.file_size, start + PREFAULT_STEP)
+                    if end <= start:
+                        break
+                    if not f.populate(start, end):
+                        self._prefault_ok = False
+                        return done
+                    done += end - start
+        return done
+
+    def drop_behind(self) -> int:
+        """Hand the page cache of data more than ``config.data_cache_window`` bytes behind the
+        flushed position back to the kernel, at most DROP_STEP_MAX per call and in steps of at
+        least DROP_STEP_MIN. Returns the bytes advised."""
+        store = self.store
+        window = store.config.data_cache_window
+        if window <= 0 or store.readonly or store._closed:
+            return 0
+        with store._lock:
+            if store._closed:
+                return 0
+            data = store._log.data
+            # A truncation may have moved the flushed position back: follow it down.
+            self._dropped_to = min(self._dropped_to, data.flushed_where)
+            upto = min(data.flushed_where - window, self._dropped_to + DROP_STEP_MAX)
+            if upto - self._dropped_to < DROP_STEP_MIN:
+                return 0
+            done = 0
+            for f in data.files:
+                lo = max(self._dropped_to, f.file_from_offset)
+                hi = min(upto, f.file_from_offset + f.file_size)
+                if lo < hi:
+                    done += f.drop_cache(lo - f.file_from_offset, hi - f.file_from_offset)
+            self._dropped_to = upto
+            return done
+
+
+class CleanSpaceService:
+    """The disk-full flag and retention of expired data files."""
+
+    def __init__(self, store: MmapFileStore) -> None:
+        self.store = store
+
+    def tick(self) -> None:
+        ratio = self.used_ratio()
+        self.check_disk(ratio)
+        self.delete_expired(used_ratio=ratio)
+
+    def used_ratio(self) -> float:
+        usage = shutil.disk_usage(self.store._log.data.store_path)
+        return usage.used / usage.total if usage.total else 0.0
+
+    def check_disk(self, used_ratio: float | None = None) -> bool:
+        """Set the disk-full flag from the used ratio; appends fail with DISK_FULL while it is set."""
+        store = self.store
+        ratio = self.used_ratio() if used_ratio is None else used_ratio
+        full = ratio > store.config.disk_full_ratio
+        if full != store.disk_full:
+            log.warning("disk %s: used ratio %.3f (limit %.3f)", "full" if full else "no longer full",
+                        ratio, store.config.disk_full_ratio)
+        store.disk_full = full
+        return full
+
+    def delete_expired(self, now: float | None = None, used_ratio: float | None = None) -> int:
+        """Delete expired data files, never the one being written.
+
+        Files older than ``file_reserved_hours`` go when it is the hour of ``delete_when`` or the
+        disk is above ``disk_space_ratio_to_check_expired``; above ``disk_space_ratio_to_force_clean``
+        (with ``enable_disk_force_clean``) the oldest files go whatever their age.
+        """
+        store = self.store
+        store._writable()
+        cfg = store.config
+        now = time.time() if now is None else now
+        ratio = self.used_ratio() if used_ratio is None else used_ratio
+        hour = time.strftime("%H", time.localtime(now))
+        time_up = hour in [h.strip() for h in cfg.delete_when.split(";") if h.strip()]
+        force = ratio > max(cfg.disk_space_ratio_to_force_clean, 0.50)
+        if not (time_up or ratio > cfg.disk_space_ratio_to_check_expired or force):
+            return 0
+        expired_ms = max(cfg.file_reserved_hours, 1) * 3600 * 1000.0
+        with store._lock:
+            deleted = int(store._log.data.delete_expired_by_time(
+                expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10))
+            if deleted:
+                revise_begin(store._log)
+                log.info("retention deleted %d data file(s); ledger begins at %d", deleted,
+                         store.ledger_begin_index)
+        return deleted
+
+
+class StoreService:
+    """The thread that runs both services every ``flush_file_interval`` ms."""
+
+    def __init__(self, store: MmapFileStore) -> None:
+        self.store = store
+        self.flush = FlushDataService(store)
+        self.clean = CleanSpaceService(store)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"dledger-store-{self.store.path.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        interval = max(self.store.config.flush_file_interval, 1) / 1000.0
+        last_clean = 0.0
+        failures = 0
+        last_report = 0.0
+        while not self._stop.wait(interval):
+            try:
+                self.flush.tick(interval)
+                if time.monotonic() - last_clean >= CLEAN_INTERVAL_S:
+                    last_clean = time.monotonic()
+                    self.clean.tick()
+                failures = 0
+            except Exception:
+                # Every tick may fail the same way (a directory removed under us): say so once,
+                # then at most every SERVICE_REPORT_S with a count, not a traceback every tick.
+                failures += 1
+                now = time.monotonic()
+                if failures == 1 or now - last_report >= SERVICE_REPORT_S:
+                    last_report = now
+                    log.exception("store service of %s failed (%d time(s) in a row); retrying",
+                                  self.store.path, failures)
