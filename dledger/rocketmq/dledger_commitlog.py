@@ -18,6 +18,7 @@ a local ``MmapFileStore`` where an append is committed at once.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import threading
 import time
@@ -248,7 +249,8 @@ class DLedgerCommitLog:
             queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
             buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
             mv = memoryview(buf)
-            bodies = [mv[int(starts[i]):int(starts[i + 1])] for i in range(n)]
+            st = starts.tolist()
+            bodies = [mv[a:b] for a, b in itertools.pairwise(st)]
             try:
                 _first, positions = self.appender.append_batch(bodies, self.term)
             except DLedgerError as exc:

@@ -269,8 +269,9 @@ class BatchPreparer:
         braw = encode_host(born_host) if born_host is not None else store_raw
         sflag = host_v6_bits(sys_flag, braw, store_raw)
         sys_arr = _full(n, sflag, np.int32)
-        lengths = np.asarray(K.record_lengths(sys_arr, np.array([len(b) for b in body_list], dtype=np.int32),
-                                              _full(n, len(traw), np.int32), plens), dtype=np.int64)
+        body_lens = np.array([len(b) for b in body_list], dtype=np.int64)
+        # calMsgLength, with everything but the body and properties the same for every message
+        lengths = body_lens + plens + record_length(sflag, 0, len(traw), 0)
         if int(lengths.max()) > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
         tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
