@@ -75,43 +75,64 @@ def verify_store(node_dir: str | Path, progress: Callable[[int], None] | None = 
             data.check_self()
         except DLedgerError as exc:
             problems.append(Problem(str(data_dir), 0, -1, exc.message))
-        entries = 0
-        nbytes = 0
-        first_index = -1
-        expect, prev_term = -1, -1
-        for f in data.files:
-            view = f.view()
-            offset = 0
-            while True:
-                cols, stop, code = _codec.scan(view, f.file_from_offset, offset, -1, expect, prev_term,
-                                               True, 1 << 20)
-                n = len(cols["index"])
-                if n:
-                    if first_index < 0:
-                        first_index = int(cols["index"][0])
-                    entries += n
-                    expect, prev_term = int(cols["index"][-1]) + 1, int(cols["term"][-1])
-                    problems.extend(_index_problems(index, cols, f.file_from_offset, f.path))
-                nbytes += stop - offset
-                offset = stop
-                if code != _codec.SCAN_LIMIT:
-                    break
-            if code in (_codec.SCAN_BAD, _codec.SCAN_CRC):
-                problems.append(Problem(f.path, stop, expect,
-                                        f"{_codec.STOP_NAMES[code]} (entry expected: {expect})"))
-                # Resynchronise at the next file: its first entry names where it stands.
-                expect, prev_term = -1, prev_term
-            elif code == _codec.SCAN_ZERO and f is not data.files[len(data.files) - 1]:
-                problems.append(Problem(f.path, stop, expect, "unwritten space before the last file"))
-            del view
+        walk = _Walk(index)
+        for k, f in enumerate(data.files):
+            walk.file(f, last=k == len(data.files) - 1)
             if progress is not None:
                 progress(f.file_size)
-        last_index = expect - 1 if expect > 0 else (first_index - 1 if first_index >= 0 else -1)
+        problems += walk.problems
+        last_index = walk.last_index
         problems.extend(_checkpoint_problems(root, last_index))
-        return VerifyResult(problems, entries, nbytes, first_index, last_index)
+        return VerifyResult(problems, walk.entries, walk.nbytes, walk.first_index, last_index)
     finally:
         data.close()
         index.close()
+
+
+class _Walk:
+    """The scan of the data files in order, collecting problems instead of stopping at them."""
+
+    def __init__(self, index: _segment.MmapFileList) -> None:
+        self.index = index
+        self.problems: list[Problem] = []
+        self.entries = 0
+        self.nbytes = 0
+        self.first_index = -1
+        self.expect = -1
+        self.prev_term = -1
+
+    @property
+    def last_index(self) -> int:
+        if self.expect > 0:
+            return self.expect - 1
+        return self.first_index - 1 if self.first_index >= 0 else -1
+
+    def file(self, f: _segment.MappedFile, last: bool) -> None:
+        view = f.view()
+        offset = 0
+        while True:
+            cols, stop, code = _codec.scan(view, f.file_from_offset, offset, -1, self.expect, self.prev_term,
+                                           True, 1 << 20)
+            if len(cols["index"]):
+                self._take(cols, f)
+            self.nbytes += stop - offset
+            offset = stop
+            if code != _codec.SCAN_LIMIT:
+                break
+        if code in (_codec.SCAN_BAD, _codec.SCAN_CRC):
+            self.problems.append(Problem(f.path, stop, self.expect,
+                                         f"{_codec.STOP_NAMES[code]} (entry expected: {self.expect})"))
+            # Resynchronise at the next file: its first entry names where it stands.
+            self.expect = -1
+        elif code == _codec.SCAN_ZERO and not last:
+            self.problems.append(Problem(f.path, stop, self.expect, "unwritten space before the last file"))
+
+    def _take(self, cols: dict[str, np.ndarray], f: _segment.MappedFile) -> None:
+        if self.first_index < 0:
+            self.first_index = int(cols["index"][0])
+        self.entries += len(cols["index"])
+        self.expect, self.prev_term = int(cols["index"][-1]) + 1, int(cols["term"][-1])
+        self.problems.extend(_index_problems(self.index, cols, f.file_from_offset, f.path))
 
 
 def _checkpoint_problems(root: Path, last_index: int) -> list[Problem]:
