@@ -307,7 +307,7 @@ def _add_remote_options(p: argparse.ArgumentParser, peers: bool = True) -> None:
     p.add_argument("--tls-key", default=None, help="the key of --tls-cert")
 
 
-_FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"]}
+_FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"], "message_store": ["--enableDLegerCommitLog"]}
 
 
 def _parse_bool(v: str) -> bool:
@@ -345,10 +345,12 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
         default = f.default
         shown = "unset" if default is None else (str(default).lower() if isinstance(default, bool) else default)
         text = f"{DLedgerConfig.help_of(f.name)} (default: {shown})".replace("%", "%%")
+        # A bool flag alone means true (--message-store), as well as --sync true / false.
+        switch: dict[str, Any] = {"nargs": "?", "const": True} if kind is _parse_bool else {}
         opts.add_argument(*_FLAG_NAMES.get(f.name, []), kebab, dest="cfg_" + f.name, default=None, type=kind,
-                          metavar=metavar, help=text)
+                          metavar=metavar, help=text, **switch)
         if camel != kebab:
-            opts.add_argument(camel, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS)
+            opts.add_argument(camel, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS, **switch)
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:

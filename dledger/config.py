@@ -101,6 +101,16 @@ class DLedgerConfig:
     # ours: operations
     metrics_port: int | None = _opt(None, "port of the Prometheus /metrics endpoint (0 or unset: off)")
 
+    # The RocketMQ message store on this group (docs/message-service.md); RocketMQ's names.
+    message_store: bool = _opt(False, "run RocketMQ's message store on this group (RocketMQ's enableDLegerCommitLog)")
+    store_path_root_dir: str | None = _opt(None, "message store root (RocketMQ's storePathRootDir; unset: --store-dir)")
+    mapped_file_size_commit_log: int | None = _opt(
+        None, "bytes of a commit-log (data) file in message-store mode (unset: --mapped-file-size-for-entry-data)")
+    max_message_size: int = _opt(4 * MB, "largest message record in message-store mode (RocketMQ's maxMessageSize)")
+    flush_disk_type: str = _opt("ASYNC_FLUSH", "ASYNC_FLUSH or SYNC_FLUSH (every put msynced before its answer)")
+    default_topic_queue_nums: int = _opt(8, "write queues of every topic; a put to a queue id past them is refused")
+    message_index_enable: bool = _opt(True, "build the key index (RocketMQ's messageIndexEnable)")
+
     @property
     def default_path(self) -> str:
         """``<store_base_dir>/dledger-<self_id>``, as DLedgerConfig.getDefaultPath."""
@@ -133,7 +143,7 @@ class DLedgerConfig:
         known = set(cls.field_names())
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            name = _snake(key)
+            name = _ALIASES.get(key) or _snake(key)
             if name not in known:
                 raise ValueError(f"unknown config option {key!r}")
             kwargs[name] = value
@@ -149,6 +159,10 @@ class DLedgerConfig:
 
     def replace(self, **changes: Any) -> DLedgerConfig:
         return dataclasses.replace(self, **changes)
+
+
+# RocketMQ spells its DLedger switch "enableDLegerCommitLog".
+_ALIASES = {"enableDLegerCommitLog": "message_store", "enable_dleger_commit_log": "message_store"}
 
 
 def _snake(name: str) -> str:

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
@@ -51,7 +51,14 @@ from dledger.packed import PackedBodies
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import Role
 from dledger.raft.member_state import parse_peers as parse_member_peers
-from dledger.raft.messages import MESSAGE_TYPES, HeartBeatRequest, Message, VoteRequest, message_from_wire
+from dledger.raft.messages import (
+    MESSAGE_TYPES,
+    AppendEntryResponse,
+    HeartBeatRequest,
+    Message,
+    VoteRequest,
+    message_from_wire,
+)
 from dledger.raft.node import RaftNode, error_response
 from dledger.raft.term_file import FileTermStore
 from dledger.raft.timings import RaftTimings
@@ -76,6 +83,38 @@ GET_MAX_ENTRIES = 1024
 GET_MAX_BYTES = 16 * 1024 * 1024
 
 
+class GroupApplication(Protocol):
+    """An application that rides on one group (the RocketMQ message store is one): it sees the
+    member's role changes and committed-index moves, answers request codes of its own, and may
+    bring the store the node keeps its log in.
+
+    Everything is called on the server's event loop, after the consensus call whose outputs
+    carried the change; ``handle`` may await.
+    """
+
+    # Request codes the application answers (they must not collide with DLedger's).
+    request_codes: frozenset[int]
+    @property
+    def node_store(self) -> DLedgerStore | None:
+        """The store the group's node must use (the application reads it too); None: the node's own."""
+
+    def bind(self, group: GroupHandle) -> None:
+        """Called once, on the loop, when the server starts."""
+
+    def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None: ...
+
+    def on_committed(self, committed_index: int) -> None: ...
+
+    async def handle(self, code: int, body: dict[str, Any]) -> Response: ...
+
+    def close(self) -> None:
+        """Called once, off the loop, before the node's store is closed."""
+
+
+# Builds the application of a group (or None for a plain group): (config, the member's address).
+ApplicationFactory = Callable[[DLedgerConfig, str], "GroupApplication | None"]
+
+
 def parse_peers(peers: str) -> dict[str, str]:
     """DLedger's peers string to ``{id: "host:port"}``, with every address checked; bad input
     is a DLedgerError (UNEXPECTED_ARGUMENT) the CLI and the client can report."""
@@ -98,6 +137,74 @@ class _Group:
     peers: dict[str, str]
     waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     stats: GroupStats = field(default_factory=GroupStats)
+    app: GroupApplication | None = None
+    # The committed index the application was last told of.
+    app_committed: int = -2
+
+
+class GroupHandle:
+    """What a ``GroupApplication`` may do with its group: look at the member and propose entries."""
+
+    def __init__(self, server: NodeServer, group: _Group) -> None:
+        self._server = server
+        self._g = group
+
+    @property
+    def name(self) -> str:
+        return self._g.config.group
+
+    @property
+    def self_id(self) -> str:
+        return self._g.config.self_id
+
+    @property
+    def address(self) -> str:
+        return self._server.address
+
+    @property
+    def peers(self) -> dict[str, str]:
+        return dict(self._g.peers)
+
+    @property
+    def role(self) -> Role:
+        return self._g.node.role
+
+    @property
+    def term(self) -> int:
+        return self._g.node.term
+
+    @property
+    def leader_id(self) -> str | None:
+        return self._g.node.leader_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self._g.node.is_leader
+
+    @property
+    def store(self) -> DLedgerStore:
+        return self._g.store
+
+    def propose(self, bodies: Sequence[bytes]) -> asyncio.Future[AppendEntryResponse]:
+        """Append ``bodies`` as one batch now (the leader writes them to its log before this
+        returns, or refuses at once); the future gets the consensus answer (SUCCESS once a
+        quorum holds them). Call on the loop."""
+        g = self._g
+        done = self._server._call(g, lambda now: g.node.propose(now, bodies))
+        out: asyncio.Future[AppendEntryResponse] = asyncio.get_running_loop().create_future()
+
+        def relay(f: asyncio.Future[Any]) -> None:
+            if out.done():
+                return
+            if f.cancelled():
+                out.cancel()
+            elif f.exception() is not None:
+                out.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                out.set_result(f.result().response)
+
+        done.add_done_callback(relay)
+        return out
 
 
 class NodeServer:
@@ -117,7 +224,11 @@ class NodeServer:
         client_ssl: ssl_module.SSLContext | None = None,
         timings: RaftTimings | None = None,
         seed: int | None = None,
+        application_factory: ApplicationFactory | None = None,
     ) -> None:
+        """``application_factory(config, address)`` gives each group its ``GroupApplication``
+        (or None); without one, a group whose config has ``message_store`` gets the RocketMQ
+        message service (``dledger.rocketmq.service``)."""
         configs = [configs] if isinstance(configs, DLedgerConfig) else list(configs)
         if not configs:
             raise ValueError("no group to serve")
@@ -136,14 +247,18 @@ class NodeServer:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
                                    f"groups of one process must share its address ({addr} != {mine})")
             addr = mine
-            store = self._open_store(cfg)
+            if cfg.message_store and cfg.store_path_root_dir:
+                # The message store root holds the node directory (RocketMQ's storePathRootDir).
+                cfg = cfg.replace(store_base_dir=cfg.store_path_root_dir)
+            app = self._open_application(cfg, mine, application_factory)
+            store = app.node_store if app is not None and app.node_store is not None else self._open_store(cfg)
             term_store = FileTermStore(cfg.default_path)
             node_timings = timings or RaftTimings().scaled(cfg.raft_timing_scale)
             # Request ids must never repeat across restarts (the replay fence): the wall clock at
             # start grows across restarts and reboots, where the monotonic clock does not.
             node = RaftNode(cfg, store, term_store, random.Random(rng.random()), timings=node_timings,
                             incarnation=int(time.time() * 1000))
-            self.groups[cfg.group] = _Group(cfg, node, store, peers)
+            self.groups[cfg.group] = _Group(cfg, node, store, peers, app=app)
         assert addr is not None
         self._stores = [g.store for g in self.groups.values()]
         self.address = addr
@@ -174,6 +289,17 @@ class NodeServer:
         )
 
     @staticmethod
+    def _open_application(cfg: DLedgerConfig, address: str,
+                          factory: ApplicationFactory | None) -> GroupApplication | None:
+        if factory is not None:
+            return factory(cfg, address)
+        if cfg.message_store:
+            from dledger.rocketmq.service import MessageService
+
+            return MessageService(cfg, address)
+        return None
+
+    @staticmethod
     def _open_store(cfg: DLedgerConfig) -> DLedgerStore:
         if cfg.store_type == MEMORY:
             return MemoryStore(cfg.max_body_size)
@@ -188,6 +314,9 @@ class NodeServer:
         await self.rpc_server.start()
         self.port = self.rpc_server.port
         self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-ticker"))
+        for g in self.groups.values():
+            if g.app is not None:
+                g.app.bind(GroupHandle(self, g))
         if self.metrics is not None:
             self.metrics.collector.bind(self._loop)
             await asyncio.to_thread(self.metrics.start)
@@ -219,6 +348,11 @@ class NodeServer:
             for fut in g.waiters.values():
                 if not fut.done():
                     fut.set_exception(DLedgerError(ResponseCode.NETWORK_ERROR, "node shutting down"))
+            if g.app is not None:
+                try:
+                    await asyncio.to_thread(g.app.close)
+                except Exception:
+                    log.exception("group %s: closing its application failed", g.config.group)
             await asyncio.to_thread(g.store.close)
 
     # -- driving the nodes ---------------------------------------------------------------
@@ -241,6 +375,13 @@ class NodeServer:
         self._emit(g, outs)
 
     def _emit(self, g: _Group, outs: list[Output]) -> None:
+        app = g.app
+        if app is not None and g.store.committed_index != g.app_committed:
+            g.app_committed = g.store.committed_index
+            try:
+                app.on_committed(g.app_committed)
+            except Exception:
+                log.exception("group %s: the application's on_committed failed", g.config.group)
         rest: list[Output] = []
         for o in outs:
             if is_early(o):
@@ -352,6 +493,11 @@ class NodeServer:
             g.stats.leader_seen(out.leader_id)
             log.info("group %s: %s is %s in term %d (leader %s)", g.config.group, g.config.self_id,
                      out.role.name, out.term, out.leader_id)
+            if g.app is not None:
+                try:
+                    g.app.on_role_change(out.role, out.term, out.leader_id)
+                except Exception:
+                    log.exception("group %s: the application's on_role_change failed", g.config.group)
 
     def _send_peer(self, g: _Group, to: str, msg: Message) -> None:
         addr = g.peers.get(to)
@@ -436,7 +582,14 @@ class NodeServer:
         g = self._group(request)
         if g is None:
             return self._unknown_group(request)
+        if g.app is not None and code in g.app.request_codes:
+            return await g.app.handle(code, body)
         if code == RequestCode.APPEND:
+            if g.app is not None and g.app.node_store is not None:
+                # Its entries are the application's records: a raw entry would be garbage to it.
+                return Response(ResponseCode.UNSUPPORTED, {"leader": g.node.leader_id},
+                                f"group {g.config.group!r} runs an application (message store): "
+                                "append through it, not with raw entries")
             return await self._append(g, body)
         if code == RequestCode.GET:
             return await self._get(g, body)
@@ -641,4 +794,5 @@ async def run_server(server: NodeServer, on_ready: Callable[[NodeServer], None] 
     return 0
 
 
-__all__ = ["NodeServer", "Role", "parse_peers", "run_server"]
+__all__ = ["ApplicationFactory", "GroupApplication", "GroupHandle", "NodeServer", "Role", "parse_peers",
+           "run_server"]

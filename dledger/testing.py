@@ -154,6 +154,9 @@ class TestCluster:
     # Without proxies members talk directly (no partitions possible; a killed member's port
     # refuses connections at once, as in a real deployment).
     proxied: bool = True
+    # Each member keeps its files under root/<id>/ (a message store root holds one member's
+    # consume queues and index beside its dledger-<id>/, so members cannot share one).
+    member_dirs: bool = False
 
     def __post_init__(self) -> None:
         self.ids = [f"n{k}" for k in range(self.size)]
@@ -176,14 +179,18 @@ class TestCluster:
             for m in self.ids
         )
 
+    def store_dir(self, member: str) -> Path:
+        """What the member gets as --store-dir (its message store root with ``member_dirs``)."""
+        return self.root / member if self.member_dirs else self.root
+
     def node_dir(self, member: str) -> Path:
-        return self.root / f"dledger-{member}"
+        return self.store_dir(member) / f"dledger-{member}"
 
     def start(self, member: str) -> None:
         log = self.root / f"{member}.log"
         self.logs[member] = log
         cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", self.group, "--id", member,
-               "--peers", self.view(member), "--store-dir", str(self.root), *self.extra]
+               "--peers", self.view(member), "--store-dir", str(self.store_dir(member)), *self.extra]
         with open(log, "a") as f:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=f, text=True, start_new_session=True)
         self.procs[member] = proc

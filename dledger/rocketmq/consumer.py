@@ -1,0 +1,252 @@
+"""Consumers of a message-store group: ``AsyncConsumer`` (asyncio) and ``Consumer`` (blocking).
+
+A consumer reads one topic's queues by queue offset (RocketMQ's pull consumer). ``pull``
+may ask the member to hold the request until a message arrives (long polling, RocketMQ's
+PullRequestHoldService). Reads go to the leader by default; ``read_from="follower"`` reads
+from the other members (any member serves only committed messages, a follower's view may lag
+the leader's by a moment). Offsets committed with ``commit`` are written through the group's
+log, so every member knows them and they survive a failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl as ssl_module
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dledger.client import AsyncClient
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+from dledger.net.transport import Response
+from dledger.rocketmq import _kernels as K
+from dledger.rocketmq.message import MessageExt
+from dledger.rocketmq.producer import Blocking
+from dledger.rocketmq.records import messages_from_columns
+from dledger.rocketmq.status import GetMessageStatus
+from dledger.rocketmq.wire import ConsumerOffsetRequest, MessageRequestCode, PullRequest, PullResponse, QueueRequest
+
+LEADER = "leader"
+FOLLOWER = "follower"
+# A pull's hold when the iterator waits for messages (RocketMQ's brokerSuspendMaxTimeMillis is 15 s).
+DEFAULT_WAIT_S = 15.0
+
+
+@dataclass(slots=True)
+class PullResult:
+    """RocketMQ's PullResult: ``status`` a GetMessageStatus, the offset to pull from next, the
+    queue's min and max (next) offsets, and the messages found (FOUND)."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    member: str | None = None
+
+
+def decode_pull(resp: PullResponse) -> list[MessageExt]:
+    if not resp.records:
+        return []
+    cols, _stop, _code = K.scan_records(resp.records, 0, 0, -1, False, -1)
+    n = len(cols["size"])
+    cols["phys_offset"] = np.asarray(resp.phys_offsets[:n], dtype=np.int64)
+    return messages_from_columns(resp.records, cols)
+
+
+class AsyncConsumer:
+    """``group`` is the consumer group (whose offsets ``commit`` keeps), ``topic`` the topic read;
+    ``dledger_group`` the DLedger group (None: the one the members serve)."""
+
+    def __init__(self, peers: str | dict[str, str], group: str, topic: str, *, dledger_group: str | None = None,
+                 read_from: str = LEADER, secret: str | bytes | None = None,
+                 ssl: ssl_module.SSLContext | None = None, timeout: float = 10.0,
+                 request_timeout: float = 3.0) -> None:
+        if read_from not in (LEADER, FOLLOWER):
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"read_from {read_from!r}: want leader or follower")
+        self.client = AsyncClient(peers, dledger_group, secret=secret, ssl=ssl, timeout=timeout,
+                                  request_timeout=request_timeout)
+        self.group = group
+        self.topic = topic
+        self.read_from = read_from
+        self._next_member = 0
+        self._member: str | None = None
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _read(self, code: MessageRequestCode, body: dict[str, Any], wait: float = 0.0) -> tuple[Response, str]:
+        """A read: from the leader (redirects followed), or from a follower (the members in
+        turn, the leader last known skipped while another answers)."""
+        c = self.client
+        if self.read_from == LEADER:
+            saved = c.request_timeout
+            c.request_timeout = saved + wait
+            try:
+                resp = await c._leader_call(code, {**body, "leader_only": True})  # type: ignore[arg-type]
+            finally:
+                c.request_timeout = saved
+            return resp, c.leader or ""
+        if c.group is None:
+            await c.discover_group()
+        members = list(c.peers)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.timeout + wait
+        last = Response(ResponseCode.NETWORK_ERROR, {}, "no member asked")
+        tries = 0
+        while True:
+            if self._member is None or tries:
+                order = [m for m in members if m != c.leader] + [m for m in members if m == c.leader]
+                self._member = order[self._next_member % len(order)]
+                self._next_member += 1
+            member = self._member
+            tries += 1
+            try:
+                last = await c._rpc.call(c.peers[member], int(code), body, group=c.group,
+                                         timeout=c.request_timeout + wait)
+                if last.code == ResponseCode.SUCCESS:
+                    return last, member
+            except DLedgerError as exc:
+                last = Response(exc.code, {}, exc.message)
+            self._member = None
+            if loop.time() >= deadline:
+                return last, member
+            if tries % len(members) == 0:
+                await asyncio.sleep(0.05)
+
+    async def pull(self, queue_id: int, offset: int, max_count: int = 32, wait: float = 0.0) -> PullResult:
+        """Up to ``max_count`` messages of queue ``queue_id`` from ``offset``. With ``wait`` > 0
+        the member holds the request that many seconds at most for a message to arrive."""
+        req = PullRequest(self.topic, queue_id, offset, max_count, int(wait * 1000))
+        resp, member = await self._read(MessageRequestCode.PULL_MESSAGE, req.to_wire(), wait)
+        resp.check()
+        pr = PullResponse.from_wire(resp.body)
+        return PullResult(GetMessageStatus(pr.status), pr.next_begin_offset, pr.min_offset, pr.max_offset,
+                          decode_pull(pr), member)
+
+    async def commit(self, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the consumer group's next offset of the queue (through the log)."""
+        req = ConsumerOffsetRequest(self.group, self.topic, queue_id, offset)
+        (await self.client._leader_call(MessageRequestCode.UPDATE_CONSUMER_OFFSET,  # type: ignore[arg-type]
+                                        req.to_wire())).check()
+
+    async def committed(self, queue_id: int) -> int:
+        """The group's committed offset of the queue, -1 when it has none."""
+        req = ConsumerOffsetRequest(self.group, self.topic, queue_id)
+        resp, _member = await self._read(MessageRequestCode.QUERY_CONSUMER_OFFSET, req.to_wire())
+        return int(resp.check().body["offset"])
+
+    async def max_offset(self, queue_id: int) -> int:
+        resp, _member = await self._read(MessageRequestCode.GET_MAX_OFFSET, QueueRequest(self.topic, queue_id).to_wire())
+        return int(resp.check().body["offset"])
+
+    async def min_offset(self, queue_id: int) -> int:
+        resp, _member = await self._read(MessageRequestCode.GET_MIN_OFFSET, QueueRequest(self.topic, queue_id).to_wire())
+        return int(resp.check().body["offset"])
+
+    async def offset_for_timestamp(self, queue_id: int, timestamp_ms: int) -> int:
+        resp, _member = await self._read(MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                         QueueRequest(self.topic, queue_id, timestamp_ms).to_wire())
+        return int(resp.check().body["offset"])
+
+    async def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
+                       idle_timeout: float | None = None, auto_commit: bool = True) -> AsyncIterator[MessageExt]:
+        """Every message of the queue from ``offset`` (default: the group's committed offset, else
+        the queue's minimum), waiting for new ones; ends after ``idle_timeout`` seconds without
+        one (None: never). With ``auto_commit`` the offset past a batch is committed once the
+        batch has been consumed (at-least-once)."""
+        if offset is None:
+            offset = await self.committed(queue_id)
+            if offset < 0:
+                offset = await self.min_offset(queue_id)
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while True:
+            hold = wait if idle_timeout is None else max(min(wait, idle_timeout - (loop.time() - idle_since)), 0.0)
+            r = await self.pull(queue_id, offset, 32, hold)
+            if r.messages:
+                for m in r.messages:
+                    yield m
+                idle_since = loop.time()
+                offset = r.next_begin_offset
+                if auto_commit:
+                    await self.commit(queue_id, offset)
+                continue
+            if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                            GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.MESSAGE_WAS_REMOVING) \
+                    and r.next_begin_offset != offset:
+                offset = r.next_begin_offset
+                continue
+            if idle_timeout is not None and loop.time() - idle_since >= idle_timeout:
+                return
+            if hold <= 0:
+                await asyncio.sleep(0.05)
+
+
+class Consumer(Blocking):
+    """The blocking twin of ``AsyncConsumer`` (same arguments); ``messages`` is a plain iterator."""
+
+    def __init__(self, peers: str | dict[str, str], group: str, topic: str, **kwargs: Any) -> None:
+        super().__init__()
+        self._async: AsyncConsumer = self._run(_make_consumer(peers, group, topic, kwargs))
+
+    @property
+    def topic(self) -> str:
+        return self._async.topic
+
+    def pull(self, queue_id: int, offset: int, max_count: int = 32, wait: float = 0.0) -> PullResult:
+        return self._run(self._async.pull(queue_id, offset, max_count, wait))
+
+    def commit(self, queue_id: int, offset: int) -> None:
+        self._run(self._async.commit(queue_id, offset))
+
+    def committed(self, queue_id: int) -> int:
+        return self._run(self._async.committed(queue_id))
+
+    def max_offset(self, queue_id: int) -> int:
+        return self._run(self._async.max_offset(queue_id))
+
+    def min_offset(self, queue_id: int) -> int:
+        return self._run(self._async.min_offset(queue_id))
+
+    def offset_for_timestamp(self, queue_id: int, timestamp_ms: int) -> int:
+        return self._run(self._async.offset_for_timestamp(queue_id, timestamp_ms))
+
+    def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
+                 idle_timeout: float | None = None, auto_commit: bool = True) -> Iterator[MessageExt]:
+        it = self._async.messages(queue_id, offset, wait=wait, idle_timeout=idle_timeout, auto_commit=auto_commit)
+        try:
+            while True:
+                try:
+                    yield self._run(it.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._loop.is_closed():
+                self._run(it.aclose())
+
+    def close(self) -> None:
+        self._close_loop(self._async.close())
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _make_consumer(peers: str | dict[str, str], group: str, topic: str,
+                         kwargs: dict[str, Any]) -> AsyncConsumer:
+    return AsyncConsumer(peers, group, topic, **kwargs)
+
+
+__all__ = ["FOLLOWER", "LEADER", "AsyncConsumer", "Consumer", "PullResult"]

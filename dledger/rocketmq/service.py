@@ -1,0 +1,537 @@
+"""The member side of the replicated message service: RocketMQ's message store on a DLedger group.
+
+``MessageService`` is the ``GroupApplication`` a ``NodeServer`` runs for a group started with
+``message_store``. It opens the member's ``MessageStore`` at the store root (``dledger-<id>/``,
+``consumequeue/``, ``index/``, ``config/``) and hands the node the DLedger store inside it
+(opened with the AppendHook, ``body_pos_patch=28``), so the group's log *is* the commit log.
+
+- Puts (leader only): the put lock serialises them; under it the queue offsets are assigned
+  from the topic-queue table, the records encoded in one kernel call and proposed as one
+  packed batch, written to the leader's log before the lock is let go. The table moves only
+  when the batch is in the log; a leader's log only grows within its term, so the offsets
+  of a term are gap-free, and a new term starts from a table rebuilt from the committed
+  consume queues (below).
+- Every member dispatches committed records into its own consume queues and index (the
+  store's ReputMessageService reads only below the committed position).
+- Role change (DLedgerRoleChangeHandler, §7.5): followers and candidates refuse puts with
+  SERVICE_NOT_AVAILABLE and a leader hint; a new leader takes puts once its whole ledger is
+  committed and dispatched, after rebuilding the table from its consume queues. A predecessor's
+  tail that only a write of the new term can commit (DLedger has no no-op entry) gets one: a
+  ROLLBACK record of ``NOOP_TOPIC``, which dispatch puts in no queue and no index.
+- Pulls are held until a message is dispatched to the queue or the time is up
+  (PullRequestHoldService).
+- Consumer offsets go through the log: an UPDATE_CONSUMER_OFFSET is a record of
+  ``OFFSET_TOPIC`` (queue 0, JSON body) put by the leader; every member applies those records,
+  in log order, to its ``config/consumerOffset.json``. So every member holds the same offsets
+  and a commit acknowledged survives a failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.net.transport import Response
+from dledger.packed import PackedBodies
+from dledger.raft.member_state import Role
+from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
+from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
+from dledger.rocketmq.encode import (
+    MAX_PROPERTIES_BYTES,
+    IllegalMessage,
+    PreparedBatch,
+    assign_queue_offsets,
+    encode_batch,
+)
+from dledger.rocketmq.message import Message, MessageSysFlag, format_host
+from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.wire import (
+    MESSAGE_REQUEST_CODES,
+    ConsumerOffsetRequest,
+    MessageRequestCode,
+    PullRequest,
+    PullResponse,
+    QueryMessageRequest,
+    QueueRequest,
+    SendRequest,
+    SendResponse,
+)
+
+if TYPE_CHECKING:
+    from dledger.rocketmq.store import MessageStore
+    from dledger.server import GroupHandle
+    from dledger.store.file import MmapFileStore
+
+log = logging.getLogger(__name__)
+
+# System topics of this service (RocketMQ's RMQ_SYS_ prefix).
+OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSET"
+NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"
+SYSTEM_TOPICS = frozenset({OFFSET_TOPIC, NOOP_TOPIC})
+# A pull holds at most this long, whatever it asks.
+MAX_SUSPEND_MS = 30_000
+MAX_PULL_COUNT = 1024
+# A new leader whose no-op did not commit tries again after this.
+NOOP_RETRY_S = 1.0
+# How long an offset commit waits for its record to be applied here.
+OFFSET_APPLY_WAIT_S = 3.0
+_HOLD = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+         GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+
+
+def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig:
+    """The member's MessageStoreConfig from its DLedgerConfig (RocketMQ builds it the other way
+    round; the options are the same ones, §7.2)."""
+    sync = cfg.sync or cfg.flush_disk_type == SYNC_FLUSH
+    if cfg.flush_disk_type not in ("ASYNC_FLUSH", SYNC_FLUSH):
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           f"flush_disk_type {cfg.flush_disk_type!r}: want ASYNC_FLUSH or SYNC_FLUSH")
+    return MessageStoreConfig(
+        store_path_root_dir=cfg.store_path_root_dir or cfg.store_base_dir,
+        enable_dledger_commit_log=True,
+        dledger_group=cfg.group,
+        dledger_peers=cfg.peers,
+        dledger_self_id=cfg.self_id,
+        preferred_leader_id=cfg.preferred_leader_ids,
+        is_enable_batch_push=cfg.is_enable_batch_push,
+        mapped_file_size_commit_log=cfg.mapped_file_size_commit_log or cfg.mapped_file_size_for_entry_data,
+        max_message_size=cfg.max_message_size,
+        flush_disk_type=SYNC_FLUSH if sync else "ASYNC_FLUSH",
+        delete_when=cfg.delete_when,
+        file_reserved_time=max(cfg.file_reserved_hours - 1, 0),
+        clean_file_forcibly_enable=cfg.enable_disk_force_clean,
+        message_index_enable=cfg.message_index_enable,
+        store_host=address,
+    )
+
+
+class _NodeAppender:
+    """The DLedger commit log's appender in a group: the node owns appends (see ``_put``)."""
+
+    def __init__(self, store: MmapFileStore) -> None:
+        self.store = store
+
+    def append_batch(self, bodies: Any, term: int) -> tuple[int, np.ndarray]:
+        raise DLedgerError(ResponseCode.UNSUPPORTED, "in a group, puts go through the member's message service")
+
+    @property
+    def committed_pos(self) -> int:
+        return int(self.store.committed_pos)
+
+
+def _check_properties(raw: bytes) -> str:
+    """A properties string as RocketMQ's producer writes it, or IllegalMessage."""
+    if len(raw) > MAX_PROPERTIES_BYTES:
+        raise IllegalMessage(f"properties are {len(raw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise IllegalMessage(f"properties are not UTF-8: {exc}") from None
+    for piece in text.split("\x02"):
+        if piece and piece.find("\x01") <= 0:
+            raise IllegalMessage(f"properties: {piece[:40]!r} is not a name\\x01value pair")
+    return text
+
+
+def _props_dict(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for piece in text.split("\x02"):
+        if piece:
+            k, _, v = piece.partition("\x01")
+            out[k] = v
+    return out
+
+
+def _parse_host(text: str | None) -> tuple[str, int] | None:
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise IllegalMessage(f"born host {text!r}: want host:port")
+    return host.strip("[]"), int(port)
+
+
+class MessageService:
+    """The RocketMQ message store of one member of a group (see the module docstring)."""
+
+    request_codes = MESSAGE_REQUEST_CODES
+
+    def __init__(self, config: DLedgerConfig, address: str) -> None:
+        from dledger.rocketmq.store import MessageStore
+
+        self.config = config
+        self.address = address
+        self.store_config = message_store_config(config, address)
+        self.root = Path(self.store_config.store_path_root_dir)
+        opened: list[MmapFileStore] = []
+
+        def appender(dstore: MmapFileStore) -> _NodeAppender:
+            opened.append(dstore)
+            return _NodeAppender(dstore)
+
+        self.store: MessageStore = MessageStore(self.root, self.store_config, appender=appender)
+        if not opened:
+            self.store.close()
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"{self.root} holds a classic commit log, not a DLedger one")
+        self.node_store: MmapFileStore = opened[0]
+        self.commitlog = self.store.commitlog
+        self.queue_nums = config.default_topic_queue_nums
+        self._group: GroupHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._offsets_next = self.store.min_offset_in_queue(OFFSET_TOPIC, 0)
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._noop: asyncio.Future[Any] | None = None
+        self._apply_offsets()
+
+    # -- GroupApplication ------------------------------------------------------------------
+
+    def bind(self, group: GroupHandle) -> None:
+        self._group = group
+        self._loop = asyncio.get_running_loop()
+        self._watcher = threading.Thread(target=self._watch_dispatch, name="rocketmq-arrivals", daemon=True)
+        self._watcher.start()
+
+    def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None:
+        self.store.on_role_change(role.name, term)
+        if role == Role.LEADER and self._loop is not None:
+            self._loop.call_soon(self._ensure_committed_tail, term)
+
+    def on_committed(self, committed_index: int) -> None:
+        self.store.on_committed(int(self.node_store.committed_pos))
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(5)
+        self._apply_offsets()
+        self.store.close()
+
+    async def handle(self, code: int, body: dict[str, Any]) -> Response:
+        try:
+            c = MessageRequestCode(code)
+            if c in (MessageRequestCode.SEND_MESSAGE, MessageRequestCode.SEND_BATCH_MESSAGE):
+                return await self._send(body)
+            if c == MessageRequestCode.PULL_MESSAGE:
+                if body.get("leader_only") and not self._group_is_leader():
+                    return self._redirect()
+                return await self._pull(PullRequest.from_wire(body))
+            if c == MessageRequestCode.UPDATE_CONSUMER_OFFSET:
+                return await self._update_offset(ConsumerOffsetRequest.from_wire(body))
+            if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
+                if body.get("leader_only") and not self._group_is_leader():
+                    return self._redirect()
+                req = ConsumerOffsetRequest.from_wire(body)
+                self._apply_offsets()
+                return Response(ResponseCode.SUCCESS, {"offset": self.store.query_offset(req.group, req.topic,
+                                                                                         req.queue_id)})
+            if c in (MessageRequestCode.GET_MAX_OFFSET, MessageRequestCode.GET_MIN_OFFSET,
+                     MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
+                q = QueueRequest.from_wire(body)
+                if c == MessageRequestCode.GET_MAX_OFFSET:
+                    off = self.store.max_offset_in_queue(q.topic, q.queue_id)
+                elif c == MessageRequestCode.GET_MIN_OFFSET:
+                    off = self.store.min_offset_in_queue(q.topic, q.queue_id)
+                else:
+                    off = await asyncio.to_thread(self.store.offset_for_timestamp, q.topic, q.queue_id, q.timestamp)
+                return Response(ResponseCode.SUCCESS, {"offset": off})
+            if c in (MessageRequestCode.QUERY_MESSAGE, MessageRequestCode.VIEW_MESSAGE_BY_ID):
+                return await asyncio.to_thread(self._query, c, QueryMessageRequest.from_wire(body))
+            if c == MessageRequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return Response(ResponseCode.SUCCESS, {"queue_nums": self.queue_nums, **self._role_body()})
+            if c == MessageRequestCode.GET_BROKER_RUNTIME_INFO:
+                return Response(ResponseCode.SUCCESS, self.stats())
+        except DLedgerError as exc:
+            return Response(exc.code, {}, exc.message)
+        return Response(ResponseCode.UNSUPPORTED, {}, f"request code {code}")
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def _role_body(self) -> dict[str, Any]:
+        g = self._group
+        assert g is not None
+        return {"role": g.role.name, "term": g.term, "leader": g.leader_id, "id": g.self_id}
+
+    def _group_is_leader(self) -> bool:
+        return self._group is not None and self._group.is_leader
+
+    def _redirect(self) -> Response:
+        g = self._group
+        assert g is not None
+        return Response(ResponseCode.NOT_LEADER, {"leader": g.leader_id},
+                        f"{g.self_id} is {g.role.name}; leader {g.leader_id}")
+
+    def _not_writable(self) -> Response | None:
+        """None when this member takes puts now; else the refusal (SERVICE_NOT_AVAILABLE)."""
+        g = self._group
+        assert g is not None
+        cl = self.commitlog
+        if not g.is_leader:
+            body = SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, f"{g.self_id} is {g.role.name}",
+                                leader=g.leader_id).to_wire()
+            return Response(ResponseCode.NOT_LEADER, body, f"{g.self_id} is {g.role.name}; leader {g.leader_id}")
+        if not cl.writable or cl.role != LEADER or cl.term != g.term:
+            reason = f"{g.self_id} leads term {g.term} but is still catching up (committing and dispatching its log)"
+            return Response(ResponseCode.LEADER_NOT_READY,
+                            SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason, leader=g.self_id).to_wire(),
+                            reason)
+        return None
+
+    def _ensure_committed_tail(self, term: int) -> None:
+        """A new leader whose log ends past its committed index proposes a no-op record, so the
+        tail commits (Raft's no-op; DLedger has none) and the leader can take puts."""
+        g = self._group
+        if g is None or not g.is_leader or g.term != term or self._stop.is_set():
+            return
+        st = self.node_store
+        if st.committed_index >= st.ledger_end_index:
+            return
+        if self._noop is None or self._noop.done():
+            try:
+                batch = self.store.preparer.prepare(
+                    [Message(NOOP_TOPIC, b"", sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)])
+                buf, starts = encode_batch(batch, np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                           int(time.time() * 1000))
+                self._noop = g.propose(PackedBodies(buf, starts))
+                log.info("leader of term %d: proposed a no-op so that entries up to %d commit", term,
+                         st.ledger_end_index)
+            except Exception:
+                log.exception("no-op proposal failed")
+        assert self._loop is not None
+        # Look again later: the no-op may fail (pending full, a quorum lost for a while).
+        self._loop.call_later(NOOP_RETRY_S, self._ensure_committed_tail, term)
+
+    # -- puts ------------------------------------------------------------------------------
+
+    def _prepare(self, req: SendRequest, bodies: PackedBodies, props: PackedBodies) -> PreparedBatch:
+        topic = req.topic
+        if topic in SYSTEM_TOPICS:
+            raise IllegalMessage(f"topic {topic!r} is a system topic of the message service")
+        if not isinstance(req.queue_id, int) or not 0 <= req.queue_id < self.queue_nums:
+            raise IllegalMessage(f"queue id {req.queue_id} of topic {topic!r} is unknown "
+                                 f"(topics have {self.queue_nums} write queues)")
+        born_host = _parse_host(req.born_host)
+        msgs = []
+        for k in range(len(bodies)):
+            text = _check_properties(props[k])
+            msgs.append(Message(topic, bodies[k], queue_id=req.queue_id, flag=req.flag,
+                                properties=_props_dict(text), sys_flag=req.sys_flag,
+                                born_timestamp=req.born_timestamp, born_host=born_host))
+        batch = self.store.preparer.prepare(msgs)
+        if len(msgs) > 1 and int(batch.lengths.sum()) > self.store_config.max_message_size:
+            # RocketMQ caps a whole batch at maxMessageSize (MessageSerializer, §7.3).
+            raise IllegalMessage(f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
+                                 f"{self.store_config.max_message_size}")
+        return batch
+
+    async def _send(self, body: dict[str, Any]) -> Response:
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
+        try:
+            req, bodies, props = SendRequest.from_wire(body)
+            batch = self._prepare(req, bodies, props)
+        except IllegalMessage as exc:
+            return Response(ResponseCode.SUCCESS,
+                            SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc), req.queue_id).to_wire())
+        except DLedgerError as exc:
+            return Response(ResponseCode.SUCCESS,
+                            SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, exc.message).to_wire())
+        return await self._put(batch)
+
+    async def _put(self, batch: PreparedBatch) -> Response:
+        """Assign queue offsets, encode and propose under the put lock; answer once committed."""
+        g = self._group
+        assert g is not None
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
+        cl = self.commitlog
+        n = batch.n
+        st = self.node_store
+        with cl.put_lock:
+            now = max(int(time.time() * 1000), cl.last_store_timestamp)
+            queue_offsets, updates = assign_queue_offsets(cl.topic_queue_table, batch)
+            buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
+            before = st.ledger_end_index
+            fut = g.propose(PackedBodies(buf, starts))
+            if st.ledger_end_index == before + n:
+                # In the log: later puts of this term follow these offsets.
+                cl.topic_queue_table.update(updates)
+                cl.last_store_timestamp = now
+        r = await fut
+        qid = int(batch.queue_ids[0])
+        if r.code != ResponseCode.SUCCESS:
+            status = status_of_dledger_code(r.code)
+            resp = SendResponse(status, ResponseCode(r.code).name if r.code in ResponseCode._value2member_map_
+                                else str(r.code), qid, leader=r.leader_id or g.leader_id)
+            return Response(r.code, resp.to_wire(), resp.reason)
+        positions = list(r.positions) if r.positions else [r.pos]
+        phys = [int(p) + BODY_OFFSET for p in positions]
+        resp = SendResponse(PutMessageStatus.PUT_OK, "", qid, int(queue_offsets[0]), phys,
+                            format_host(self.store.store_host), g.self_id)
+        return Response(ResponseCode.SUCCESS, resp.to_wire())
+
+    # -- pulls -----------------------------------------------------------------------------
+
+    def _pull_once(self, req: PullRequest) -> PullResponse:
+        store = self.store
+        count = min(req.max_count, MAX_PULL_COUNT)
+        buf, cols = store.pull_columns(req.topic, req.queue_id, req.offset, count)
+        n = len(cols["phys_offset"]) if len(buf) else 0
+        if n:
+            cq_min = store.min_offset_in_queue(req.topic, req.queue_id)
+            cq_max = store.max_offset_in_queue(req.topic, req.queue_id)
+            return PullResponse(GetMessageStatus.FOUND, req.offset + n, cq_min, cq_max, bytes(buf),
+                                [int(p) for p in cols["phys_offset"].tolist()])
+        # Nothing readable there: the status and next offset as getMessage says.
+        res = store.get_messages(req.topic, req.queue_id, req.offset, 1, 1)
+        status = res.status
+        if status == GetMessageStatus.FOUND:
+            # Readable between the two calls: let the client ask again at once.
+            status = GetMessageStatus.OFFSET_FOUND_NULL
+        return PullResponse(status, res.next_begin_offset if status != GetMessageStatus.OFFSET_FOUND_NULL
+                            else req.offset, res.min_offset, res.max_offset)
+
+    async def _pull(self, req: PullRequest) -> Response:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(req.suspend_ms, MAX_SUSPEND_MS) / 1000.0
+        while True:
+            fut: asyncio.Future[None] = loop.create_future()
+            # Registered before the look, so that an arrival between the two is not missed.
+            self._waiters.append(fut)
+            try:
+                resp = await asyncio.to_thread(self._pull_once, req)
+                left = deadline - loop.time()
+                if resp.status not in _HOLD or left <= 0:
+                    return Response(ResponseCode.SUCCESS, {**resp.to_wire(), **self._role_body()})
+                try:
+                    await asyncio.wait_for(fut, left)
+                except asyncio.TimeoutError:
+                    pass
+            finally:
+                if not fut.done():
+                    fut.cancel()
+
+    def _watch_dispatch(self) -> None:
+        """Tell the loop when dispatch has put new units in the consume queues (the
+        MessageArrivingListener of RocketMQ's ReputMessageService)."""
+        reput = self.store.reput
+        seen = reput.dispatched_messages
+        loop = self._loop
+        assert loop is not None
+        while not self._stop.is_set():
+            with reput._cond:
+                if reput.dispatched_messages == seen:
+                    reput._cond.wait(0.02)
+            n = reput.dispatched_messages
+            if n != seen:
+                seen = n
+                try:
+                    loop.call_soon_threadsafe(self._on_arrival)
+                except RuntimeError:
+                    return  # the loop is closed
+
+    def _on_arrival(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+        self._apply_offsets()
+
+    # -- consumer offsets --------------------------------------------------------------------
+
+    def _apply_offsets(self) -> None:
+        """Apply the offset records dispatched since the last call, in log order."""
+        store = self.store
+        end = store.max_offset_in_queue(OFFSET_TOPIC, 0)
+        while self._offsets_next < end:
+            res = store.get_messages(OFFSET_TOPIC, 0, self._offsets_next, 256)
+            if res.status == GetMessageStatus.FOUND:
+                for m in res.messages:
+                    try:
+                        rec = json.loads(m.body)
+                        store.commit_offset(str(rec["group"]), str(rec["topic"]), int(rec["queueId"]),
+                                            int(rec["offset"]))
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("offset record at %d is not one: %r", m.queue_offset, m.body[:80])
+            elif res.next_begin_offset <= self._offsets_next:
+                break
+            self._offsets_next = max(res.next_begin_offset, self._offsets_next + (res.status == GetMessageStatus.FOUND))
+
+    async def _update_offset(self, req: ConsumerOffsetRequest) -> Response:
+        if req.offset < 0:
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, "offset must be >= 0")
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
+        body = json.dumps({"group": req.group, "topic": req.topic, "queueId": req.queue_id,
+                           "offset": req.offset}).encode()
+        try:
+            batch = self.store.preparer.prepare([Message(OFFSET_TOPIC, body, queue_id=0)])
+        except IllegalMessage as exc:
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, str(exc))
+        resp = await self._put(batch)
+        if resp.code != ResponseCode.SUCCESS:
+            return resp
+        # Answer once this member applied it, so that a query here sees it.
+        record_offset = int(resp.body["queue_offset"])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + OFFSET_APPLY_WAIT_S
+        while self._offsets_next <= record_offset and loop.time() < deadline:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            self._apply_offsets()
+            if self._offsets_next > record_offset:
+                break
+            try:
+                await asyncio.wait_for(fut, max(deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:
+                pass
+        return Response(ResponseCode.SUCCESS, {"offset": req.offset})
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def _query(self, code: MessageRequestCode, req: QueryMessageRequest) -> Response:
+        store = self.store
+        if code == MessageRequestCode.VIEW_MESSAGE_BY_ID:
+            msgs = [m for m in [store.view_by_msg_id(req.msg_id)] if m is not None]
+        else:
+            msgs = store.query_by_key(req.topic, req.key, req.max_num, req.begin_ts, req.end_ts)
+        records = []
+        for m in msgs:
+            data = store.commitlog.read(m.phys_offset, m.size)
+            if data is not None:
+                records.append(data)
+        return Response(ResponseCode.SUCCESS, {"records": records, "phys": [m.phys_offset for m in msgs]})
+
+    def stats(self) -> dict[str, Any]:
+        """GET_BROKER_RUNTIME_INFO: the member's role and the store's positions and queues."""
+        store = self.store
+        queues = [[topic, qid, int(cq.min_offset), int(cq.max_offset)] for topic, qid, cq in store.consume_queues]
+        return {
+            **self._role_body(),
+            "min_phys_offset": store.min_phys_offset,
+            "committed_phys_offset": store.committed_phys_offset,
+            "ledger_end_pos": int(self.commitlog.ledger_end_pos),
+            "dispatch_behind_bytes": store.dispatch_behind_bytes(),
+            "writable": bool(self.commitlog.writable),
+            "queues": queues,
+            "store_host": format_host(store.store_host),
+            "root": str(self.root),
+        }
+
+
+__all__ = ["NOOP_TOPIC", "OFFSET_TOPIC", "MessageService", "message_store_config"]
