@@ -341,3 +341,16 @@ def test_non_ascii_uniq_key_is_indexed(store: MessageStore) -> None:
     assert store.query_offsets_by_key("T", "唯一-🚀-1") == [r1.phys_offset]
     assert store.query_offsets_by_key("T", "plain-2") == [r2.phys_offset]
     assert store.query_offsets_by_key("T", "ключ") == [r2.phys_offset]
+
+
+def test_empty_properties_and_body(tmp_path: Path, mode: str) -> None:
+    with MessageStore(tmp_path / "s", small_config(mode, create_uniq_key=False)) as s:
+        one = s.put_message(Message("E", b""))
+        many = s.put_messages([Message("E", b""), Message("E", b"x")])
+        cols = s.put_batch("E", [b"", b""])
+        assert one.ok and many.ok and cols.ok
+        s.wait_dispatched()
+        got = s.get_messages("E", 0, 0).messages
+        assert [m.body for m in got] == [b"", b"", b"x", b"", b""]
+        assert all(m.properties_string == "" and m.properties == {} for m in got)
+        assert got[0].size == 91 + 1  # calMsgLength with a 1-byte topic, no body, no properties
