@@ -28,7 +28,7 @@ from dledger._ext import require_built
 from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch
+from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus
 
 require_built()
@@ -320,8 +320,10 @@ class CommitLog:
     def put(self, batch: PreparedBatch) -> AppendMessageResult:
         """Write a prepared batch; returns where it landed. Raises on I/O failure with nothing
         recorded in the topic-queue table."""
+        if batch.n == 1:
+            return self._put_one(batch)
         lengths = batch.lengths
-        longest = int(lengths[0]) if batch.n == 1 else int(lengths.max())
+        longest = int(lengths.max())
         if longest + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
@@ -350,6 +352,32 @@ class CommitLog:
             AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
             store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=batch.n,
             store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+
+    def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
+        """``put`` of one message, in plain Python ints (numpy costs more than it saves here)."""
+        length = int(batch.lengths[0])
+        if length + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        key = batch.queue_keys[0]
+        advances = bool(batch.advances[0])
+        with self.put_lock:
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
+            queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
+            f = self.files.last_file(0, True)
+            if f.wrote_position + length + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
+                self._end_file(f)
+                f = self.files.last_file(0, True)
+            pos = f.file_from_offset + f.wrote_position
+            if f.append(encode_one(batch, queue_offset, pos, now)) < 0:
+                raise OSError(f"{f.path}: the record did not fit where it was placed")
+            if advances:
+                self.topic_queue_table[key] = queue_offset + 1
+            self.last_store_timestamp = now
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset=pos, wrote_bytes=length,
+                                   store_timestamp=now, logics_offset=queue_offset, msg_num=1,
+                                   store_host=batch.store_hosts[0])
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]

@@ -318,7 +318,10 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, result,
                                     reason="message larger than a commit-log file")
         if self.config.sync_flush and batch.wait_store and self.mode == CLASSIC:
-            end = int(result.wrote_offsets[-1]) + int(batch.lengths[-1]) if result.wrote_offsets is not None else 0
+            if result.wrote_offsets is not None:
+                end = int(result.wrote_offsets[-1]) + int(batch.lengths[-1])
+            else:
+                end = result.wrote_offset + result.wrote_bytes
             if not self.commitlog.wait_flushed(end):
                 return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, reason="flush timed out")
         return PutMessageResult(PutMessageStatus.PUT_OK, result)

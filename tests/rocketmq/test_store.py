@@ -247,6 +247,8 @@ def test_sync_flush(tmp_path: Path, mode: str) -> None:
         res = s.put_messages([Message("T", b"x" * 100) for _ in range(10)])
         assert res.status == PutMessageStatus.PUT_OK
         assert s.commitlog.flushed_where >= res.phys_offset + 10 * 100
+        one = s.put_message(Message("T", b"y" * 100))
+        assert one.ok and s.commitlog.flushed_where >= one.phys_offset + 100
 
 
 def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path) -> None:
