@@ -138,12 +138,18 @@ class MessageStore:
         self.consume_queues.load()
         self.index_service = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num, ro,
                                           max_msgs_num_batch=max(cfg.max_msgs_num_batch, 64))
-        self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+        # After an abnormal exit a writer drops index files the checkpoint does not vouch for and
+        # rebuilds them; a reader cannot rebuild, and next to a running writer "abort" is there anyway.
+        self.index_service.load(self.last_exit_ok or ro, self.checkpoint.index_msg_timestamp)
         self.consumer_offsets = ConsumerOffsetManager(self.root / "config", readonly=ro)
         self.consumer_offsets.load()
 
         # recover(): consume queues first (they recovered their ends when loaded), then the log.
         max_cq_phys = self.consume_queues.max_physic_offset()
+        if self.mode == DLEDGER and ro and max_cq_phys > 0:
+            # A reader beside a running member: dispatch follows only committed entries, so what
+            # the queues cover is committed, even past the committed index the member last wrote.
+            self.commitlog.on_committed(min(max_cq_phys, self.commitlog.ledger_end_pos))
         started = self.commitlog.recover(self.last_exit_ok)
         end = self.commitlog.max_offset
         if max_cq_phys > end and not ro:

@@ -356,3 +356,19 @@ def test_empty_properties_and_body(tmp_path: Path, mode: str) -> None:
         assert [m.body for m in got] == [b"", b"", b"x", b"", b""]
         assert all(m.properties_string == "" and m.properties == {} for m in got)
         assert got[0].size == 91 + 1  # calMsgLength with a 1-byte topic, no body, no properties
+
+
+def test_reader_beside_a_running_writer(tmp_path: Path, mode: str) -> None:
+    root = tmp_path / "s"
+    with MessageStore(root, small_config(mode)) as writer:
+        for i in range(300):
+            writer.put_message(Message("T", b"%d" % i, keys=f"k{i}"))
+        assert writer.wait_dispatched()
+        with MessageStore(root, readonly=True) as reader:
+            assert reader.mode == mode
+            assert [m.body for m in reader.iter_messages()] == [b"%d" % i for i in range(300)]
+            assert reader.max_offset_in_queue("T", 0) == 300
+            assert [m.body for m in reader.query_by_key("T", "k5")] == [b"5"]
+            assert [m.body for m in reader.get_messages("T", 0, 299).messages] == [b"299"]
+        assert (root / "abort").exists()  # the reader took nothing away from the writer
+    assert not (root / "abort").exists()
