@@ -158,6 +158,27 @@ class AsyncConsumer:
                                          QueueRequest(self.topic, queue_id, timestamp_ms).to_wire())
         return int(resp.check().body["offset"])
 
+    async def stats(self) -> dict[str, dict[str, Any]]:
+        """Every member's own view (GET_BROKER_RUNTIME_INFO): role, term, committed and dispatched
+        positions, queues with their min and max offsets; ``{"error": ...}`` for a member that
+        did not answer."""
+        c = self.client
+        if c.group is None:
+            await c.discover_group()
+
+        async def one(addr: str) -> dict[str, Any]:
+            try:
+                resp = await c._rpc.call(addr, int(MessageRequestCode.GET_BROKER_RUNTIME_INFO), {}, group=c.group,
+                                         timeout=c.request_timeout)
+            except DLedgerError as exc:
+                return {"error": exc.message, "code": int(exc.code)}
+            if resp.code != ResponseCode.SUCCESS:
+                return {"error": resp.message or str(resp.code), "code": int(resp.code)}
+            return dict(resp.body)
+
+        answers = await asyncio.gather(*(one(a) for a in c.peers.values()))
+        return dict(zip(c.peers, answers, strict=True))
+
     async def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
                        idle_timeout: float | None = None, auto_commit: bool = True) -> AsyncIterator[MessageExt]:
         """Every message of the queue from ``offset`` (default: the group's committed offset, else
@@ -220,6 +241,9 @@ class Consumer(Blocking):
 
     def offset_for_timestamp(self, queue_id: int, timestamp_ms: int) -> int:
         return self._run(self._async.offset_for_timestamp(queue_id, timestamp_ms))
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return self._run(self._async.stats())
 
     def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
                  idle_timeout: float | None = None, auto_commit: bool = True) -> Iterator[MessageExt]:
