@@ -1,4 +1,4 @@
-"""The kernels against the struct-based oracle (dledger.format_py), property by property."""
+"""The kernels against the struct-based oracle (tests/format_oracle.py), property by property."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger import format_py as oracle
 from dledger._ext import codec
+from tests import format_oracle as oracle
 
 i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 u32 = st.integers(min_value=0, max_value=2**32 - 1)

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dledger import format_py as oracle
 from dledger._ext import codec
 from dledger.errors import DLedgerError
 from dledger.store import layout
 from dledger.store.properties import write_properties
+from tests import format_oracle as oracle
 
 
 def test_constants_agree_with_the_struct_oracle() -> None:
@@ -23,8 +23,8 @@ def test_constants_agree_with_the_struct_oracle() -> None:
     assert layout.POS_OFFSET == struct.calcsize(">iiqq")
     assert layout.INDEX_UNIT_SIZE == oracle.INDEX_UNIT.size == 32
     assert layout.MIN_BLANK_LEN == oracle.BLANK.size == 8
-    assert layout.MAGIC_1 == layout.CURRENT_MAGIC == 1
-    assert layout.BLANK_MAGIC_CODE == -1
+    assert layout.MAGIC_1 == layout.CURRENT_MAGIC == oracle.CURRENT_MAGIC
+    assert layout.BLANK_MAGIC_CODE == oracle.BLANK_MAGIC_CODE
     assert (layout.BODY_OFFSET, layout.INDEX_UNIT_SIZE) == (codec.BODY_OFFSET, codec.INDEX_UNIT_SIZE)
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dledger import format_py as oracle
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
@@ -18,6 +17,7 @@ from dledger.store.entry import Entry
 from dledger.store.file import MmapFileStore
 from dledger.store.memory import MemoryStore
 from dledger.store.properties import read_properties
+from tests import format_oracle as oracle
 
 
 def _open(path: Path, cfg: DLedgerConfig, **kw) -> MmapFileStore:

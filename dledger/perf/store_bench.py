@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dledger import format_py
 from dledger._ext import require_built
 from dledger.config import DLedgerConfig
 from dledger.store.file import MmapFileStore
@@ -34,6 +33,11 @@ from dledger._ext import codec as _codec  # noqa: E402
 from dledger._ext import crc as _crc  # noqa: E402
 
 MB = 1_000_000
+
+# The baselines' view of the layout: plain struct, as a Python implementation would write it.
+_HEADER = struct.Struct(">iiqqqiIIi")  # magic size index term pos channel chainCrc bodyCrc bodySize
+_INDEX_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
+_MAGIC = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -155,6 +159,36 @@ def case_batch_append_1k(root: Path, sizes: Sizes) -> Case:
     return Case("batch_append_1k", "MB/s", MB, ours, "raw_os_write_loop", baseline, fresh, [cleanup])
 
 
+class _PyEntry(tuple):
+    """The twin's entry record (index, term, pos, body, magic, channel, chain_crc, body_crc)."""
+
+    def __new__(cls, *fields: object) -> _PyEntry:
+        return super().__new__(cls, fields)
+
+
+def _struct_scan(buf: bytes, base_pos: int) -> list[tuple[int, int, int, int, int, int, int, int]]:
+    """The scan kernel's walk and checks (without CRC) in plain Python: entries as tuples
+    (index, term, pos, size, magic, body_offset, body_len, body_crc) up to the first entry
+    that is not sound."""
+    out: list[tuple[int, int, int, int, int, int, int, int]] = []
+    end = len(buf)
+    off = 0
+    expect_index, prev_term = -1, -1
+    while end - off >= 48:
+        (magic,) = _MAGIC.unpack_from(buf, off)
+        if magic in (-1, 0):
+            break
+        magic, size, index, term, pos, _ch, _cc, body_crc, body_size = _HEADER.unpack_from(buf, off)
+        if not (magic == 1 and size > 44 and body_size >= 0 and body_size + 48 == size and size <= end - off
+                and pos == base_pos + off and (expect_index < 0 or index == expect_index) and index >= 0
+                and term >= prev_term):
+            break
+        out.append((index, term, pos, size, magic, off + 48, body_size, body_crc))
+        expect_index, prev_term = index + 1, term
+        off += size
+    return out
+
+
 class _PyTwinLog:
     """The store's append and get written in plain Python over mmap, with struct: the baseline
     for the per-entry paths (what the kernels replace)."""
@@ -174,8 +208,7 @@ class _PyTwinLog:
         self._files.append(m)
         return m
 
-    def append(self, body: bytes, term: int, _h: struct.Struct = format_py.HEADER,
-               _u: struct.Struct = format_py.INDEX_UNIT) -> int:
+    def append(self, body: bytes, term: int, _h: struct.Struct = _HEADER, _u: struct.Struct = _INDEX_UNIT) -> int:
         index = self.end + 1
         pos = self.wrote
         size = 48 + len(body)
@@ -186,13 +219,12 @@ class _PyTwinLog:
         self.end = index
         return index
 
-    def get(self, index: int, _h: struct.Struct = format_py.HEADER,
-            _u: struct.Struct = format_py.INDEX_UNIT) -> format_py.PyEntry:
+    def get(self, index: int, _h: struct.Struct = _HEADER, _u: struct.Struct = _INDEX_UNIT) -> _PyEntry:
         _m, pos, size, _i, _t = _u.unpack_from(self.index, index * 32)
         magic, _s, idx, term, p, ch, cc, crc, _n = _h.unpack_from(self.data, pos)
-        return format_py.PyEntry(idx, term, p, self.data[pos + 48:pos + size], magic, ch, cc, crc)
+        return _PyEntry(idx, term, p, self.data[pos + 48:pos + size], magic, ch, cc, crc)
 
-    def lookup(self, indices: list[int], _u: struct.Struct = format_py.INDEX_UNIT) -> list[tuple[int, ...]]:
+    def lookup(self, indices: list[int], _u: struct.Struct = _INDEX_UNIT) -> list[tuple[int, ...]]:
         unpack, idx = _u.unpack_from, self.index
         return [unpack(idx, i * 32) for i in indices]
 
@@ -300,8 +332,7 @@ def case_batch_scan(root: Path, sizes: Sizes) -> Case:
         return len(cols["index"])
 
     def baseline() -> int:
-        entries, _stop, _code = format_py.scan(buf, 0)
-        return len(entries)
+        return len(_struct_scan(buf, 0))
 
     return Case("batch_scan", "entries/s", 1, ours, "python_struct_scan", baseline)
 

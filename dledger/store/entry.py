@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dledger import format_py
+from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.store.layout import BODY_OFFSET, CURRENT_MAGIC
+
+_codec = _load_ext("codec")
 
 
 @dataclass(slots=True)
@@ -43,18 +45,22 @@ def entries_from_raw(blob: bytes | memoryview, first_index: int, first_pos: int,
     """Decode a blob of encoded entries (the leader's on-disk bytes of ``first_index`` on,
     ``blob[0]`` at ``first_pos``), checked as ``codec.scan`` checks: contiguous indices from
     ``first_index``, contiguous positions, sizes, terms from ``prev_term``, recorded CRCs.
-    Pure Python, one object per entry: for tests, the memory store and the rare paths that
-    compare entry by entry; raises DLedgerError on anything wrong."""
-    rows, stop, code = format_py.scan(blob, first_pos, 0, -1, first_index, prev_term, True)
-    if code != format_py.END or stop != len(blob) or not rows:
+    One object per entry: for tests, the memory store and the rare paths that compare entry
+    by entry; raises DLedgerError on anything wrong."""
+    cols, stop, code = _codec.scan(blob, first_pos, 0, -1, first_index, prev_term, True)
+    count = len(cols["index"])
+    if code != _codec.SCAN_END or stop != len(blob) or not count:
         raise DLedgerError(
             ResponseCode.UNEXPECTED_ARGUMENT,
-            f"bad entry blob at offset {stop} ({code}) for index {first_index + len(rows)}",
+            f"bad entry blob at offset {stop} ({code}) for index {first_index + count}",
         )
     out = []
-    for index, term, pos, size, magic, body_off, _blen, body_crc in rows:
-        h = format_py.decode_header(blob, body_off - BODY_OFFSET)
-        out.append(Entry(index, term, pos, bytes(blob[body_off:body_off + size - BODY_OFFSET]), magic, h[5], h[6],
+    for index, term, pos, magic, body_off, body_len, body_crc in zip(
+        cols["index"].tolist(), cols["term"].tolist(), cols["pos"].tolist(), cols["magic"].tolist(),
+        cols["body_offset"].tolist(), cols["body_len"].tolist(), cols["body_crc"].tolist(), strict=True,
+    ):
+        header = _codec.decode_header(blob, body_off - BODY_OFFSET)
+        out.append(Entry(index, term, pos, bytes(blob[body_off:body_off + body_len]), magic, header[5], header[6],
                          body_crc))
     return out
 
@@ -62,6 +68,6 @@ def entries_from_raw(blob: bytes | memoryview, first_index: int, first_pos: int,
 def entries_to_raw(entries: list[Entry]) -> bytes:
     """The encoded form of consecutive entries (the memory store's twin of the file bytes)."""
     return b"".join(
-        format_py.encode_entry(e.index, e.term, e.pos, e.body, e.magic, e.channel, e.chain_crc, e.body_crc)
+        _codec.encode_entry(e.index, e.term, e.pos, e.body, e.magic, e.channel, e.chain_crc, e.body_crc)
         for e in entries
     )

@@ -1,7 +1,8 @@
-"""The pure-Python twin of the kernels, written with ``struct`` straight from spec §2.2.
+"""The pure-Python twin of the entry kernels (``dledger._ext.codec``), written with ``struct``
+straight from DLedger's DLedgerEntry and DLedgerEntryCoder field lists.
 
-It is the oracle the kernels are tested against and the baseline the benchmarks measure
-them beside; nothing in the library calls it on a hot path.
+The oracle the kernels and ``dledger.store.layout`` are tested against (``from tests import
+format_oracle``); the library never imports it. Slow and plain on purpose.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ INDEX_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
 BLANK = struct.Struct(">ii")
 BODY_OFFSET = 48
 HEADER_SIZE = 44
+CURRENT_MAGIC = 1
+BLANK_MAGIC_CODE = -1
 
 END, BLANK_RECORD, ZERO, BAD, CRC, LIMIT = range(6)
 
@@ -62,14 +65,14 @@ def scan(buf: bytes | memoryview, base_pos: int, start: int = 0, end: int = -1, 
         if end - off < 4:
             return out, off, BAD
         (magic,) = struct.unpack_from(">i", buf, off)
-        if magic == -1:
+        if magic == BLANK_MAGIC_CODE:
             return out, off, BLANK_RECORD
         if magic == 0:
             return out, off, ZERO
         if end - off < BODY_OFFSET:
             return out, off, BAD
         magic, size, index, term, pos, _ch, _cc, body_crc, body_size = HEADER.unpack_from(buf, off)
-        if not (magic == 1 and size > HEADER_SIZE and body_size >= 0 and body_size + BODY_OFFSET == size
+        if not (magic == CURRENT_MAGIC and size > HEADER_SIZE and body_size >= 0 and body_size + BODY_OFFSET == size
                 and size <= end - off and pos == base_pos + off
                 and (expect_index < 0 or index == expect_index) and index >= 0 and term >= prev_term):
             return out, off, BAD
@@ -80,10 +83,3 @@ def scan(buf: bytes | memoryview, base_pos: int, start: int = 0, end: int = -1, 
         expect_index, prev_term = index + 1, term
         off += size
 
-
-class PyEntry(tuple):
-    """A plain entry record for the pure-Python twin (index, term, pos, body, magic, channel,
-    chain_crc, body_crc)."""
-
-    def __new__(cls, *fields: object) -> PyEntry:
-        return super().__new__(cls, fields)
