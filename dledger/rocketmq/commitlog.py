@@ -467,8 +467,10 @@ class CommitLog:
 
     # -- retention -----------------------------------------------------------------------
 
-    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10) -> int:
-        """deleteExpiredFileByTime: whole files (never the last) older than ``expired_ms``."""
+    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10,
+                       used_ratio: float | None = None) -> int:
+        """deleteExpiredFileByTime: whole files (never the last) older than ``expired_ms``. The
+        caller decided it is time (``used_ratio`` is for the DLedger log, which decides itself)."""
         if self.readonly:
             return 0
         with self.read_lock, self.flush_lock:

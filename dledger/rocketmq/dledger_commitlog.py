@@ -321,13 +321,14 @@ class DLedgerCommitLog:
         self.flush()
         return True
 
-    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10) -> int:
+    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10,
+                       used_ratio: float | None = None) -> int:
         """DLedger applies its own retention (fileReservedTime + 1 hours, deleteWhen), as the
         Java store hands it to DLedger; ``clean_immediately`` asks it as a full disk would."""
         if self.readonly:
             return 0
         with self.reading():
-            ratio = 1.0 if clean_immediately else None
+            ratio = 1.0 if clean_immediately else used_ratio
             return int(self.store.delete_expired(now_ms / 1000.0, used_ratio=ratio))
 
     def close(self) -> None:

@@ -620,7 +620,10 @@ class MessageStore:
         space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
         clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
         deleted = 0
-        if time_up or space_full or force:
+        if self.mode == DLEDGER:
+            # DLedger's own retention decides (fileReservedTime + 1 hours, its disk ratios).
+            deleted = self.commitlog.delete_expired(0.0, now * 1000.0, clean_now, 10, used_ratio=ratio)
+        elif time_up or space_full or force:
             expired_ms = cfg.file_reserved_time * 3600 * 1000.0
             deleted = self.commitlog.delete_expired(expired_ms, now * 1000.0, clean_now, 10)
             if deleted:

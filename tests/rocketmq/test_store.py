@@ -251,13 +251,14 @@ def test_sync_flush(tmp_path: Path, mode: str) -> None:
         assert one.ok and s.commitlog.flushed_where >= one.phys_offset + 100
 
 
-def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path) -> None:
+def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, mode: str) -> None:
     root = tmp_path / "s"
-    with MessageStore(root, small_config("classic")) as s:
+    with MessageStore(root, small_config(mode)) as s:
         for i in range(40):
             s.put_messages([Message("T", os.urandom(1000), keys=f"k{i}-{j}") for j in range(10)])
         s.wait_dispatched()
-        files = sorted((root / "commitlog").iterdir())
+        data_dir = root / "commitlog" if mode == "classic" else root / "dledger-n0" / "data"
+        files = sorted(data_dir.iterdir())
         assert len(files) > 5
         old = time.time() - 100 * 3600
         for p in files[:3]:
@@ -267,8 +268,8 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path) -
         assert s.delete_expired(now=noon, used_ratio=0.1) == 0
         # over diskMaxUsedSpaceRatio: the files older than fileReservedTime go
         assert s.delete_expired(now=noon, used_ratio=0.8) == 3
-        assert not (root / "commitlog" / files[0].name).exists()
-        assert s.min_phys_offset == int(files[3].name)
+        assert not files[0].exists()
+        assert s.min_phys_offset == int(files[3].name)  # the first file left (DLedger: its first entry)
         assert s.min_offset_in_queue("T", 0) > 0
         res = s.get_messages("T", 0, 0)
         assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == s.min_offset_in_queue(
