@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Entry/index encode and decode, batch encode and batch scan (DLedger's DLedgerEntryCoder).
 
-The scan walks a segment buffer without creating a Python object per entry: two passes
-over the headers with the GIL released (count and validate, then fill numpy arrays).
+The scan walks a segment buffer without creating a Python object per entry: one pass over
+the headers with the GIL released, validating each and filling numpy arrays.
 """
 
 import numpy as np

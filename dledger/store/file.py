@@ -392,8 +392,8 @@ class MmapFileStore:
         return self.ledger_begin_index
 
     def update_committed_index(self, term: int, new_committed_index: int) -> None:
-        """updateCommittedIndex (§2.1). Term checks belong to the consensus layer; ``term`` is kept
-        for the interface."""
+        """DLedgerMmapFileStore.updateCommittedIndex. Term checks belong to the consensus layer;
+        ``term`` is kept for the interface."""
         if new_committed_index == -1 or self._log.end == -1 or new_committed_index == self._committed:
             return
         if new_committed_index < self._committed or new_committed_index < self._log.begin:
