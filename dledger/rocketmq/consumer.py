@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl as ssl_module
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +25,16 @@ from dledger.net.transport import Response
 from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.message import MessageExt
 from dledger.rocketmq.producer import Blocking
-from dledger.rocketmq.records import messages_from_columns
+from dledger.rocketmq.records import decode_record, messages_from_columns
 from dledger.rocketmq.status import GetMessageStatus
-from dledger.rocketmq.wire import ConsumerOffsetRequest, MessageRequestCode, PullRequest, PullResponse, QueueRequest
+from dledger.rocketmq.wire import (
+    ConsumerOffsetRequest,
+    MessageRequestCode,
+    PullRequest,
+    PullResponse,
+    QueryMessageRequest,
+    QueueRequest,
+)
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -55,6 +62,15 @@ def decode_pull(resp: PullResponse) -> list[MessageExt]:
     n = len(cols["size"])
     cols["phys_offset"] = np.asarray(resp.phys_offsets[:n], dtype=np.int64)
     return messages_from_columns(resp.records, cols)
+
+
+def _decode_records(body: dict[str, Any]) -> list[MessageExt]:
+    out = []
+    for data, phys in zip(body.get("records") or [], body.get("phys") or [], strict=False):
+        m = decode_record(bytes(data), int(phys))
+        if m is not None:
+            out.append(m)
+    return out
 
 
 class AsyncConsumer:
@@ -146,17 +162,33 @@ class AsyncConsumer:
         return int(resp.check().body["offset"])
 
     async def max_offset(self, queue_id: int) -> int:
-        resp, _member = await self._read(MessageRequestCode.GET_MAX_OFFSET, QueueRequest(self.topic, queue_id).to_wire())
+        req = QueueRequest(self.topic, queue_id)
+        resp, _member = await self._read(MessageRequestCode.GET_MAX_OFFSET, req.to_wire())
         return int(resp.check().body["offset"])
 
     async def min_offset(self, queue_id: int) -> int:
-        resp, _member = await self._read(MessageRequestCode.GET_MIN_OFFSET, QueueRequest(self.topic, queue_id).to_wire())
+        req = QueueRequest(self.topic, queue_id)
+        resp, _member = await self._read(MessageRequestCode.GET_MIN_OFFSET, req.to_wire())
         return int(resp.check().body["offset"])
 
     async def offset_for_timestamp(self, queue_id: int, timestamp_ms: int) -> int:
         resp, _member = await self._read(MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                                          QueueRequest(self.topic, queue_id, timestamp_ms).to_wire())
         return int(resp.check().body["offset"])
+
+    async def query(self, key: str, max_num: int = 64, begin_ts: int = 0,
+                    end_ts: int = (1 << 63) - 1) -> list[MessageExt]:
+        """QUERY_MESSAGE: the topic's messages with ``key`` (a KEYS segment or a UNIQ_KEY), newest first."""
+        req = QueryMessageRequest(self.topic, key, max_num, begin_ts, end_ts)
+        resp, _member = await self._read(MessageRequestCode.QUERY_MESSAGE, req.to_wire())
+        return _decode_records(resp.check().body)
+
+    async def view(self, msg_id: str) -> MessageExt | None:
+        """VIEW_MESSAGE_BY_ID: the message of an offset message id (SendResult.offset_msg_id)."""
+        resp, _member = await self._read(MessageRequestCode.VIEW_MESSAGE_BY_ID,
+                                         QueryMessageRequest(msg_id=msg_id).to_wire())
+        found = _decode_records(resp.check().body)
+        return found[0] if found else None
 
     async def stats(self) -> dict[str, dict[str, Any]]:
         """Every member's own view (GET_BROKER_RUNTIME_INFO): role, term, committed and dispatched
@@ -180,7 +212,7 @@ class AsyncConsumer:
         return dict(zip(c.peers, answers, strict=True))
 
     async def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
-                       idle_timeout: float | None = None, auto_commit: bool = True) -> AsyncIterator[MessageExt]:
+                       idle_timeout: float | None = None, auto_commit: bool = True) -> AsyncGenerator[MessageExt, None]:
         """Every message of the queue from ``offset`` (default: the group's committed offset, else
         the queue's minimum), waiting for new ones; ends after ``idle_timeout`` seconds without
         one (None: never). With ``auto_commit`` the offset past a batch is committed once the
@@ -245,13 +277,19 @@ class Consumer(Blocking):
     def stats(self) -> dict[str, dict[str, Any]]:
         return self._run(self._async.stats())
 
+    def query(self, key: str, max_num: int = 64, begin_ts: int = 0, end_ts: int = (1 << 63) - 1) -> list[MessageExt]:
+        return self._run(self._async.query(key, max_num, begin_ts, end_ts))
+
+    def view(self, msg_id: str) -> MessageExt | None:
+        return self._run(self._async.view(msg_id))
+
     def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
                  idle_timeout: float | None = None, auto_commit: bool = True) -> Iterator[MessageExt]:
         it = self._async.messages(queue_id, offset, wait=wait, idle_timeout=idle_timeout, auto_commit=auto_commit)
         try:
             while True:
                 try:
-                    yield self._run(it.__anext__())
+                    yield self._run(_next(it))
                 except StopAsyncIteration:
                     return
         finally:
@@ -266,6 +304,10 @@ class Consumer(Blocking):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _next(it: AsyncGenerator[MessageExt, None]) -> MessageExt:
+    return await it.__anext__()
 
 
 async def _make_consumer(peers: str | dict[str, str], group: str, topic: str,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import UNIQ_KEY, Message
+from dledger.rocketmq.message import UNIQ_KEY, Message, MessageExt
 from dledger.rocketmq.producer import Producer, SendResult
 from dledger.rocketmq.service import OFFSET_TOPIC
 from dledger.testing import FAST, TestCluster
@@ -105,8 +105,8 @@ def caught_up(c: TestCluster) -> bool:
             and all(s["ledger_end_pos"] == s["committed_phys_offset"] for s in st.values()))
 
 
-def read_queue(c: TestCluster, member: str, queue: int) -> list:  # type: ignore[type-arg]
-    out = []
+def read_queue(c: TestCluster, member: str, queue: int) -> list[MessageExt]:
+    out: list[MessageExt] = []
     with Consumer(member_peers(c, member), "check", TOPIC, read_from="follower", timeout=10.0) as con:
         offset = 0
         while True:

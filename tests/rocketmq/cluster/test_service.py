@@ -1,0 +1,191 @@
+"""The message API of a 3-member message-store group: refused input writes nothing, long
+polling, consumer offsets through the log, queries, follower reads, and what a member that is
+not the leader answers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dledger.client import AsyncClient, Client
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+from dledger.net.transport import Response, RpcClient
+from dledger.rocketmq.consumer import Consumer, PullResult
+from dledger.rocketmq.message import Message
+from dledger.rocketmq.producer import Producer
+from dledger.rocketmq.service import OFFSET_TOPIC
+from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
+from dledger.testing import FAST, TestCluster
+
+pytestmark = pytest.mark.timeout(240)
+
+MAX_MESSAGE = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    c = TestCluster(tmp_path_factory.mktemp("mq"), member_dirs=True,
+                    extra=[*FAST, "-v", "--message-store", "--max-message-size", str(MAX_MESSAGE),
+                           "--default-topic-queue-nums", "4", "--mapped-file-size-for-entry-data", str(1 << 20)])
+    try:
+        c.start_all()
+        c.wait_leader()
+        yield c
+    finally:
+        c.close()
+
+
+def leader_end(c: TestCluster) -> tuple[int, int]:
+    """The leader's (end index, committed index)."""
+    st = c.status()
+    leader = next(s for s in st.values() if s["role"] == "LEADER")
+    return int(leader["end_index"]), int(leader["committed_index"])  # type: ignore[call-overload]
+
+
+def raw_send(c: TestCluster, code: int, body: dict[str, Any]) -> Response:
+    async def go() -> Response:
+        async with AsyncClient(c.peers, c.group, timeout=10.0) as cl:
+            return await cl._leader_call(code, body)  # type: ignore[arg-type]
+
+    return asyncio.run(go())
+
+
+def test_refused_input_gets_its_status_and_writes_nothing(cluster: TestCluster):
+    c = cluster
+    with Producer(c.peers, timeout=15.0) as p:
+        assert p.send(Message("Refusals", b"first"), queue_id=0).ok
+        before = leader_end(c)
+        cases = {
+            "oversized": Message("Refusals", b"x" * (MAX_MESSAGE + 1)),
+            "topic too long": Message("T" * 128, b"x"),
+            "system topic": Message(OFFSET_TOPIC, b"{}"),
+        }
+        for what, msg in cases.items():
+            r = p.send(msg)
+            assert r.status == "MESSAGE_ILLEGAL", (what, r)
+            assert r.reason and r.queue_offset == -1, what
+        for qid in (4, 1000, -1):
+            r = p.send(Message("Refusals", b"x"), queue_id=qid)
+            assert r.status == "MESSAGE_ILLEGAL" and "queue" in r.reason, r
+        # One bad message refuses the whole batch.
+        rs = p.send_batch([Message("Refusals", b"ok"), Message("Refusals", b"y" * (MAX_MESSAGE + 1))], queue_id=0)
+        assert [r.status for r in rs] == ["MESSAGE_ILLEGAL"] * 2
+        # A batch over max_message_size in all is refused too (RocketMQ caps the batch).
+        rs = p.send_batch([Message("Refusals", b"z" * (MAX_MESSAGE // 2)) for _ in range(3)], queue_id=0)
+        assert {r.status for r in rs} == {"MESSAGE_ILLEGAL"}
+    # Garbage properties, sent as a client could.
+    for props in (b"\xff\xfe\x01bad utf-8", b"no separator here", b"\x01value without a name"):
+        req = SendRequest("Refusals", 0, [b"body"], [props])
+        resp = raw_send(c, MessageRequestCode.SEND_MESSAGE, req.to_wire())
+        assert resp.code == ResponseCode.SUCCESS
+        assert SendResponse.from_wire(resp.body).status == PutMessageStatus.MESSAGE_ILLEGAL, props
+    # Malformed requests: the transport code says so, nothing is written.
+    resp = raw_send(c, MessageRequestCode.SEND_MESSAGE, {"topic": "Refusals", "queue_id": 0, "raw": b"ab",
+                                                         "sizes": b"\x05\x00\x00\x00", "props_raw": b"",
+                                                         "props_sizes": b"\x00\x00\x00\x00"})
+    assert resp.code == ResponseCode.SUCCESS
+    assert SendResponse.from_wire(resp.body).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert leader_end(c) == before
+    with Consumer(c.peers, "g", "Refusals") as con:
+        assert con.max_offset(0) == 1
+    # Raw entries would be garbage to the commit log: the group refuses them.
+    with Client(c.peers, c.group, timeout=10.0) as cl, pytest.raises(DLedgerError) as err:
+        cl.append(b"not a record")
+    assert err.value.code == ResponseCode.UNSUPPORTED
+    assert leader_end(c) == before
+
+
+def test_long_poll_returns_the_message_that_arrives(cluster: TestCluster):
+    c = cluster
+    with Producer(c.peers) as p, Consumer(c.peers, "lp", "Polled") as con:
+        start = con.max_offset(2)
+        got: list[PullResult] = []
+        t = threading.Thread(target=lambda: got.append(con_wait.pull(2, start, 32, wait=20.0)))
+        with Consumer(c.peers, "lp", "Polled") as con_wait:
+            t.start()
+            time.sleep(0.3)  # the pull is held by now (if not, it returns empty and the test fails)
+            r = p.send(Message("Polled", b"wake up"), queue_id=2)
+            assert r.ok
+            t.join(30)
+        assert got and got[0].status == GetMessageStatus.FOUND
+        assert [m.body for m in got[0].messages] == [b"wake up"]
+        assert got[0].messages[0].queue_offset == r.queue_offset == start
+        # A pull that nothing answers ends with the queue's status once its time is up.
+        r2 = con.pull(2, start + 1, 32, wait=0.2)
+        assert r2.status == GetMessageStatus.OFFSET_OVERFLOW_ONE and not r2.messages
+
+
+def test_offsets_queries_and_follower_reads(cluster: TestCluster):
+    c = cluster
+    with Producer(c.peers) as p:
+        results = p.send_batch([Message("Shop", f"order {i}".encode(), keys=[f"order-{i}"], tags="paid")
+                                for i in range(20)], queue_id=1)
+        assert [r.queue_offset for r in results] == list(range(results[0].queue_offset,
+                                                              results[0].queue_offset + 20))
+        assert len({r.msg_id for r in results}) == 20
+    leader = c.wait_leader()
+    with Consumer(c.peers, "shop-app", "Shop") as con:
+        assert con.committed(1) == -1
+        con.commit(1, 5)
+        assert con.committed(1) == 5
+        found = con.query("order-7")
+        assert [m.body for m in found] == [b"order 7"]
+        viewed = con.view(results[3].offset_msg_id)
+        assert viewed is not None and viewed.body == b"order 3" and viewed.queue_offset == results[3].queue_offset
+        got = list(con.messages(1, idle_timeout=1.0, wait=0.5, auto_commit=True))
+        # From the committed offset on; the iterator commits as it goes.
+        assert [x.body for x in got] == [f"order {i}".encode() for i in range(5, 20)]
+        assert con.committed(1) == results[-1].queue_offset + 1
+    for m in c.ids:
+        with Consumer(f"{m}-127.0.0.1:{c.ports[m]}", "shop-app", "Shop", read_from="follower") as con:
+            # Every member applies the offset records of the log.
+            deadline = time.monotonic() + 10
+            while con.committed(1) != 20 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert con.committed(1) == 20
+            r = con.pull(1, 0, 100, wait=5.0)
+            assert r.member == m and [x.body for x in r.messages] == [f"order {i}".encode() for i in range(20)]
+    follower = next(m for m in c.ids if m != leader)
+    # A follower asked for a put says it is not the leader, and who is.
+    async def ask_follower() -> Response:
+        rpc = RpcClient(timeout=5.0)
+        try:
+            req = SendRequest("Shop", 0, [b"x"], [b""])
+            return await rpc.call(f"127.0.0.1:{c.ports[follower]}", MessageRequestCode.SEND_MESSAGE, req.to_wire(),
+                                  group=c.group, timeout=5.0)
+        finally:
+            await rpc.close()
+
+    resp = asyncio.run(ask_follower())
+    assert resp.code == ResponseCode.NOT_LEADER
+    body = SendResponse.from_wire(resp.body)
+    assert body.status == PutMessageStatus.SERVICE_NOT_AVAILABLE and body.leader == leader
+
+
+def test_dump_reads_a_member_root_offline(cluster: TestCluster):
+    """`dledger mq dump X` reads a member's store root while the member runs."""
+    import subprocess
+    import sys
+
+    c = cluster
+    with Producer(c.peers) as p:
+        r = p.send(Message("Dumped", b"dump me"), queue_id=0)
+        assert r.ok
+    root = c.store_dir(c.ids[0])
+    deadline = time.monotonic() + 10
+    while True:
+        out = subprocess.run([sys.executable, "-m", "dledger.cli", "mq", "dump", str(root)], capture_output=True,
+                             text=True, timeout=60)
+        if r.msg_id in out.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if r.msg_id in x)
+    assert "\tDumped\t0\t0\t" in line and r.offset_msg_id in line
