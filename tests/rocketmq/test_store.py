@@ -373,3 +373,32 @@ def test_reader_beside_a_running_writer(tmp_path: Path, mode: str) -> None:
             assert [m.body for m in reader.get_messages("T", 0, 299).messages] == [b"299"]
         assert (root / "abort").exists()  # the reader took nothing away from the writer
     assert not (root / "abort").exists()
+
+
+def test_concurrent_producers(store: MessageStore) -> None:
+    """Puts from several threads: queue offsets are unique and dense, the log holds every message
+    once, and the queues and index cover it."""
+    import threading
+
+    def produce(t: int) -> None:
+        for i in range(150):
+            if i % 3 == 0:
+                assert store.put_batch("C", [b"%d-%d-%d" % (t, i, j) for j in range(4)], queue_id=i % 2).ok
+            else:
+                assert store.put_message(Message("C", b"%d-%d" % (t, i), queue_id=i % 2, keys=f"t{t}-{i}")).ok
+
+    threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert store.wait_dispatched()
+    total = 4 * (50 * 4 + 100)
+    bodies = []
+    for q in (0, 1):
+        msgs = store.get_messages("C", q, 0, 10_000, max_bytes=1 << 30).messages
+        assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
+        bodies += [m.body for m in msgs]
+    assert len(bodies) == len(set(bodies)) == total
+    assert sorted(m.body for m in store.iter_messages()) == sorted(bodies)
+    assert [m.body for m in store.query_by_key("C", "t3-149")] == [b"3-149"]
