@@ -356,7 +356,8 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from dledger.cluster import run_local_cluster
 
-    return run_local_cluster(args.nodes, args.dir, args.base_port, args.group, args.writes, args.exit_after_writes)
+    return run_local_cluster(args.nodes, args.dir, args.base_port, args.group, args.writes, args.exit_after_writes,
+                             message_store=args.message_store)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -427,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--group", default="default")
     cl.add_argument("--writes", type=int, default=3, help="entries to append once a leader is up")
     cl.add_argument("--exit-after-writes", action="store_true", help="stop the group after the writes")
+    cl.add_argument("--message-store", action="store_true",
+                    help="members run RocketMQ's message store; produce and consume --writes messages")
     cl.set_defaults(func=cmd_cluster)
 
     m = sub.add_parser("demo", help="write to an embedded store and read it back")

@@ -74,7 +74,9 @@ def stop_members(procs: list[subprocess.Popen[str]], timeout: float = STOP_TIMEO
 
 
 def run_local_cluster(nodes: int, directory: str | None, base_port: int, group: str, writes: int,
-                      exit_after_writes: bool) -> int:
+                      exit_after_writes: bool, message_store: bool = False) -> int:
+    """``message_store``: members run RocketMQ's message store (each member's store root is
+    ``<dir>/<id>/``); the supervisor produces and consumes ``writes`` messages instead of entries."""
     from dledger.client import Client
 
     if nodes < 1:
@@ -85,7 +87,11 @@ def run_local_cluster(nodes: int, directory: str | None, base_port: int, group: 
     try:
         for k in range(nodes):
             member_id = f"n{k}"
-            proc = start_member(member_id, peers, store_dir, group)
+            if message_store:
+                # A message store root holds one member's queues and index: one root per member.
+                proc = start_member(member_id, peers, store_dir / member_id, group, ["--message-store"])
+            else:
+                proc = start_member(member_id, peers, store_dir, group)
             members.append(Member(member_id, f"127.0.0.1:{base_port + k}", proc))
         for m in members:
             print(wait_ready(m.proc), flush=True)
@@ -102,11 +108,19 @@ def run_local_cluster(nodes: int, directory: str | None, base_port: int, group: 
                 print("no leader was elected", file=sys.stderr)
                 return 1
             print(f"leader: {leader}")
-            for i in range(writes):
-                r = client.append(f"hello from dledger cluster, entry {i}".encode())
-                print(f"appended index {r.index} at pos {r.pos}")
-        print(f'try: dledger status --peers "{peers}"')
-        print(f'     dledger append --peers "{peers}" --data hello')
+            if not message_store:
+                for i in range(writes):
+                    r = client.append(f"hello from dledger cluster, entry {i}".encode())
+                    print(f"appended index {r.index} at pos {r.pos}")
+        if message_store:
+            _show_messages(peers, group, writes)
+            print(f'try: dledger mq stats --peers "{peers}"')
+            print(f'     echo hello | dledger mq produce --peers "{peers}" --topic TopicTest --stdin')
+            print(f'     dledger mq consume --peers "{peers}" --topic TopicTest --queue 0 --offset 0')
+            print(f"     dledger mq dump {store_dir / members[0].id}")
+        else:
+            print(f'try: dledger status --peers "{peers}"')
+            print(f'     dledger append --peers "{peers}" --data hello')
         if exit_after_writes:
             return 0
         print("Ctrl-C stops the group", flush=True)
@@ -124,6 +138,35 @@ def run_local_cluster(nodes: int, directory: str | None, base_port: int, group: 
     finally:
         stop_members([m.proc for m in members])
         print("stopped", flush=True)
+
+
+def _show_messages(peers: str, group: str, count: int) -> None:
+    """Produce ``count`` messages to TopicTest queue 0 and consume them back."""
+    from dledger.rocketmq.consumer import Consumer
+    from dledger.rocketmq.message import Message
+    from dledger.rocketmq.producer import Producer
+
+    with Producer(peers, group, timeout=30.0) as producer:
+        first = None
+        for i in range(count):
+            r = producer.send(Message("TopicTest", f"hello from dledger cluster, message {i}".encode(), tags="TagA"),
+                              queue_id=0)
+            print(f"sent {r.status} msgId {r.msg_id} queue {r.queue_id} offset {r.queue_offset}")
+            if first is None and r.ok:
+                first = r.queue_offset
+    if first is None:
+        return
+    with Consumer(peers, "dledger-cluster", "TopicTest", dledger_group=group, timeout=30.0) as consumer:
+        got = 0
+        offset = first
+        while got < count:
+            res = consumer.pull(0, offset, count - got, wait=5.0)
+            if not res.messages:
+                break
+            for m in res.messages:
+                print(f"consumed offset {m.queue_offset}: {m.body.decode(errors='replace')}")
+            got += len(res.messages)
+            offset = res.next_begin_offset
 
 
 __all__ = ["peers_string", "run_local_cluster", "start_member", "stop_members", "wait_ready"]

@@ -6,6 +6,9 @@ opens the store read-only: it never writes a byte and never takes the ``lock`` f
 run beside a live store. Sizes (commit-log files, consume-queue files, index slots) are read from
 the files already there.
 
+With ``--peers P [--group G]`` instead of ``DIR``, ``produce``, ``consume``, ``query`` and ``stats``
+talk to a running message-store group (``dledger server --message-store``) over the network.
+
 ``add_mq_commands(subparsers)`` adds the ``mq`` command to the ``dledger`` parser; ``main(argv)``
 runs it on its own (``python -m dledger.rocketmq.cli produce ...``).
 """
@@ -22,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dledger.errors import DLedgerError
 from dledger.rocketmq.index_file import IndexService, geometry_of_size, index_file_size
 from dledger.rocketmq.listing import (
     consume_queue_lines,
@@ -117,14 +121,30 @@ def open_store(root: Path, *, readonly: bool = True, create_mode: str | None = N
 
 # -- commands ---------------------------------------------------------------------------------
 
+def _where(args: argparse.Namespace) -> bool:
+    """True for a group (--peers), False for a directory; exactly one must be given."""
+    if bool(args.peers) == bool(args.dir):
+        raise MqCliError("give a store root DIR or --peers of a running group (one of them)")
+    return bool(args.peers)
+
+
+def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"timeout": args.timeout}
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from dledger.rocketmq.message import Message
 
+    remote = _where(args)
     if args.stdin:
         bodies = [line.rstrip(b"\n") for line in sys.stdin.buffer]
         bodies = [b for b in bodies if b]
     else:
         bodies = [args.data.encode("utf-8")]
+    if remote:
+        return _produce_remote(args, bodies)
+    if args.queue is None:
+        args.queue = 0
     failed = 0
     with open_store(Path(args.dir), readonly=False, create_mode=args.mode) as store:
         for body in bodies:
@@ -139,6 +159,28 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 continue
             print(f"{status}\t{result.msg_id}\t{args.queue}\t{result.queue_offset}\t{result.phys_offset}")
         store.flush()
+    return 1 if failed else 0
+
+
+def _produce_remote(args: argparse.Namespace, bodies: list[bytes]) -> int:
+    """One line per acknowledged message (status, msg id, queue id, queue offset, offset msg id);
+    lines go in batches of ``--batch``, each batch to one queue (``--queue``, else round-robin)."""
+    from dledger.rocketmq.message import Message
+    from dledger.rocketmq.producer import Producer
+
+    failed = 0
+    with Producer(args.peers, args.group, **_remote_kwargs(args)) as producer:
+        for start in range(0, len(bodies), max(args.batch, 1)):
+            msgs = [Message(topic=args.topic, body=b, tags=args.tags or None, keys=args.keys or None)
+                    for b in bodies[start:start + max(args.batch, 1)]]
+            results = producer.send_batch(msgs, args.queue) if len(msgs) > 1 else [producer.send(msgs[0], args.queue)]
+            for r in results:
+                if not r.ok:
+                    failed += 1
+                    print(f"dledger mq produce: {r.status}" + (f" ({r.reason})" if r.reason else ""), file=sys.stderr)
+                    continue
+                print(f"{r.status}\t{r.msg_id}\t{r.queue_id}\t{r.queue_offset}\t{r.offset_msg_id}", flush=False)
+    sys.stdout.flush()
     return 1 if failed else 0
 
 
@@ -168,7 +210,43 @@ def _body_text(m: Any) -> str:
 _UNDECODED = re.compile("[\udc80-\udcff]")
 
 
+def _print_message(m: Any) -> None:
+    print(f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
+          f"{escape(m.keys if isinstance(m.keys, str) else ' '.join(m.keys or []))}\t{_body_text(m)}")
+
+
+def _consume_remote(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.consumer import Consumer
+
+    with Consumer(args.peers, args.consumer_group, args.topic, dledger_group=args.group, read_from=args.read_from,
+                  **_remote_kwargs(args)) as con:
+        offset = args.offset
+        if offset is None:
+            offset = con.committed(args.queue)
+            if offset < 0:
+                offset = con.min_offset(args.queue)
+        left = args.count
+        status_name, next_offset = "", offset
+        while left > 0:
+            r = con.pull(args.queue, offset, min(left, 32), wait=args.wait)
+            status_name, next_offset = r.status.name, r.next_begin_offset
+            if not r.messages:
+                break
+            for m in r.messages:
+                _print_message(m)
+            left -= len(r.messages)
+            offset = next_offset
+        if args.commit and next_offset != args.offset:
+            con.commit(args.queue, next_offset)
+        print(f"status {status_name} next {next_offset}", file=sys.stderr)
+    return 0
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
+    if _where(args):
+        return _consume_remote(args)
+    if args.offset is None:
+        raise MqCliError("--offset is required with a store root")
     with open_store(Path(args.dir)) as store:
         _queue_or_fail(store, args.topic, args.queue)
         offset, left = args.offset, args.count
@@ -185,8 +263,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             status_name = getattr(result.status, "name", str(result.status))
             next_offset = result.next_begin_offset
             for m in result.messages:
-                print(f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
-                      f"{escape(m.keys if isinstance(m.keys, str) else ' '.join(m.keys or []))}\t{_body_text(m)}")
+                _print_message(m)
             left -= len(result.messages)
             if next_offset == offset:
                 break
@@ -209,7 +286,14 @@ def query_offsets(root: Path, topic: str, key: str, max_num: int) -> list[int]:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    offsets = query_offsets(Path(args.dir), args.topic, args.key, args.max)
+    if _where(args):
+        from dledger.rocketmq.consumer import Consumer
+
+        with Consumer(args.peers, "dledger-cli", args.topic, dledger_group=args.group,
+                      **_remote_kwargs(args)) as con:
+            offsets = [m.phys_offset for m in con.query(args.key, args.max)]
+    else:
+        offsets = query_offsets(Path(args.dir), args.topic, args.key, args.max)
     if args.sorted:
         print(sorted_offsets(offsets))
     else:
@@ -218,7 +302,32 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stats_remote(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.consumer import Consumer
+
+    with Consumer(args.peers, "dledger-cli", "", dledger_group=args.group, **_remote_kwargs(args)) as con:
+        members = con.stats()
+    print("#member\trole\tterm\tleader\tcommittedPhyOffset\tdispatchBehindBytes\twritable")
+    answered = None
+    for member, st in members.items():
+        if "error" in st:
+            print(f"{member}\t-\t-\t-\t-\t-\t-\t# {st['error']}")
+            continue
+        if answered is None or st.get("role") == "LEADER":
+            answered = st
+        print(f"{member}\t{st['role']}\t{st['term']}\t{st['leader']}\t{st['committed_phys_offset']}\t"
+              f"{st['dispatch_behind_bytes']}\t{str(st['writable']).lower()}")
+    if answered is None:
+        raise MqCliError("no member answered")
+    print("#topic\tqueueId\tminOffset\tmaxOffset")
+    for topic, qid, lo, hi in sorted(answered["queues"]):
+        print(f"{escape(topic)}\t{qid}\t{lo}\t{hi}")
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
+    if _where(args):
+        return _stats_remote(args)
     with open_store(Path(args.dir)) as store:
         print(f"mode\t{store.mode}")
         print(f"minPhyOffset\t{store.min_phys_offset}")
@@ -255,12 +364,21 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
         except MqCliError as exc:
             print(f"dledger mq {args.mq_command}: {exc}", file=sys.stderr)
             return 1
+        except DLedgerError as exc:
+            print(f"dledger mq {args.mq_command}: {exc.message or exc.code.name}", file=sys.stderr)
+            return 1
         except (OSError, ValueError, RuntimeError) as exc:
             # Unreadable files, bad sizes, a store another process holds: what the user acts on.
             print(f"dledger mq {args.mq_command}: {exc}", file=sys.stderr)
             return 1
 
     return run
+
+
+def _add_network_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peers", default=None, help='a running group instead of DIR: "n0-host:port;n1-host:port"')
+    p.add_argument("--group", default=None, help="the group's name (default: the one its members serve)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to find the leader and get an answer")
 
 
 def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -270,9 +388,11 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     sub = mq.add_subparsers(dest="mq_command", required=True)
 
     p = sub.add_parser("produce", help="store messages (creates a store in a missing or empty DIR)")
-    p.add_argument("dir", help="store root")
+    p.add_argument("dir", nargs="?", help="store root")
+    _add_network_options(p)
     p.add_argument("--topic", required=True)
-    p.add_argument("--queue", type=int, default=0, help="queue id (default 0)")
+    p.add_argument("--queue", type=int, default=None, help="queue id (default 0; with --peers: round-robin)")
+    p.add_argument("--batch", type=int, default=32, help="with --peers: lines sent per request (default 32)")
     p.add_argument("--tags", default=None)
     p.add_argument("--keys", default=None, help='space-separated keys, e.g. "k1 k2"')
     p.add_argument("--mode", choices=["classic", "dledger"], default="classic",
@@ -283,15 +403,23 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     p.set_defaults(func=_guard(cmd_produce))
 
     c = sub.add_parser("consume", help="print messages of a queue from an offset (read-only)")
-    c.add_argument("dir", help="store root")
+    c.add_argument("dir", nargs="?", help="store root")
+    _add_network_options(c)
     c.add_argument("--topic", required=True)
     c.add_argument("--queue", type=int, required=True)
-    c.add_argument("--offset", type=int, required=True, help="queue offset of the first message")
+    c.add_argument("--offset", type=int, default=None,
+                   help="queue offset of the first message (required with DIR; with --peers the consumer group's)")
+    c.add_argument("--consumer-group", default="dledger-cli", help="with --peers: whose offsets (default %(default)s)")
+    c.add_argument("--wait", type=float, default=0.0, help="with --peers: seconds a pull waits for a message")
+    c.add_argument("--commit", action="store_true", help="with --peers: commit the offset past what was printed")
+    c.add_argument("--read-from", choices=["leader", "follower"], default="leader",
+                   help="with --peers: read from the leader (default) or a follower")
     c.add_argument("--count", type=int, default=32, help="at most this many messages (default 32)")
     c.set_defaults(func=_guard(cmd_consume))
 
     q = sub.add_parser("query", help="physical offsets of the messages with a key (read-only)")
-    q.add_argument("dir", help="store root")
+    q.add_argument("dir", nargs="?", help="store root")
+    _add_network_options(q)
     q.add_argument("--topic", required=True)
     q.add_argument("--key", required=True, help="a KEYS segment or a UNIQ_KEY")
     q.add_argument("--max", type=int, default=64, help="at most this many (default 64, RocketMQ's maxMsgsNumBatch)")
@@ -299,7 +427,8 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     q.set_defaults(func=_guard(cmd_query))
 
     s = sub.add_parser("stats", help="topics, queues, offsets and dispatch lag (read-only)")
-    s.add_argument("dir", help="store root")
+    s.add_argument("dir", nargs="?", help="store root")
+    _add_network_options(s)
     s.set_defaults(func=_guard(cmd_stats))
 
     d = sub.add_parser("dump", help="list messages or consume-queue units as TSV (read-only)")

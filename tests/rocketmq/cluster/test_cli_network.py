@@ -1,0 +1,129 @@
+"""`dledger mq ... --peers P` against a running message-store group started from a TOML file with
+RocketMQ's option names, and `dledger cluster --message-store`."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dledger.config import DLedgerConfig
+from dledger.testing import FAST, TestCluster, free_ports
+
+pytestmark = pytest.mark.timeout(240)
+
+TOML = """
+enableDLegerCommitLog = true
+maxMessageSize = 65536
+flushDiskType = "SYNC_FLUSH"
+mappedFileSizeCommitLog = 4194304
+defaultTopicQueueNums = 4
+"""
+
+
+def test_toml_takes_rocketmqs_names(tmp_path: Path):
+    f = tmp_path / "member.toml"
+    f.write_text(TOML)
+    cfg = DLedgerConfig.from_toml(f)
+    assert cfg.message_store and cfg.max_message_size == 65536 and cfg.flush_disk_type == "SYNC_FLUSH"
+    assert cfg.mapped_file_size_commit_log == 4194304 and cfg.default_topic_queue_nums == 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    root = tmp_path_factory.mktemp("mqcli")
+    (root / "member.toml").write_text(TOML)
+    c = TestCluster(root, member_dirs=True, extra=[*FAST, "--config", str(root / "member.toml")])
+    try:
+        c.start_all()
+        c.wait_leader()
+        yield c
+    finally:
+        c.close()
+
+
+def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dledger.cli", "mq", *args], input=stdin, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
+    peers = cluster.peers
+    out = mq("produce", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--keys", "cli-key", "--stdin",
+             stdin="alpha\nbeta\ngamma\n")
+    assert out.returncode == 0, out.stderr
+    lines = [x.split("\t") for x in out.stdout.splitlines()]
+    assert [x[0] for x in lines] == ["SEND_OK"] * 3
+    assert [(x[2], x[3]) for x in lines] == [("1", "0"), ("1", "1"), ("1", "2")]
+    msg_ids = [x[1] for x in lines]
+    # Round-robin when no queue is named: one batch (of --batch lines) per queue.
+    out = mq("produce", "--peers", peers, "--topic", "CliTopic", "--batch", "1", "--stdin", stdin="a\nb\nc\nd\n")
+    assert out.returncode == 0, out.stderr
+    assert sorted(x.split("\t")[2] for x in out.stdout.splitlines()) == ["0", "1", "2", "3"]
+
+    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--offset", "0", "--count", "3",
+             "--wait", "5")
+    assert out.returncode == 0, out.stderr
+    rows = [x.split("\t") for x in out.stdout.splitlines()]
+    assert [(r[0], r[-1]) for r in rows] == [("0", "alpha"), ("1", "beta"), ("2", "gamma")]
+    assert "status FOUND next 3" in out.stderr
+    # With the consumer group's offset, committed as it goes, from a follower.
+    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--count", "2", "--wait", "5",
+             "--commit", "--consumer-group", "cg")
+    assert [r.split("\t")[-1] for r in out.stdout.splitlines()] == ["alpha", "beta"]
+    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--count", "5",
+             "--consumer-group", "cg", "--read-from", "follower", "--wait", "1")
+    assert out.stdout.splitlines()[0].split("\t")[-1] in ("gamma", "beta")  # a follower may lag a commit
+
+    out = mq("query", "--peers", peers, "--topic", "CliTopic", "--key", "cli-key")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split()) == 3
+    out = mq("query", "--peers", peers, "--topic", "CliTopic", "--key", msg_ids[1])
+    assert len(out.stdout.split()) == 1
+
+    out = mq("stats", "--peers", peers)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("LEADER") == 1 and out.stdout.count("FOLLOWER") == 2
+    assert "CliTopic\t1\t0\t4" in out.stdout  # alpha, beta, gamma and one round-robin line
+
+    # Refused: one line on standard error, exit status 1, nothing printed for it.
+    out = mq("produce", "--peers", peers, "--topic", "CliTopic", "--queue", "9", "--data", "x")
+    assert out.returncode == 1 and out.stdout == "" and "MESSAGE_ILLEGAL" in out.stderr
+    out = mq("produce", "--topic", "CliTopic", "--data", "x")
+    assert out.returncode == 1 and "DIR or --peers" in out.stderr
+
+
+def consecutive_free_ports(n: int) -> int:
+    """A base port with the n ports from it free now (`dledger cluster` takes base, base+1...)."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        socks = []
+        try:
+            for k in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no run of free ports")
+
+
+def test_local_cluster_with_message_store(tmp_path: Path):
+    port = consecutive_free_ports(3)
+    out = subprocess.run([sys.executable, "-m", "dledger.cli", "cluster", "--nodes", "3", "--message-store",
+                          "--exit-after-writes", "--dir", str(tmp_path), "--base-port", str(port)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("sent SEND_OK") == 3
+    assert "consumed offset 2: hello from dledger cluster, message 2" in out.stdout
+    for k in range(3):
+        assert (tmp_path / f"n{k}" / f"dledger-n{k}" / "data").is_dir()
+        assert (tmp_path / f"n{k}" / "consumequeue" / "TopicTest" / "0").is_dir()
