@@ -34,7 +34,7 @@ from dledger.errors import DLedgerError
 from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.commitlog import Segment
 from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch
+from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
 from dledger.store.file import MmapFileStore
 
@@ -244,6 +244,8 @@ class DLedgerCommitLog:
             raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                              f"this member is {self.role} (term {self.term}) and takes no writes now")
         n = batch.n
+        if n == 1:
+            return self._put_one(batch)
         with self.put_lock:
             now = max(int(time.time() * 1000), self.last_store_timestamp)
             queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
@@ -262,6 +264,26 @@ class DLedgerCommitLog:
             AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
             store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=n,
             store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+
+    def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
+        """``put`` of one message without numpy (it costs more than it saves for one record)."""
+        assert self.appender is not None
+        key = batch.queue_keys[0]
+        advances = bool(batch.advances[0])
+        with self.put_lock:
+            now = max(int(time.time() * 1000), self.last_store_timestamp)
+            queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
+            rec = encode_one(batch, queue_offset, 0, now)
+            try:
+                _first, positions = self.appender.append_batch([rec], self.term)
+            except DLedgerError as exc:
+                raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
+            if advances:
+                self.topic_queue_table[key] = queue_offset + 1
+            self.last_store_timestamp = now
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset=int(positions[0]) + BODY_OFFSET,
+                                   wrote_bytes=len(rec), store_timestamp=now, logics_offset=queue_offset, msg_num=1,
+                                   store_host=batch.store_hosts[0])
 
     # -- reads ---------------------------------------------------------------------------
 
