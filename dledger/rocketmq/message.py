@@ -15,6 +15,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -377,6 +378,14 @@ class MessageExt(Message):
     properties_string: str = ""
     # The stored field: for DLedger records this is entry pos + 48, for classic records the offset.
     stored_phys_offset: int = 0
+
+    @property
+    def uncompressed_body(self) -> bytes:
+        """The body as the producer sent it: zlib-inflated when COMPRESSED_FLAG is set (as
+        MessageDecoder.decode with deCompressBody); the stored bytes otherwise."""
+        if self.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+            return zlib.decompress(self.body)
+        return self.body
 
     @property
     def born_host_string(self) -> str:

@@ -199,3 +199,11 @@ def test_dispatch_rebuilds_java_queues_and_index_byte_for_byte(tmp_path: Path, n
     java_cq = {str(p.relative_to(src)): p.read_bytes() for p in (src / "consumequeue").rglob("*") if p.is_file()}
     our_cq = {str(p.relative_to(root)): p.read_bytes() for p in (root / "consumequeue").rglob("*") if p.is_file()}
     assert our_cq == java_cq
+
+
+def test_compressed_bodies_inflate(opened) -> None:
+    _root, store = opened
+    compressed = [m for m in store.iter_messages() if m.sys_flag & 1]
+    assert compressed
+    for m in compressed:
+        assert len(m.uncompressed_body) >= 0 and m.uncompressed_body != m.body
