@@ -36,7 +36,14 @@ from dledger.rocketmq.consumer_offset import ConsumerOffsetManager
 from dledger.rocketmq.dispatch import ReputMessageService
 from dledger.rocketmq.encode import BatchPreparer, IllegalMessage, PreparedBatch
 from dledger.rocketmq.index_file import IndexService
-from dledger.rocketmq.message import Message, MessageExt, decode_message_id, local_host_address
+from dledger.rocketmq.message import (
+    UNIQ_KEY,
+    Message,
+    MessageExt,
+    decode_message_id,
+    local_host_address,
+    split_keys,
+)
 from dledger.rocketmq.records import decode_record, messages_from_columns
 from dledger.rocketmq.status import (
     AppendMessageStatus,
@@ -500,11 +507,15 @@ class MessageStore:
 
     def query_by_key(self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0,
                      end_ts: int = LONG_MAX) -> list[MessageExt]:
-        """queryMessage: the messages of ``topic`` with ``key`` (UNIQ_KEY or a KEYS segment), newest first."""
+        """queryMessage: the messages of ``topic`` with ``key`` (UNIQ_KEY or a KEYS segment), newest
+        first. The index knows key hashes only; as RocketMQ's client does, messages whose topic
+        or keys do not match (a hash collision) are left out."""
         out = []
         for p in self.query_offsets_by_key(topic, key, max_count, begin_ts, end_ts):
             msg = self.lookup(p)
-            if msg is not None:
+            if msg is None or msg.topic != topic:
+                continue
+            if msg.properties.get(UNIQ_KEY) == key or key in split_keys(msg.keys_string):
                 out.append(msg)
         return out
 

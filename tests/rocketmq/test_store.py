@@ -402,3 +402,12 @@ def test_concurrent_producers(store: MessageStore) -> None:
     assert len(bodies) == len(set(bodies)) == total
     assert sorted(m.body for m in store.iter_messages()) == sorted(bodies)
     assert [m.body for m in store.query_by_key("C", "t3-149")] == [b"3-149"]
+
+
+def test_query_by_key_leaves_out_hash_collisions(store: MessageStore) -> None:
+    # "Aa" and "BB" have the same Java hashCode, so "T#Aa" and "T#BB" share index items
+    r = store.put_message(Message("T", b"aa", keys="Aa"))
+    store.wait_dispatched()
+    assert store.query_offsets_by_key("T", "BB") == [r.phys_offset]  # what the index knows
+    assert store.query_by_key("T", "BB") == []
+    assert [m.body for m in store.query_by_key("T", "Aa")] == [b"aa"]
