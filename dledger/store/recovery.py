@@ -107,6 +107,9 @@ class _Scan:
     mismatch_from: int = -1  # first entry whose index unit disagrees with the data
     stop_code: int = _codec.SCAN_END
     stop_file: MappedFile | None = None
+    # The last scan's columns, referenced until the next scan has allocated its own: freed
+    # first, their memory goes back to the system and the next scan faults it in again.
+    last_cols: dict[str, np.ndarray] | None = None
 
 
 class Recovery:
@@ -211,6 +214,7 @@ class Recovery:
             cols, stop, code = _codec.scan(
                 view, f.file_from_offset, offset, -1, scan.expect, scan.last_term, True, _SCAN_CHUNK
             )
+            scan.last_cols = cols
             if len(cols["index"]):
                 self._take(cols, stop - offset, scan)
             scan.process_offset = f.file_from_offset + stop
