@@ -103,6 +103,7 @@ class MessageStore:
         try:
             self._open(appender)
         except BaseException:
+            self._abandon()
             self._release_lock()
             raise
 
@@ -117,6 +118,21 @@ class MessageStore:
             raise RuntimeError(f"{self.root}: another process has this store open (lock failed)") from None
         os.pwrite(fd, b"lock", 0)
         self._lock_fd = fd
+
+    def _abandon(self) -> None:
+        """Close what a failed open had opened (no flush: it may be what failed)."""
+        reput = getattr(self, "reput", None)
+        if reput is not None:
+            reput.stop()
+        self._services_stop.set()
+        for name in ("commitlog", "consume_queues", "index_service"):
+            part = getattr(self, name, None)
+            if part is None:
+                continue
+            try:
+                part.close()
+            except Exception:
+                log.exception("closing %s after a failed open", name)
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:

@@ -411,3 +411,16 @@ def test_query_by_key_leaves_out_hash_collisions(store: MessageStore) -> None:
     assert store.query_offsets_by_key("T", "BB") == [r.phys_offset]  # what the index knows
     assert store.query_by_key("T", "BB") == []
     assert [m.body for m in store.query_by_key("T", "Aa")] == [b"aa"]
+
+
+def test_failed_open_releases_the_store(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with MessageStore(root, small_config("classic")) as s:
+        s.put_message(Message("T", b"x"))
+    stray = root / "commitlog" / f"{10 * 64 * 1024:020d}"
+    stray.write_bytes(b"\0" * 100)  # a file of another size: the log cannot be opened
+    with pytest.raises(ValueError, match="mixed sizes"):
+        MessageStore(root, small_config("classic"))
+    stray.unlink()
+    with MessageStore(root, small_config("classic")) as s:  # not locked by the failed open
+        assert [m.body for m in s.iter_messages()] == [b"x"]
