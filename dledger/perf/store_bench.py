@@ -115,6 +115,24 @@ def _fill(store: MmapFileStore, count: int, body_size: int, batch: int = 10_000)
         done += n
 
 
+def _close(state: dict[str, object], *keys: str) -> None:
+    """Close and forget what ``state`` holds under ``keys``: objects with close(), or fds."""
+    for key in keys:
+        obj = state.pop(key, None)
+        if isinstance(obj, int):
+            os.close(obj)
+        elif obj is not None:
+            obj.close()  # type: ignore[attr-defined]
+
+
+def _preallocated(path: Path, size: int) -> int:
+    """A new file of ``size`` allocated bytes, open for writing at its start."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.posix_fallocate(fd, 0, size)
+    return fd
+
+
 # -- cases --------------------------------------------------------------------------------
 
 def case_batch_append_1k(root: Path, sizes: Sizes) -> Case:
@@ -127,16 +145,10 @@ def case_batch_append_1k(root: Path, sizes: Sizes) -> Case:
     state: dict[str, object] = {}
 
     def fresh() -> None:
-        if "store" in state:
-            state["store"].close()  # type: ignore[attr-defined]
+        _close(state, "store")
         shutil.rmtree(root / "batch", ignore_errors=True)
         state["store"] = MmapFileStore(root / "batch" / "dledger-n0", _bench_config(), start_services=False)
-        raw = root / "raw.bin"
-        if raw.exists():
-            raw.unlink()
-        fd = os.open(raw, os.O_RDWR | os.O_CREAT, 0o644)
-        os.posix_fallocate(fd, 0, total)
-        state["fd"] = fd
+        state["fd"] = _preallocated(root / "raw.bin", total)
 
     def ours() -> int:
         state["store"].append_batch(work, 1)  # type: ignore[attr-defined]
@@ -151,10 +163,7 @@ def case_batch_append_1k(root: Path, sizes: Sizes) -> Case:
         return total
 
     def cleanup() -> None:
-        if "store" in state:
-            state["store"].close()  # type: ignore[attr-defined]
-        if "fd" in state:
-            os.close(state["fd"])  # type: ignore[arg-type]
+        _close(state, "store", "fd")
 
     return Case("batch_append_1k", "MB/s", MB, ours, "raw_os_write_loop", baseline, fresh, [cleanup])
 
@@ -239,9 +248,7 @@ def case_append_100b(root: Path, sizes: Sizes) -> Case:
     state: dict[str, object] = {}
 
     def fresh() -> None:
-        for key in ("store", "twin"):
-            if key in state:
-                state[key].close()  # type: ignore[attr-defined]
+        _close(state, "store", "twin")
         shutil.rmtree(root / "append", ignore_errors=True)
         state["store"] = MmapFileStore(root / "append" / "dledger-n0", _bench_config(), start_services=False)
         twin_dir = root / "append" / "twin"
@@ -262,9 +269,7 @@ def case_append_100b(root: Path, sizes: Sizes) -> Case:
         return n
 
     def cleanup() -> None:
-        for key in ("store", "twin"):
-            if key in state:
-                state[key].close()  # type: ignore[attr-defined]
+        _close(state, "store", "twin")
 
     return Case("append_100b", "entries/s", 1, ours, "python_struct_mmap_append", baseline, fresh, [cleanup])
 
