@@ -311,8 +311,9 @@ class ReputMessageService:
         for length in np.unique(lens[has_u]).tolist():
             rows = np.flatnonzero(has_u & (lens == length))
             if length:
-                mat = u8[uo[rows][:, None] + np.arange(length)]
-                ascii_ok[rows] = ~(mat >= 0x80).any(axis=1)
+                # rows x length bytes through a strided view: no index matrix is built
+                mat = np.lib.stride_tricks.sliding_window_view(u8, length)[uo[rows]]
+                ascii_ok[rows] = mat.max(axis=1) < 0x80
         pw = _POW31[np.minimum(lens, len(_POW31) - 1)]
         full = ((prefix_hash[sel] * pw) & 0xFFFFFFFF) + key_hash
         full &= 0xFFFFFFFF
