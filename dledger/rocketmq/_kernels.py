@@ -7,6 +7,7 @@ than this package. Every caller imports the kernels from here.
 
 from __future__ import annotations
 
+import importlib
 import struct
 import zlib
 from collections.abc import Sequence
@@ -82,7 +83,7 @@ def _scan_one(mv: memoryview, pos: int, end: int, check_crc: bool) -> tuple[int,
         return STOP_BAD, None
     body_crc, queue_id, flag, queue_offset, stored_phys, sys_flag, born_ts = struct.unpack_from(
         ">iiiqqiq", mv, pos + 8)
-    p = pos + 52
+    p = pos + 48
     born_off = p
     p += 20 if sys_flag & 16 else 8
     (store_ts,) = struct.unpack_from(">q", mv, p)
@@ -229,9 +230,9 @@ def _py_consume_queue_units(phys_offsets: Any, sizes: Any, tags_codes: Any) -> b
     return units.tobytes()
 
 
+_ext: Any
 try:
-    from dledger._ext import message as _ext  # type: ignore[attr-defined,unused-ignore]
-
+    _ext = importlib.import_module("dledger._ext.message")
     HAVE_EXT = True
 except ImportError:  # pragma: no cover - depends on the build
     _ext = None
