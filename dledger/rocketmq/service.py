@@ -44,6 +44,7 @@ from dledger.errors import DLedgerError
 from dledger.net.transport import Response
 from dledger.packed import PackedBodies
 from dledger.raft.member_state import Role
+from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
 from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
 from dledger.rocketmq.encode import (
@@ -53,7 +54,7 @@ from dledger.rocketmq.encode import (
     assign_queue_offsets,
     encode_batch,
 )
-from dledger.rocketmq.message import Message, MessageSysFlag, format_host
+from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.wire import (
     MESSAGE_REQUEST_CODES,
@@ -83,6 +84,8 @@ MAX_SUSPEND_MS = 30_000
 MAX_PULL_COUNT = 1024
 # A new leader whose no-op did not commit tries again after this.
 NOOP_RETRY_S = 1.0
+# Past the quorum-ack wait, how long a put waits for the node's answer before it gives up.
+ANSWER_MARGIN_S = 5.0
 # How long an offset commit waits for its record to be applied here.
 OFFSET_APPLY_WAIT_S = 3.0
 _HOLD = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
@@ -224,15 +227,14 @@ class MessageService:
             c = MessageRequestCode(code)
             if c in (MessageRequestCode.SEND_MESSAGE, MessageRequestCode.SEND_BATCH_MESSAGE):
                 return await self._send(body)
+            if body.get("leader_only") and not self._group_is_leader():
+                # A read the client wants from the leader (its default).
+                return self._redirect()
             if c == MessageRequestCode.PULL_MESSAGE:
-                if body.get("leader_only") and not self._group_is_leader():
-                    return self._redirect()
                 return await self._pull(PullRequest.from_wire(body))
             if c == MessageRequestCode.UPDATE_CONSUMER_OFFSET:
                 return await self._update_offset(ConsumerOffsetRequest.from_wire(body))
             if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
-                if body.get("leader_only") and not self._group_is_leader():
-                    return self._redirect()
                 req = ConsumerOffsetRequest.from_wire(body)
                 self._apply_offsets()
                 return Response(ResponseCode.SUCCESS, {"offset": self.store.query_offset(req.group, req.topic,
@@ -323,18 +325,88 @@ class MessageService:
             raise IllegalMessage(f"queue id {req.queue_id} of topic {topic!r} is unknown "
                                  f"(topics have {self.queue_nums} write queues)")
         born_host = _parse_host(req.born_host)
+        batch = self._prepare_columns(req, bodies, props, born_host) if len(bodies) > 1 else None
+        if batch is None:
+            batch = self._prepare_messages(req, bodies, props, born_host)
+        if batch.n > 1 and int(batch.lengths.sum()) > self.store_config.max_message_size:
+            # RocketMQ caps a whole batch at maxMessageSize (MessageSerializer, §7.3).
+            raise IllegalMessage(f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
+                                 f"{self.store_config.max_message_size}")
+        return batch
+
+    def _prepare_messages(self, req: SendRequest, bodies: PackedBodies, props: PackedBodies,
+                          born_host: tuple[str, int] | None) -> PreparedBatch:
+        topic = req.topic
         msgs = []
         for k in range(len(bodies)):
             text = _check_properties(props[k])
             msgs.append(Message(topic, bodies[k], queue_id=req.queue_id, flag=req.flag,
                                 properties=_props_dict(text), sys_flag=req.sys_flag,
                                 born_timestamp=req.born_timestamp, born_host=born_host))
-        batch = self.store.preparer.prepare(msgs)
-        if len(msgs) > 1 and int(batch.lengths.sum()) > self.store_config.max_message_size:
-            # RocketMQ caps a whole batch at maxMessageSize (MessageSerializer, §7.3).
-            raise IllegalMessage(f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
-                                 f"{self.store_config.max_message_size}")
-        return batch
+        return self.store.preparer.prepare(msgs)
+
+    def _prepare_columns(self, req: SendRequest, bodies: PackedBodies, props: PackedBodies,
+                         born_host: tuple[str, int] | None) -> PreparedBatch | None:
+        """A batch prepared with array operations over the packed buffers (no object per
+        message); None when it needs the message-by-message path (a DELAY property)."""
+        praw, poffs = props.packed
+        raw, boffs = bodies.packed
+        pbuf = bytes(praw)
+        if b"DELAY\x01" in pbuf:
+            return None
+        n = len(bodies)
+        plens = np.diff(poffs)
+        if int(plens.max()) > MAX_PROPERTIES_BYTES:
+            raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
+        try:
+            pbuf.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise IllegalMessage(f"properties are not UTF-8: {exc}") from None
+        u8 = np.frombuffer(pbuf, dtype=np.uint8)
+        starts = poffs[:-1]
+        nonempty = plens > 0
+        if len(u8):
+            first = u8[np.minimum(starts, len(u8) - 1)]
+            # Each string starts a character (valid as a whole is not enough) and a name.
+            if bool((nonempty & (((first & 0xC0) == 0x80) | (first == 1))).any()):
+                raise IllegalMessage("properties: a string starts inside a character or without a name")
+            c1 = np.concatenate(([0], np.cumsum(u8 == 1)))
+            c2 = np.concatenate(([0], np.cumsum(u8 == 2)))
+            ones, twos = c1[poffs[1:]] - c1[starts], c2[poffs[1:]] - c2[starts]
+            if bool((ones[nonempty] != twos[nonempty] + 1).any()):
+                raise IllegalMessage("properties: not name\\x01value pairs joined by \\x02")
+            after_sep = np.flatnonzero(u8[:-1] == 2) + 1
+            if len(after_sep) and bool((u8[after_sep] == 1).any()):
+                raise IllegalMessage("properties: a pair without a name")
+        cfg = self.store_config
+        traw = req.topic.encode("utf-8")
+        if not traw or len(traw) > 127:
+            raise IllegalMessage(f"topic is {len(traw)} bytes in UTF-8: want 1 to 127")
+        preparer = self.store.preparer
+        store_raw = preparer.store_host_raw
+        braw = encode_host(born_host) if born_host is not None else store_raw
+        sflag = host_v6_bits(req.sys_flag, braw, store_raw)
+        sys_arr = np.full(n, sflag, dtype=np.int32)
+        blens = np.diff(boffs).astype(np.int32)
+        lengths = np.asarray(K.record_lengths(sys_arr, blens, np.full(n, len(traw), np.int32),
+                                              plens.astype(np.int32)), dtype=np.int64)
+        if int(lengths.max()) > cfg.max_message_size:
+            i = int(np.flatnonzero(lengths > cfg.max_message_size)[0])
+            raise IllegalMessage(f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size "
+                                 f"{cfg.max_message_size}")
+        bl, pl = boffs.tolist(), poffs.tolist()
+        rawb = raw if isinstance(raw, bytes) else bytes(raw)
+        body_list = [rawb[bl[k]:bl[k + 1]] for k in range(n)]
+        prop_list = [pbuf[pl[k]:pl[k + 1]] for k in range(n)]
+        tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        return PreparedBatch(
+            n=n, topics=[traw] * n, queue_ids=np.full(n, req.queue_id, np.int32), bodies=body_list,
+            properties=prop_list, flags=np.full(n, req.flag, np.int32), sys_flags=sys_arr,
+            born_timestamps=np.full(n, req.born_timestamp or int(time.time() * 1000), np.int64),
+            born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=np.zeros(n, np.int32),
+            prepared_offsets=np.zeros(n, np.int64), lengths=lengths, advances=np.full(n, advances, np.bool_),
+            queue_keys=[f"{req.topic}-{req.queue_id}"] * n)
 
     async def _send(self, body: dict[str, Any]) -> Response:
         refused = self._not_writable()
@@ -371,8 +443,15 @@ class MessageService:
                 # In the log: later puts of this term follow these offsets.
                 cl.topic_queue_table.update(updates)
                 cl.last_store_timestamp = now
-        r = await fut
         qid = int(batch.queue_ids[0])
+        try:
+            # The node answers every proposal (at the latest WAIT_QUORUM_ACK_TIMEOUT); a bound
+            # all the same, so that a consensus call that failed cannot hold the client forever.
+            r = await asyncio.wait_for(fut, self.config.max_wait_ack_time_ms / 1000.0 + ANSWER_MARGIN_S)
+        except asyncio.TimeoutError:
+            reason = "no answer from the consensus layer"
+            return Response(ResponseCode.TIMEOUT,
+                            SendResponse(PutMessageStatus.UNKNOWN_ERROR, reason, qid).to_wire(), reason)
         if r.code != ResponseCode.SUCCESS:
             status = status_of_dledger_code(r.code)
             resp = SendResponse(status, ResponseCode(r.code).name if r.code in ResponseCode._value2member_map_
@@ -410,6 +489,8 @@ class MessageService:
         deadline = loop.time() + min(req.suspend_ms, MAX_SUSPEND_MS) / 1000.0
         while True:
             fut: asyncio.Future[None] = loop.create_future()
+            if len(self._waiters) > 1024:
+                self._waiters = [w for w in self._waiters if not w.done()]
             # Registered before the look, so that an arrival between the two is not missed.
             self._waiters.append(fut)
             try:

@@ -1,0 +1,198 @@
+"""The replicated message service: three `dledger server --message-store` members on 127.0.0.1,
+beside the entry-level group doing the same job in the same run.
+
+    pytest bench/test_bench_mq_cluster.py -s --benchmark-group-by=group --benchmark-columns=median
+
+- produce: a batching producer (batches of CHUNK messages, WINDOW batches in flight, the
+  queues in turn) against the entry client's append_batch of the same bodies (same chunk and
+  window) to a plain group; messages/s and the ratio.
+- end-to-end: one producer sending one message at a time, one consumer long-polling the queue
+  in another thread; send -> consumed and acknowledged -> consumed, p50/p99.
+- failover: kill -9 of the leader to the next SEND_OK, beside the entry-level figure
+  (bench.cluster_bench.failover) of the same run.
+
+DLEDGER_BENCH_FULL=1 runs the full sizes. Each test prints its figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import cluster_bench as cb
+from dledger.rocketmq.consumer import Consumer
+from dledger.rocketmq.message import Message
+from dledger.rocketmq.producer import AsyncProducer, Producer
+from dledger.testing import TestCluster
+
+FULL = os.environ.get("DLEDGER_BENCH_FULL") == "1"
+COUNT = 400_000 if FULL else 40_000
+CHUNK = 2000
+WINDOW = 16
+LATENCY_COUNT = 2000 if FULL else 300
+KILLS = 20 if FULL else 5
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def mq_cluster(extra: list[str] | None = None) -> TestCluster:
+    root = Path(tempfile.mkdtemp(prefix="dledger-bench-mq-"))
+    return TestCluster(root, extra=["--message-store", *(extra or [])], proxied=False, member_dirs=True)
+
+
+def mq_throughput(body_size: int, count: int, chunk: int = CHUNK, window: int = WINDOW,
+                  objects: bool = False) -> float:
+    """Messages/s acknowledged SEND_OK by a batching producer: ``send_bodies`` (a MessageBatch
+    of bodies), or ``send_batch`` of Message objects with ``objects``."""
+    cluster = mq_cluster()
+    try:
+        cluster.start_all()
+        cluster.wait_leader(30)
+        body = b"x" * body_size
+
+        async def run() -> float:
+            async with AsyncProducer(cluster.peers, timeout=60) as p:
+                nums = await p.queue_nums("Bench")
+                warm = await p.send_batch([Message("Bench", body) for _ in range(chunk)], 0)
+                assert all(r.ok for r in warm)
+                sem = asyncio.Semaphore(window)
+
+                async def one(k: int) -> None:
+                    async with sem:
+                        if objects:
+                            rs = await p.send_batch([Message("Bench", body, tags="b") for _ in range(chunk)], k % nums)
+                        else:
+                            rs = await p.send_bodies("Bench", [body] * chunk, k % nums)
+                        assert rs.ok, rs[-1]
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(one(k) for k in range(count // chunk)))
+                return time.perf_counter() - t0
+
+        elapsed = asyncio.run(run())
+        return (count // chunk) * chunk / elapsed
+    finally:
+        cluster.close()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("size", [100, 1024])
+def test_replicated_produce(benchmark, size: int) -> None:
+    benchmark.group = f"replicated produce, {size} B bodies"
+    got: dict[str, float] = {}
+
+    def run() -> None:
+        got["entries"] = cb.dledger_throughput(size, COUNT, CHUNK, WINDOW).entries_per_s
+        got["messages"] = mq_throughput(size, COUNT)
+        got["objects"] = mq_throughput(size, COUNT // 2, objects=True)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    ratio = got["messages"] / got["entries"]
+    benchmark.extra_info.update(messages_per_s=got["messages"], entries_per_s=got["entries"], ratio=ratio)
+    benchmark.extra_info.update(message_objects_per_s=got["objects"])
+    print(f"\n{size} B: message service {got['messages']:,.0f} msg/s (send_bodies), {got['objects']:,.0f} msg/s "
+          f"(send_batch of Message objects with tags); entry-level append {got['entries']:,.0f} entries/s; "
+          f"ratio {ratio:.2f}x")
+    assert got["messages"] > 0
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(int(q * len(s)), len(s) - 1)]
+
+
+def test_end_to_end_latency(benchmark) -> None:
+    benchmark.group = "produce -> long-poll consume"
+    cluster = mq_cluster()
+    sent: dict[int, tuple[float, float]] = {}
+    seen: dict[int, float] = {}
+
+    def consume(stop: threading.Event) -> None:
+        with Consumer(cluster.peers, "bench", "Latency", timeout=30.0) as con:
+            offset = con.max_offset(0)
+            while not stop.is_set() and len(seen) < LATENCY_COUNT:
+                r = con.pull(0, offset, 32, wait=2.0)
+                now = time.perf_counter()
+                for m in r.messages:
+                    seen[int(m.body)] = now
+                offset = r.next_begin_offset
+
+    def run() -> None:
+        cluster.start_all()
+        cluster.wait_leader(30)
+        with Producer(cluster.peers, timeout=30.0) as p:
+            assert p.send(Message("Latency", b"-1"), 0).ok  # leader found, queue made
+            stop = threading.Event()
+            t = threading.Thread(target=consume, args=(stop,), daemon=True)
+            t.start()
+            time.sleep(0.5)
+            for i in range(LATENCY_COUNT):
+                t0 = time.perf_counter()
+                assert p.send(Message("Latency", str(i).encode()), 0).ok
+                sent[i] = (t0, time.perf_counter())
+                time.sleep(0.002)  # one message at a time: the consumer's pull is waiting for each
+            t.join(30)
+            stop.set()
+
+    try:
+        benchmark.pedantic(run, rounds=1, iterations=1)
+    finally:
+        cluster.close()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+    e2e = [seen[i] - sent[i][0] for i in sent if i in seen]
+    after_ack = [seen[i] - sent[i][1] for i in sent if i in seen]
+    assert len(e2e) == LATENCY_COUNT
+    p50, p99 = statistics.median(e2e), _pct(e2e, 0.99)
+    a50, a99 = statistics.median(after_ack), _pct(after_ack, 0.99)
+    benchmark.extra_info.update(p50_ms=p50 * 1e3, p99_ms=p99 * 1e3, after_ack_p50_ms=a50 * 1e3,
+                                after_ack_p99_ms=a99 * 1e3)
+    print(f"\nsend -> consumed: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms; producer's ack -> consumed: "
+          f"p50 {a50 * 1e3:.2f} ms, p99 {a99 * 1e3:.2f} ms ({LATENCY_COUNT} messages)")
+
+
+def mq_failover(kills: int) -> list[float]:
+    """Seconds from kill -9 of the leader to the next SEND_OK."""
+    cluster = mq_cluster()
+    times: list[float] = []
+    try:
+        cluster.start_all()
+        with Producer(cluster.peers, timeout=60.0) as p:
+            assert p.send(Message("Failover", b"start"), 0).ok
+            for _ in range(kills):
+                leader = cluster.wait_leader(60)
+                assert p.send(Message("Failover", b"before"), 0).ok
+                t0 = time.monotonic()
+                cluster.kill(leader)
+                r = p.send(Message("Failover", b"after"), 0)
+                assert r.ok, r
+                times.append(time.monotonic() - t0)
+                cluster.start(leader)
+                time.sleep(0.5)
+        return times
+    finally:
+        cluster.close()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def test_failover(benchmark) -> None:
+    benchmark.group = "failover: kill -9 of the leader to the next acknowledged write"
+    got: dict[str, list[float]] = {}
+
+    def run() -> None:
+        got["entries"] = cb.failover(KILLS)[2]
+        got["messages"] = mq_failover(KILLS)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    m99, e99 = _pct(got["messages"], 0.99), _pct(got["entries"], 0.99)
+    benchmark.extra_info.update(messages_s=got["messages"], entries_s=got["entries"])
+    print(f"\nfailover ({KILLS} kills each): message service p50 {statistics.median(got['messages']):.2f} s, "
+          f"p99 {m99:.2f} s; entry-level p50 {statistics.median(got['entries']):.2f} s, p99 {e99:.2f} s; "
+          f"difference of p99s {m99 - e99:+.2f} s")
