@@ -330,3 +330,13 @@ def test_progress_bar_is_optional(monkeypatch):
     update(10)
     close()
     assert cli.sys.stderr.getvalue() == ""
+
+
+def test_bench_mq_figures_have_same_run_baselines():
+    from dledger.perf.mq_bench import run_mq_bench
+
+    rows = run_mq_bench(repeats=1, messages=4096)
+    assert [r.name for r in rows] == ["put_classic_100B", "put_classic_1024B", "put_dledger_100B",
+                                      "put_dledger_1024B", "dispatch_classic", "dispatch_dledger"]
+    assert all(r.value > 0 and r.baseline_value > 0 for r in rows)
+    assert "mq" in dledger("bench", "--help").stdout
