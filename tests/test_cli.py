@@ -324,12 +324,13 @@ def test_progress_bar_is_optional(monkeypatch):
         def isatty(self) -> bool:
             return True
 
-    monkeypatch.setattr(cli.sys, "stderr", Tty())
+    err = Tty()
+    monkeypatch.setattr(cli.sys, "stderr", err)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # what an absent package looks like to import
     update, close = cli._progress(100, "scan")
     update(10)
     close()
-    assert cli.sys.stderr.getvalue() == ""
+    assert err.getvalue() == ""
 
 
 def test_bench_mq_figures_have_same_run_baselines():

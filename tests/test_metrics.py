@@ -50,7 +50,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples[(name, frozenset(labels.items()))]
 
 
-def wait_until(cond, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def wait_until(cond, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
