@@ -313,14 +313,7 @@ class RaftNode:
         elif isinstance(msg, AppendEntryRequest):
             self._append(msg.bodies, ("wire", msg))
         elif isinstance(msg, LeadershipTransferRequest):
-            if msg.transfer_id == ms.self_id:
-                self._handle_leadership_transfer(msg, ("wire", msg))
-            elif msg.transferee_id == ms.self_id:
-                refusal = self.elector.handle_take_leadership(msg)
-                if refusal is not None:
-                    core.out.append(Send(msg.local_id, refusal))
-            else:
-                self._reject(msg, ResponseCode.UNKNOWN_MEMBER)
+            self._on_transfer_request(msg)
         elif isinstance(msg, LeadershipTransferResponse):
             self._on_transfer_response(msg)
         elif isinstance(msg, MetadataRequest):
@@ -328,6 +321,17 @@ class RaftNode:
             core.reply(msg, resp)
         else:
             log.warning("[%s] unexpected message %s", ms.self_id, type(msg).__name__)
+
+    def _on_transfer_request(self, msg: LeadershipTransferRequest) -> None:
+        """The leader is asked to hand over (transfer_id), or the transferee to take over."""
+        if msg.transfer_id == self.ms.self_id:
+            self._handle_leadership_transfer(msg, ("wire", msg))
+        elif msg.transferee_id == self.ms.self_id:
+            refusal = self.elector.handle_take_leadership(msg)
+            if refusal is not None:
+                self.core.out.append(Send(msg.local_id, refusal))
+        else:
+            self._reject(msg, ResponseCode.UNKNOWN_MEMBER)
 
     def _reject(self, msg: Message, code: ResponseCode) -> None:
         resp = error_response(msg, code, self.ms.curr_term, self.ms.leader_id)
