@@ -28,10 +28,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
-from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.commitlog import Segment
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
@@ -39,6 +39,7 @@ from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus, Pu
 from dledger.store.file import MmapFileStore
 
 log = logging.getLogger(__name__)
+K = _load_ext("message")
 
 BODY_OFFSET = 48
 LEADER = "LEADER"
@@ -154,7 +155,11 @@ class DLedgerCommitLog:
                 store.update_committed_index(self.term, store.ledger_end_index)
             self._committed_pos = self._end_pos()
         else:
-            self._committed_pos = store.committed_pos if store.committed_pos >= 0 else self._end_pos()
+            # A member of a group knows only what its checkpoint says was committed; its log's
+            # tail may be cut by the next leader, so none of it is readable before it commits.
+            self._committed_pos = max(int(store.committed_pos), 0) if appender is not None else (
+                store.committed_pos if store.committed_pos >= 0 else self._end_pos())
+        self._role_lock = threading.Lock()
         self.on_role_ready: Callable[[], None] | None = None
         self.wakeup: Callable[[], None] | None = None
         self.closed = False
@@ -176,8 +181,9 @@ class DLedgerCommitLog:
         """DLedgerRoleChangeHandler: a follower or candidate takes no writes; a new leader takes
         them once its ledger end is committed and dispatch has caught up (``ready``), after the
         topic-queue table is rebuilt from the consume queues (``on_role_ready``)."""
-        self.role, self.term = role, term
-        self.writable = False
+        with self._role_lock:
+            self.role, self.term = role, term
+            self.writable = False
         if role != LEADER:
             return
 
@@ -187,13 +193,18 @@ class DLedgerCommitLog:
                 if ready is None or ready():
                     if self.on_role_ready is not None:
                         self.on_role_ready()
-                    self.writable = self.role == LEADER and self.term == term
+                    # Under the lock: a role change between the check and the write would
+                    # otherwise leave a table of this term writable in the next.
+                    with self._role_lock:
+                        self.writable = self.role == LEADER and self.term == term
                     return
                 if time.monotonic() > deadline:
                     log.warning("leader of term %d: not caught up after %.0f s; still waiting", term,
                                 self.config.dledger_leader_ready_timeout)
                     deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
-                time.sleep(0.1)
+                # DLedgerRoleChangeHandler sleeps 100 ms; the check is cheap and each sleep
+                # adds to a failover.
+                time.sleep(0.01)
 
         threading.Thread(target=become_leader, name="rocketmq-dledger-role", daemon=True).start()
 

@@ -5,6 +5,8 @@ and proposes through the GroupHandle."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +87,47 @@ def test_an_application_sees_roles_commits_and_answers_its_codes():
         assert toy.closed
 
     asyncio.run(run())
+
+
+class _Follower:
+    """A group member's appender for a store opened by MessageStore: it takes no puts itself."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def append_batch(self, bodies: Any, term: int) -> Any:
+        raise AssertionError("a member of a group does not append by itself")
+
+    @property
+    def committed_pos(self) -> int:
+        return int(self.store.committed_pos)
+
+
+def test_a_member_reads_only_what_its_group_committed(tmp_path: Path):
+    """A member's log whose checkpoint records nothing committed (killed before its first
+    checkpoint) holds a tail the next leader may cut: dispatch must not read it until it commits."""
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.message import Message
+    from dledger.rocketmq.store import MessageStore
+
+    cfg = MessageStoreConfig(enable_dledger_commit_log=True, mapped_file_size_commit_log=1 << 20)
+    with MessageStore(tmp_path / "a", cfg) as s:
+        for i in range(3):
+            assert s.put_message(Message("T", b"m%d" % i)).ok
+    shutil.copytree(tmp_path / "a" / "dledger-n0", tmp_path / "b" / "dledger-n0")
+    ckpt = tmp_path / "b" / "dledger-n0" / "checkpoint"
+    ckpt.write_text(ckpt.read_text().replace("committedIndex=2", "committedIndex=-1"))
+    opened: list[Any] = []
+
+    def factory(dstore: Any) -> _Follower:
+        opened.append(dstore)
+        return _Follower(dstore)
+
+    with MessageStore(tmp_path / "b", cfg, appender=factory) as s:
+        assert s.committed_phys_offset == 0 and s.max_offset_in_queue("T", 0) == 0
+        assert s.get_messages("T", 0, 0).messages == []
+        dstore = opened[0]
+        dstore.update_committed_index(dstore.ledger_end_term, 1)
+        s.on_committed(dstore.committed_pos)
+        assert s.wait_dispatched(10)
+        assert [m.body for m in s.get_messages("T", 0, 0).messages] == [b"m0", b"m1"]
