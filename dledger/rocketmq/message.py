@@ -206,8 +206,8 @@ def decode_message_id(msg_id: str) -> tuple[Host, int]:
 
 # -- UNIQ_KEY (MessageClientIDSetter) --------------------------------------------------------
 
-def _local_ip() -> bytes:
-    """UtilAll.getIP in spirit: a non-loopback address of this host, else a fake 4-byte one."""
+def _host_ip() -> bytes | None:
+    """A non-loopback address of this host (IPv4 first), or None when it has none we can find."""
     candidates: list[bytes] = []
     try:
         for info in socket.getaddrinfo(socket.gethostname(), None):
@@ -216,16 +216,33 @@ def _local_ip() -> bytes:
                 candidates.append(ip.packed)
     except (OSError, ValueError):
         pass
+    if not candidates:
+        # The address the host would send from (a UDP connect sends nothing); needs a route only.
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect(("10.255.255.255", 1))
+                ip = ipaddress.ip_address(s.getsockname()[0])
+                if not (ip.is_loopback or ip.is_unspecified):
+                    candidates.append(ip.packed)
+        except OSError:
+            pass
     v4 = [c for c in candidates if len(c) == 4]
-    if v4:
-        return v4[0]
-    if candidates:
-        return candidates[0]
-    return struct.pack(">q", int(time.time() * 1000))[4:]
+    return v4[0] if v4 else (candidates[0] if candidates else None)
+
+
+def _local_ip() -> bytes:
+    """MessageClientIDSetter's IP for unique ids: this host's address, else a fake 4-byte one made
+    from the clock (createFakeIP), which only has to differ between hosts."""
+    ip = _host_ip()
+    return ip if ip is not None else struct.pack(">q", int(time.time() * 1000))[4:]
 
 
 def local_host_address() -> str:
-    return str(ipaddress.ip_address(_local_ip()))
+    """The store host when none is configured (RemotingUtil.getLocalAddress): this host's address,
+    else 127.0.0.1. It is written into every record and message id, so it must not change between
+    runs of the same store, which a made-up address would."""
+    ip = _host_ip()
+    return str(ipaddress.ip_address(ip)) if ip is not None else "127.0.0.1"
 
 
 class UniqIdGenerator:
