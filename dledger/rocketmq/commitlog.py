@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger._ext import require_built
-from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
@@ -34,6 +34,7 @@ from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus
 require_built()
 from dledger._ext import segment as _segment  # noqa: E402
 
+K = _load_ext("message")
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16

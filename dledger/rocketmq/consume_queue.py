@@ -12,7 +12,6 @@ deletes anything.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import mmap
 import os
@@ -22,6 +21,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from dledger._ext import load as _load_ext
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +34,7 @@ UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 # Suffix of a file being created; such files are whole-or-nothing leftovers of a crash.
 TMP_SUFFIX = ".creating"
 
-try:  # the kernel encodes units without a Python loop; numpy does the same when it is absent
-    _kernels: Any = importlib.import_module("dledger._ext.message")
-except ImportError:  # pragma: no cover - before the kernels are built
-    _kernels = None
-_encode_units: Any = getattr(_kernels, "consume_queue_units", None)
+_mk = _load_ext("message")
 
 
 def encode_units(phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLike) -> bytes:
@@ -45,13 +42,7 @@ def encode_units(phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLik
     phys = np.asarray(phys_offsets, dtype=np.int64)
     size = np.asarray(sizes, dtype=np.int32)
     tags = np.asarray(tags_codes, dtype=np.int64)
-    if _encode_units is not None:
-        return bytes(_encode_units(phys, size, tags))
-    units = np.empty(len(phys), dtype=UNIT_DTYPE)
-    units["offset"] = phys
-    units["size"] = size
-    units["tags_code"] = tags
-    return units.tobytes()
+    return bytes(_mk.consume_queue_units(phys, size, tags))
 
 
 def offset_to_file_name(offset: int) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dledger.rocketmq import _kernels as K
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueueTable
@@ -27,6 +27,7 @@ from dledger.rocketmq.index_file import INT_MAX, IndexService, build_key, index_
 from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
+K = _load_ext("message")
 
 BATCH_RECORDS = 8192
 # 31**k mod 2**32 for every property length k (Java's hash of a concatenation).

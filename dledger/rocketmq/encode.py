@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dledger.rocketmq import _kernels as K
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.message import (
     PROPERTY_DELAY,
@@ -33,6 +33,7 @@ from dledger.rocketmq.message import (
     host_v6_bits,
 )
 
+K = _load_ext("message")
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 MAX_QUEUE_ID = (1 << 31) - 1

@@ -14,7 +14,6 @@ only (as RocketMQ, which leaves the key check to its clients), newest file first
 
 from __future__ import annotations
 
-import importlib
 import logging
 import mmap
 import os
@@ -28,6 +27,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from dledger._ext import load as _load_ext
 
 log = logging.getLogger(__name__)
 
@@ -44,38 +45,15 @@ KEY_SEPARATOR = " "
 TMP_SUFFIX = ".creating"
 
 _HEADER = struct.Struct(">qqqqii")
-_ITEM = struct.Struct(">iqii")
 ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 
-try:  # kernels: batch put and slot-chain lookup without a Python loop per item
-    _kernels: Any = importlib.import_module("dledger._ext.message")
-except ImportError:  # pragma: no cover - before the kernels are built
-    _kernels = None
-_index_lookup: Any = getattr(_kernels, "index_lookup", None)
-_index_put_many: Any = getattr(_kernels, "index_put_many", None)
-_java_hash: Any = getattr(_kernels, "java_hash", None)
-
-
-def _kernel_hash_ok() -> bool:
-    try:
-        return _java_hash is not None and _java_hash("abc") == 96354 and _java_hash("\U0001f680") == 1773027
-    except Exception:  # an extension built from older sources
-        return False
-
-
-if not _kernel_hash_ok():
-    _java_hash = None
+# Batch put and slot-chain lookup without a Python loop per item.
+_mk = _load_ext("message")
 
 
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    if _java_hash is not None:
-        return int(_java_hash(s))
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for (c,) in struct.iter_unpack(">H", data):
-        h = (31 * h + c) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+    return int(_mk.java_hash(s))
 
 
 def index_key_hash(key: str) -> int:
@@ -208,9 +186,6 @@ class IndexFile:
     def entries(self) -> int:
         return self.index_count - 1
 
-    def _slot_pos(self, key_hash: int) -> int:
-        return INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-
     def _item_pos(self, n: int) -> int:
         return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + n * INDEX_SIZE
 
@@ -246,14 +221,11 @@ class IndexFile:
         diffs = self._time_diffs(ts)
         assert self.mm is not None
         first_put = self.index_count <= 1
-        if _index_put_many is not None:
-            # The kernel reads and updates hashSlotCount and indexCount in the header itself.
-            done = int(_index_put_many(self.mm, self.hash_slot_num, self.index_num, hashes, phys, diffs))
-            if done != n:  # pragma: no cover - the kernel and this file disagree about the count
-                raise RuntimeError(f"index_put_many wrote {done} of {n} items")
-            _, _, _, _, self.hash_slot_count, self.index_count = _HEADER.unpack_from(self.mm, 0)
-        else:
-            self._put_python(hashes, phys, diffs)
+        # The kernel reads and updates hashSlotCount and indexCount in the header itself.
+        done = int(_mk.index_put_many(self.mm, self.hash_slot_num, self.index_num, hashes, phys, diffs))
+        if done != n:  # pragma: no cover - the kernel and this file disagree about the count
+            raise RuntimeError(f"index_put_many wrote {done} of {n} items")
+        _, _, _, _, self.hash_slot_count, self.index_count = _HEADER.unpack_from(self.mm, 0)
         if first_put:
             self.begin_phy_offset = int(phys[0])
             self.begin_timestamp = int(ts[0])
@@ -261,21 +233,6 @@ class IndexFile:
         self.end_timestamp = int(ts[-1])
         self._write_header()
         return n
-
-    def _put_python(self, hashes: NDArray[np.int32], phys: NDArray[np.int64], diffs: NDArray[np.int32]) -> None:
-        mm = self.mm
-        assert mm is not None
-        slot_num = self.hash_slot_num
-        items_at = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
-        for h, p, d in zip(hashes.tolist(), phys.tolist(), diffs.tolist(), strict=True):
-            slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * HASH_SLOT_SIZE
-            slot_value = int.from_bytes(mm[slot_pos:slot_pos + 4], "big", signed=True)
-            if slot_value <= INVALID_INDEX or slot_value > self.index_count:
-                slot_value = INVALID_INDEX
-                self.hash_slot_count += 1
-            _ITEM.pack_into(mm, items_at + self.index_count * INDEX_SIZE, h, p, d, slot_value)
-            mm[slot_pos:slot_pos + 4] = self.index_count.to_bytes(4, "big", signed=True)
-            self.index_count += 1
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         return ((begin < self.begin_timestamp and end > self.end_timestamp)
@@ -292,27 +249,8 @@ class IndexFile:
         assert mm is not None
         if self.index_count <= 1 or len(out) >= max_num:
             return
-        if _index_lookup is not None:
-            out.extend(int(x) for x in _index_lookup(mm, self.hash_slot_num, self.index_num, key_hash,
-                                                     max_num - len(out), begin, end, self.begin_timestamp))
-            return
-        slot_pos = self._slot_pos(key_hash)
-        slot_value = int.from_bytes(mm[slot_pos:slot_pos + 4], "big", signed=True)
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
-            return
-        n = slot_value
-        for _ in range(self.index_count):  # a damaged chain cannot loop for ever
-            if len(out) >= max_num:
-                break
-            h, phy, diff, prev = _ITEM.unpack_from(mm, self._item_pos(n))
-            if diff < 0:
-                break
-            time_read = self.begin_timestamp + diff * 1000
-            if h == key_hash and begin <= time_read <= end:
-                out.append(phy)
-            if prev <= INVALID_INDEX or prev > self.index_count or prev == n or time_read < begin:
-                break
-            n = prev
+        out.extend(int(x) for x in _mk.index_lookup(mm, self.hash_slot_num, self.index_num, key_hash,
+                                                    max_num - len(out), begin, end, self.begin_timestamp))
 
     def items(self) -> NDArray[Any]:
         """The used items (1 .. indexCount-1), in place."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dledger.rocketmq import _kernels as K
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -15,6 +15,8 @@ from dledger.rocketmq.message import (
     decode_host,
     decode_properties,
 )
+
+K = _load_ext("message")
 
 
 def messages_from_columns(buf: Any, cols: dict[str, np.ndarray], rows: Any = None) -> list[MessageExt]:

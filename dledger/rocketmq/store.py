@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dledger._ext import gather as _gather
-from dledger.rocketmq import _kernels as K
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.commitlog import CommitLog
@@ -54,6 +53,8 @@ from dledger.rocketmq.status import (
 )
 
 log = logging.getLogger(__name__)
+K = _load_ext("message")
+_gather = _load_ext("gather")
 
 ABORT_FILE = "abort"
 LOCK_FILE = "lock"

@@ -8,7 +8,7 @@ import record_oracle as oracle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dledger.rocketmq import _kernels as K
+from dledger._ext import message as K
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import BatchPreparer, encode_batch, encode_one
 from dledger.rocketmq.message import Message, MessageSysFlag, decode_properties, encode_host
@@ -78,25 +78,3 @@ def test_batch_lengths_are_cal_msg_length(msgs: list[Message]) -> None:
     assert list(np.diff(starts)) == list(batch.lengths)
     recs, _stop, code = oracle.scan_records(bytes(buf), 0, check_crc=True)
     assert code == oracle.STOP_END and [r["body"] for r in recs] == [m.body for m in msgs]
-
-
-def test_python_twin_of_the_kernels_agrees(tmp_path, monkeypatch) -> None:
-    """The store's fallback for a build without ``dledger._ext.message`` reads the Java fixtures
-    and round-trips messages the same way."""
-    from pathlib import Path
-
-    from dledger.rocketmq.store import MessageStore
-
-    for name in ("record_lengths", "encode_records", "scan_records", "scan_dledger_records", "property_spans",
-                 "java_hash", "java_hash_many", "consume_queue_units"):
-        monkeypatch.setattr(K, name, getattr(K, "_py_" + name))
-    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9"
-    for fixture, count in (("classic-3topics", 1487), ("dledger-1node", 803)):
-        with MessageStore(fixtures / fixture, readonly=True) as s:
-            assert sum(1 for _ in s.iter_messages()) == count
-    with MessageStore(tmp_path / "s", MessageStoreConfig(mapped_file_size_commit_log=1 << 20)) as s:
-        assert s.put_messages([Message("T", b"x%d" % i, tags="t", keys=f"k{i}") for i in range(50)]).ok
-        assert s.put_batch("T", [b"y"] * 10, tags="t").ok
-        s.wait_dispatched()
-        assert [m.body for m in s.get_messages("T", 0, 48, 4).messages] == [b"x48", b"x49", b"y", b"y"]
-        assert [m.body for m in s.query_by_key("T", "k7")] == [b"x7"]
