@@ -190,6 +190,7 @@ class GroupHandle:
         returns, or refuses at once); the future gets the consensus answer (SUCCESS once a
         quorum holds them). Call on the loop."""
         g = self._g
+        start = time.perf_counter()
         done = self._server._call(g, lambda now: g.node.propose(now, bodies))
         out: asyncio.Future[AppendEntryResponse] = asyncio.get_running_loop().create_future()
 
@@ -201,7 +202,15 @@ class GroupHandle:
             elif f.exception() is not None:
                 out.set_exception(f.exception())  # type: ignore[arg-type]
             else:
-                out.set_result(f.result().response)
+                r = f.result().response
+                # The same metrics as client appends.
+                g.stats.append_latency.observe(time.perf_counter() - start)
+                if r.code == ResponseCode.SUCCESS:
+                    g.stats.appended_entries += len(bodies)
+                else:
+                    name = _code_name(r.code)
+                    g.stats.append_errors[name] = g.stats.append_errors.get(name, 0) + 1
+                out.set_result(r)
 
         done.add_done_callback(relay)
         return out

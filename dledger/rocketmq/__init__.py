@@ -20,6 +20,9 @@ from dledger.rocketmq.status import (
 
 __all__ = [
     "AppendMessageStatus",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "Consumer",
     "GetMessageResult",
     "GetMessageStatus",
     "Message",
@@ -28,9 +31,16 @@ __all__ = [
     "MessageStore",
     "MessageStoreConfig",
     "MessageSysFlag",
+    "Producer",
+    "PullResult",
     "PutMessageResult",
     "PutMessageStatus",
+    "SendResult",
 ]
+
+# The clients of a message-store group (dledger.rocketmq.producer / .consumer), imported when used.
+_CLIENTS = {"Producer": "producer", "AsyncProducer": "producer", "SendResult": "producer",
+            "Consumer": "consumer", "AsyncConsumer": "consumer", "PullResult": "consumer"}
 
 
 def __getattr__(name: str) -> Any:
@@ -39,4 +49,8 @@ def __getattr__(name: str) -> Any:
         from dledger.rocketmq.store import MessageStore
 
         return MessageStore
+    if name in _CLIENTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"dledger.rocketmq.{_CLIENTS[name]}"), name)
     raise AttributeError(name)

@@ -90,6 +90,8 @@ class AsyncConsumer:
         self.read_from = read_from
         self._next_member = 0
         self._member: str | None = None
+        self._request_timeout = request_timeout
+        self._holds: list[float] = []
 
     async def close(self) -> None:
         await self.client.close()
@@ -105,12 +107,15 @@ class AsyncConsumer:
         turn, the leader last known skipped while another answers)."""
         c = self.client
         if self.read_from == LEADER:
-            saved = c.request_timeout
-            c.request_timeout = saved + wait
+            # A held pull needs its hold on top of the usual answer time; concurrent calls
+            # share the client, so it gets the longest hold in flight.
+            self._holds.append(wait)
+            c.request_timeout = self._request_timeout + max(self._holds)
             try:
                 resp = await c._leader_call(code, {**body, "leader_only": True})  # type: ignore[arg-type]
             finally:
-                c.request_timeout = saved
+                self._holds.remove(wait)
+                c.request_timeout = self._request_timeout + max(self._holds, default=0.0)
             return resp, c.leader or ""
         if c.group is None:
             await c.discover_group()

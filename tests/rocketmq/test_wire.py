@@ -90,3 +90,11 @@ def test_pull_and_offset_requests_check_their_values():
         PullRequest.from_wire(PullRequest("T", 0, 0, 0).to_wire())
     with pytest.raises(DLedgerError):
         ConsumerOffsetRequest.from_wire(ConsumerOffsetRequest("a@b", "T", 0).to_wire())
+
+
+def test_the_clients_are_exported_by_the_package():
+    import dledger.rocketmq as mq
+    from dledger.rocketmq.consumer import Consumer
+    from dledger.rocketmq.producer import Producer
+
+    assert mq.Producer is Producer and mq.Consumer is Consumer

@@ -201,3 +201,21 @@ def test_kill_9_leader_and_cut_follower_under_load(cluster: TestCluster):
             data.append(b"".join(f.read_bytes() for f in files)[:s.committed_pos])
     assert len(ends) == 1
     assert data[0] == data[1] == data[2]
+
+
+def test_followers_serve_reads_while_the_leader_is_gone(cluster: TestCluster):
+    """RocketMQ's DLedger mode: consumers read from slaves while writes wait for a new leader."""
+    c = cluster
+    with Producer(c.peers, timeout=20.0) as p:
+        rs = p.send_bodies(TOPIC, [f"r{i}".encode() for i in range(50)], queue_id=5)
+        assert rs.ok
+    c.wait_for(lambda: caught_up(c), timeout=30, what="every member dispatched")
+    leader = c.wait_leader()
+    c.kill(leader)
+    for m in c.ids:
+        if m == leader:
+            continue
+        with Consumer(member_peers(c, m), "reader", TOPIC, read_from="follower", timeout=10.0) as con:
+            r = con.pull(5, 0, 100)
+            assert [x.body for x in r.messages] == [f"r{i}".encode() for i in range(50)]
+            assert r.member == m
