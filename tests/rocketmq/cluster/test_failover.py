@@ -219,3 +219,34 @@ def test_followers_serve_reads_while_the_leader_is_gone(cluster: TestCluster):
             r = con.pull(5, 0, 100)
             assert [x.body for x in r.messages] == [f"r{i}".encode() for i in range(50)]
             assert r.member == m
+
+
+def test_whole_group_killed_and_restarted(cluster: TestCluster):
+    """kill -9 of every member at once, then a restart: every SEND_OK message is there, queue
+    offsets go on from where they were, committed consumer offsets survive."""
+    c = cluster
+    acked: list[tuple[bytes, SendResult]] = []
+    with Producer(c.peers, timeout=20.0) as p:
+        for k in range(30):
+            bodies = [f"before {k}-{j}".encode() for j in range(20)]
+            acked.extend(zip(bodies, p.send_bodies(TOPIC, bodies, queue_id=k % QUEUES), strict=True))
+    with Consumer(c.peers, "survivor", TOPIC) as con:
+        con.commit(1, 33)
+    for m in list(c.procs):
+        c.kill(m)
+    c.start_all()
+    c.wait_leader()
+    with Producer(c.peers, timeout=30.0) as p:
+        for k in range(8):
+            bodies = [f"after {k}-{j}".encode() for j in range(5)]
+            acked.extend(zip(bodies, p.send_bodies(TOPIC, bodies, queue_id=k % QUEUES), strict=True))
+    assert all(r.ok for _b, r in acked)
+    c.wait_for(lambda: caught_up(c), timeout=60, what="every member committed and dispatched the same log")
+    for m in c.ids:
+        queues = {q: read_queue(c, m, q) for q in range(QUEUES)}
+        for q, msgs in queues.items():
+            assert [x.queue_offset for x in msgs] == list(range(len(msgs))), (m, q)
+        for body, r in acked:
+            assert queues[r.queue_id][r.queue_offset].body == body, (m, r)
+        with Consumer(member_peers(c, m), "survivor", TOPIC, read_from="follower") as con:
+            assert con.committed(1) == 33
