@@ -5,14 +5,16 @@ partitions), crashes and restarts, slow disks, the client workload and every nod
 random source. Time is simulated; nothing sleeps.
 
 Durability model. Each node's store is a ``SimStore``: a MemoryStore that also keeps the
-*durable* copy of the log, updated only when the node's ``Flush`` effect is carried out.
-Without slow disks, a node's outputs are carried out right after the call that produced
-them, so everything is durable between events. With ``torn=True`` a node's outputs (the
-``Flush`` and every message after it) wait in a per-node I/O queue for a random while, as
-with an fsync still in flight; a crash throws that queue away and the node restarts from
-its durable log, losing the unflushed tail. The term file (``MemoryTermStore``) is written
-synchronously, so it always survives. The committed index survives as of the last flush
-(DLedger's checkpoint), capped at the durable end.
+*durable* copy of the log, updated only when a flush of that node ends. What a node returns
+goes through a ``FlushOrder``, the scheduler the node runtime uses: early outputs are
+carried out at once, the rest waits for a flush that started after its writes. Without
+slow disks a flush ends as soon as it starts, so everything is durable between events.
+With ``torn=True`` a flush ends on a later tick (with probability ``p_io`` on each), as an
+fsync still in flight, and writes made meanwhile wait for the next one; a crash throws the
+waiting outputs away and the node restarts from its durable log, losing the unflushed
+tail. The term file (``MemoryTermStore``) is written synchronously, so it always survives.
+The committed index survives as of the last flush (DLedger's checkpoint), capped at the
+durable end.
 
 Invariants, checked after every event (``Checker``):
 
@@ -38,7 +40,8 @@ from typing import Any
 
 from dledger.codes import ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
-from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
+from dledger.raft.effects import AppendDone, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.flush_order import FlushOrder
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import Message, message_from_wire
 from dledger.raft.node import RaftNode
@@ -135,7 +138,7 @@ class SimNode:
     node: RaftNode | None
     store: SimStore
     term_store: MemoryTermStore
-    io_queue: list[list[Output]] = field(default_factory=list)
+    order: FlushOrder[str] = field(default_factory=FlushOrder)
     last_committed: int = -1
     was_leader_term: int = -1
     handles: dict[int, Any] = field(default_factory=dict)
@@ -163,6 +166,9 @@ class SimParams:
     p_transfer: float = 0.001
     torn: bool = False
     p_io: float = 0.5
+    # With torn: a flush starts only on a tick (with probability p_io) and ends at once,
+    # rather than at once and ending on a later tick. The regression seeds were found so.
+    late_flush: bool = False
     wire: bool = False
     batch_push: bool = True
     max_down: int | None = None  # default: a minority
@@ -325,7 +331,7 @@ class Simulation:
 
     def crash(self, sn: SimNode) -> None:
         sn.node = None
-        sn.io_queue.clear()
+        sn.order = FlushOrder()
         sn.store = SimStore.from_durable(sn.store)
 
     def restart(self, sn: SimNode) -> None:
@@ -336,34 +342,49 @@ class Simulation:
     def _emit(self, sn: SimNode, out: list[Output]) -> None:
         if not out:
             return
-        if any(is_early(o) for o in out):
-            # The leader's pushes and append results do not wait for a flush in flight.
-            self._carry_out(sn, [o for o in out if is_early(o)])
-            out = [o for o in out if not is_early(o)]
-            if not out:
-                return
-        if self.torn and (sn.io_queue or isinstance(out[0], Flush)):
-            # A flush in flight: this batch, and everything after it, waits its turn.
-            sn.io_queue.append(out)
-            return
-        self._carry_out(sn, out)
+        now = sn.order.submit(sn.id, out)
+        if now:
+            self._carry_out(sn, now)
+        self._start_flush(sn)
 
-    def _drain_io(self, sn: SimNode, all_of_it: bool = False) -> None:
-        # One fsync completing makes every earlier write durable: the whole queue goes.
-        if all_of_it or self.rng.random() < self.params.p_io:
-            queue, sn.io_queue = sn.io_queue, []
-            for out in queue:
-                self._carry_out(sn, out)
+    def _start_flush(self, sn: SimNode) -> None:
+        if not sn.order.flush_wanted:
+            return
+        if self.torn and self.params.late_flush:
+            return  # a later tick starts it (step), or heal
+        token = sn.order.flush_started()
+        if not self.torn:
+            self._end_flush(sn, token)
+        # else: a later tick ends it (step), or heal
+
+    def _tick_io(self, sn: SimNode) -> None:
+        """A torn disk's flush in flight ends now, or one waiting starts and ends, by chance."""
+        order = sn.order
+        running = order.running
+        if running is not None:
+            if self.rng.random() < self.params.p_io:
+                self._end_flush(sn, running)
+        elif order.flush_wanted and self.rng.random() < self.params.p_io:
+            self._end_flush(sn, order.flush_started())
+
+    def _end_flush(self, sn: SimNode, token: int) -> None:
+        """The flush ``token`` of ``sn`` ends: its writes (and any made since) are durable."""
+        start, old = sn.store.do_flush()
+        self.checker.on_flush(sn, start, old)
+        for ready in sn.order.flush_done(token):
+            self._carry_out(sn, ready.outputs)
+            for t in ready.tokens:
+                if sn.node is not None:
+                    # Report the flush, as the node runtime does: a leader now counts its own copy.
+                    after = sn.node.flushed(self.now, t)
+                    self.checker.after_event(sn)
+                    self._emit(sn, after)
+        self._start_flush(sn)
 
     def _carry_out(self, sn: SimNode, out: list[Output]) -> None:
-        token: int | None = None
         for o in out:
             if isinstance(o, Send):
                 self._send(sn.id, o.to, o.msg)
-            elif isinstance(o, Flush):
-                start, old = sn.store.do_flush()
-                self.checker.on_flush(sn, start, old)
-                token = o.token
             elif isinstance(o, AppendDone):
                 bodies = sn.handles.pop(o.handle, None)
                 if bodies is not None:
@@ -378,11 +399,6 @@ class Simulation:
                     self.checker.on_read(sn, o, acked_at_issue)
             elif isinstance(o, (RoleChanged, TransferDone)):
                 pass
-        if token is not None and sn.node is not None:
-            # Report the flush, as the node runtime does: a leader now counts its own copy.
-            after = sn.node.flushed(self.now, token)
-            self.checker.after_event(sn)
-            self._emit(sn, after)
 
     def _send(self, src: str, dst: str, msg: Message) -> None:
         if dst not in self.by_id:
@@ -435,8 +451,9 @@ class Simulation:
             self._schedule(at + TICK_MS, 0, payload)
             if sn.node is None:
                 return
-            if sn.io_queue:
-                self._drain_io(sn)
+            self._tick_io(sn)
+            if sn.node is None:
+                return
             out = sn.node.tick(at)
         else:
             dst, msg = payload
@@ -497,7 +514,12 @@ class Simulation:
         self.torn = False
         for sn in self.nodes:
             if sn.alive:
-                self._drain_io(sn, all_of_it=True)
+                running = sn.order.running
+                if running is not None:
+                    # Not torn any more: the flushes this one leads to end at once too.
+                    self._end_flush(sn, running)
+                elif sn.order.flush_wanted:
+                    self._end_flush(sn, sn.order.flush_started())
                 self.checker.after_event(sn)
             else:
                 self.restart(sn)

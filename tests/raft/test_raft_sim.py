@@ -17,11 +17,13 @@ CHUNK = 25
 
 
 def params_for(seed: int, steps: int = CHAOS_STEPS) -> SimParams:
-    """Spread the variants over the seeds: group size, slow disks, wire copies, push mode."""
+    """Spread the variants over the seeds: group size, slow disks (flushes that start at once
+    and end later, or start later), wire copies, push mode."""
     return SimParams(
         n=3 if seed % 2 else 5,
         steps=steps,
         torn=seed % 3 == 0,
+        late_flush=(seed // 3) % 4 < 2,
         wire=seed % 7 == 0,
         batch_push=seed % 5 != 0,
     )
@@ -54,11 +56,12 @@ def test_seeds_slow(chunk: int) -> None:
 
 
 # --- regressions: each seed once broke an invariant, with the parameters given ---------------
-# (SimParams defaults, 2000 chaos steps, n = 3 for odd seeds else 5, torn when seed % 3 == 0)
+# (SimParams defaults, 2000 chaos steps, n = 3 for odd seeds else 5, torn when seed % 3 == 0,
+# flushes started on a tick)
 
 
 def _legacy(seed: int) -> SimParams:
-    return SimParams(n=3 if seed % 2 else 5, steps=2000, torn=seed % 3 == 0)
+    return SimParams(n=3 if seed % 2 else 5, steps=2000, torn=seed % 3 == 0, late_flush=True)
 
 
 @pytest.mark.parametrize(
