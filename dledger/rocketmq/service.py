@@ -95,6 +95,9 @@ _HOLD = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QU
 def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig:
     """The member's MessageStoreConfig from its DLedgerConfig (RocketMQ builds it the other way
     round; the options are the same ones, §7.2)."""
+    if cfg.store_type != "FILE":
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           f"the message store keeps its commit log in files: store_type {cfg.store_type} will not do")
     sync = cfg.sync or cfg.flush_disk_type == SYNC_FLUSH
     if cfg.flush_disk_type not in ("ASYNC_FLUSH", SYNC_FLUSH):
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
