@@ -163,6 +163,8 @@ def test_kill_9_leader_and_cut_follower_under_load(cluster: TestCluster):
         for q, msgs in queues.items():
             # Gap-free: the n messages of a queue are at offsets 0..n-1.
             assert [x.queue_offset for x in msgs] == list(range(len(msgs))), (m, q)
+            # The AppendHook wrote each record's PHYSICALOFFSET (entry pos + 48) on the leader.
+            assert all(x.stored_phys_offset == x.phys_offset for x in msgs), (m, q)
             # Everything stored was sent by the producer (a copy of an unacknowledged attempt may be
             # there too: sends are at-least-once).
         for body, r in acked:
