@@ -3,13 +3,18 @@
 Each public call on ``RaftNode`` sets ``now`` and a fresh ``out`` list here; the parts append
 what they want sent or done, and the node returns the list. That is the sans-IO contract:
 no part reads a clock or touches a socket.
+
+Every write to the log goes through the ``Core`` methods below (never ``store.append_*`` or
+``store.truncate`` directly): they set ``dirty``, so the node puts a ``Flush`` before the
+outputs that speak for the write, and a truncate also caps what flushes in flight report
+(``log_cut``). A write that skipped them would be acknowledged before it is durable.
 """
 
 from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from dledger.config import DLedgerConfig
 from dledger.raft.effects import Flush, Output, Send
@@ -17,6 +22,7 @@ from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import Message
 from dledger.raft.timings import RaftTimings
 from dledger.store.base import DLedgerStore
+from dledger.store.entry import Entry
 
 NEVER = -1
 
@@ -73,6 +79,41 @@ class Core:
         msg.local_id = self.ms.self_id
         msg.remote_id = to
         self.out.append(Send(to, msg, early))
+
+    # --- writes to the log: each marks the store dirty, even when it fails part way --------
+
+    def append_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
+        """Append ``bodies`` in ``term``; returns (first index, each body's position)."""
+        try:
+            if len(bodies) == 1:
+                entry = self.store.append_as_leader(bodies[0], term)
+                return entry.index, [entry.pos]
+            return self.store.append_batch_as_leader(bodies, term)
+        finally:
+            self.dirty = True
+
+    def append_raw_as_follower(self, raw: bytes | memoryview, first_index: int, first_pos: int, count: int) -> int:
+        """Store the leader's entry bytes as they are; returns the last index written."""
+        try:
+            return self.store.append_raw_as_follower(raw, first_index, first_pos, count)
+        finally:
+            self.dirty = True
+
+    def append_as_follower(self, entry: Entry) -> Entry:
+        try:
+            return self.store.append_as_follower(entry)
+        finally:
+            self.dirty = True
+
+    def truncate(self, entry: Entry) -> int:
+        """Cut the log after ``entry`` (replacing what holds its index if it differs)."""
+        try:
+            return self.store.truncate(entry)
+        finally:
+            self.log_cut()
+            self.dirty = True
+
+    # --- flushes ----------------------------------------------------------------------------
 
     def new_flush(self) -> Flush:
         """The Flush effect for the writes made so far; ``flushed`` reports it done."""

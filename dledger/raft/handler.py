@@ -168,8 +168,7 @@ class EntryHandler:
             self._fence_after(req)
             if req.raw and req.first_index == write_index:
                 # The common case: the leader's stored bytes, validated and written in one call.
-                last = store.append_raw_as_follower(req.raw, req.raw_index, req.raw_pos, req.raw_count)
-                self.core.dirty = True
+                last = self.core.append_raw_as_follower(req.raw, req.raw_index, req.raw_pos, req.raw_count)
                 check(last == req.last_index, ResponseCode.INCONSISTENT_STATE)
                 entries = []
             else:
@@ -180,8 +179,7 @@ class EntryHandler:
                     # The overlap of a resent batch: it must be what we already hold.
                     check(entry.same_as(store.get(entry.index)), ResponseCode.INCONSISTENT_STATE)
                     continue
-                stored = store.append_as_follower(entry)
-                self.core.dirty = True
+                stored = self.core.append_as_follower(entry)
                 check(stored.index == entry.index, ResponseCode.INCONSISTENT_STATE)
         except DLedgerError as e:
             log.warning("[HandleDoAppend] writeIndex=%d failed: %s", write_index, e)
@@ -226,13 +224,10 @@ class EntryHandler:
                 # the leader's too, so keep them rather than let our commit index move back
                 # (spec §8 invariant 5); the leader's next APPEND overlaps and is verified.
                 check(req.entries[0].same_as(store.get(truncate_index)), ResponseCode.INCONSISTENT_STATE)
-                store.truncate(store.get(committed))
-                self.core.log_cut()
+                self.core.truncate(store.get(committed))
             else:
-                index = store.truncate(req.entries[0])
-                self.core.log_cut()
+                index = self.core.truncate(req.entries[0])
                 check(index == truncate_index, ResponseCode.INCONSISTENT_STATE)
-            self.core.dirty = True
         except DLedgerError as e:
             log.warning("[HandleDoTruncate] truncateIndex=%d failed: %s", truncate_index, e)
             self._respond(req, ResponseCode.INCONSISTENT_STATE)

@@ -369,12 +369,7 @@ class RaftNode:
                 raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "pending full")
             if not bodies:
                 raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "BatchAppendEntryRequest with empty bodys")
-            if len(bodies) == 1:
-                entry = self.store.append_as_leader(bodies[0], term)
-                first, positions = entry.index, [entry.pos]
-            else:
-                first, positions = self.store.append_batch_as_leader(bodies, term)
-            self.core.dirty = True
+            first, positions = self.core.append_as_leader(bodies, term)
         except DLedgerError as e:
             self._on_append_done(
                 waiter, AppendEntryResponse(group=ms.group, code=e.code, term=term, leader_id=ms.leader_id)
