@@ -33,7 +33,6 @@ from dledger.raft.core import NEVER, Core, elapsed
 from dledger.raft.member_state import Role
 from dledger.raft.messages import AppendEntryResponse, PushEntryRequest, PushEntryResponse, PushType
 from dledger.store.entry import Entry
-from dledger.store.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +222,7 @@ class EntryDispatcher:
         store = core.store
         if store.ledger_end_index - first_index <= core.timings.dispatcher_max_pending_size:
             return False
-        if not self.rep.throttle_enabled or self.quota is None:
+        if not core.timings.push_throttle or self.quota is None:
             return False
         end = store.get(store.ledger_end_index)
         if end.pos + end.size - first_pos < core.config.peer_push_throttle_point:
@@ -549,7 +548,6 @@ class Replicator:
     def __init__(self, core: Core, on_append_done: Callable[[Any, AppendEntryResponse], None]) -> None:
         self.core = core
         self.on_append_done = on_append_done
-        self.throttle_enabled = not isinstance(core.store, MemoryStore)
         self.dispatchers: dict[str, EntryDispatcher] = {}
         for peer in core.ms.others():
             d = EntryDispatcher(self, peer)

@@ -34,9 +34,13 @@ class RaftTimings:
     transfer_wait_ms: int = 3000
     # DLedgerServer.checkPreferredLeader: every 1000 ms after 1000 ms.
     preferred_leader_check_interval_ms: int = 1000
+    # EntryDispatcher.checkQuotaAndWait paces pushes to a follower far behind, whose entries
+    # the leader reads back from disk; DLedger skips it for its memory store. The node runtime
+    # turns it off for a memory store.
+    push_throttle: bool = True
 
     def scaled(self, factor: float) -> RaftTimings:
-        """All intervals multiplied by ``factor`` (at least 1 ms); sizes are unchanged."""
+        """All intervals multiplied by ``factor`` (at least 1 ms); sizes and switches are unchanged."""
 
         def s(v: int) -> int:
             return max(1, int(v * factor))
@@ -53,4 +57,5 @@ class RaftTimings:
             handler_queue_capacity=self.handler_queue_capacity,
             transfer_wait_ms=s(self.transfer_wait_ms),
             preferred_leader_check_interval_ms=s(self.preferred_leader_check_interval_ms),
+            push_throttle=self.push_throttle,
         )

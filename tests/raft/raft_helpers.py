@@ -11,6 +11,7 @@ from dledger.raft.effects import Flush, Output, Send
 from dledger.raft.member_state import MemoryTermStore
 from dledger.raft.messages import HeartBeatRequest, HeartBeatResponse, Message, VoteRequest, VoteResponse, VoteResult
 from dledger.raft.node import RaftNode
+from dledger.raft.timings import RaftTimings
 from dledger.store.memory import MemoryStore
 
 M = TypeVar("M", bound=Message)
@@ -25,6 +26,7 @@ def make_node(
     n: int = 3,
     store: MemoryStore | None = None,
     term_store: MemoryTermStore | None = None,
+    timings: RaftTimings = SIM_TIMINGS,
     **overrides: Any,
 ) -> RaftNode:
     return RaftNode(
@@ -32,7 +34,7 @@ def make_node(
         store if store is not None else MemoryStore(),
         term_store if term_store is not None else MemoryTermStore(),
         random.Random(7),
-        timings=SIM_TIMINGS,
+        timings=timings,
         incarnation=1,
     )
 

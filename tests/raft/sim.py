@@ -32,6 +32,7 @@ Invariants, checked after every event (``Checker``):
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections.abc import Callable
@@ -50,8 +51,9 @@ from dledger.store.entry import Entry
 from dledger.store.memory import MemoryStore
 
 TICK_MS = 10
-# DLedger's intervals, scaled down together (x0.05) so a few thousand events hold many elections.
-SIM_TIMINGS = RaftTimings().scaled(0.05)
+# DLedger's intervals, scaled down together (x0.05) so a few thousand events hold many elections;
+# no push throttling, as for any memory store.
+SIM_TIMINGS = dataclasses.replace(RaftTimings().scaled(0.05), push_throttle=False)
 
 
 def sim_config(node_id: str, ids: list[str], **overrides: Any) -> DLedgerConfig:

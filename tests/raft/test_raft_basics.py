@@ -32,9 +32,9 @@ from dledger.raft.messages import (
     message_from_wire,
 )
 from dledger.raft.node import MultiRaft, RaftNode
-from dledger.raft.term_file import FileTermStore
 from dledger.store.entry import Entry
 from dledger.store.memory import MemoryStore
+from dledger.term_file import FileTermStore
 
 # --- messages ---------------------------------------------------------------------------------
 
