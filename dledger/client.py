@@ -28,8 +28,8 @@ from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response, RpcClient
 from dledger.packed import SIZE_DTYPE, PackedBodies
+from dledger.peers import parse_peers
 from dledger.sequences import checked_index
-from dledger.server import parse_peers
 from dledger.store.entry import Entry
 
 log = logging.getLogger(__name__)

@@ -30,6 +30,7 @@ from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net import auth
 from dledger.net.frames import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError, Kind, encode_parts, new_packer
+from dledger.peers import parse_addr
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +91,6 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable["Response | dict[str, Any] | None"]]
-
-
-def parse_addr(addr: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad address {addr!r}, want host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 if sys.version_info >= (3, 12):

@@ -4,7 +4,7 @@ See ``node.RaftNode`` for the entry points and ``effects`` for what they return.
 """
 
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
-from dledger.raft.member_state import MemberState, MemoryTermStore, Role, TermStore, parse_peers
+from dledger.raft.member_state import MemberState, MemoryTermStore, Role, TermStore
 from dledger.raft.messages import (
     AppendEntryRequest,
     AppendEntryResponse,
@@ -61,5 +61,4 @@ __all__ = [
     "error_response",
     "is_early",
     "message_from_wire",
-    "parse_peers",
 ]

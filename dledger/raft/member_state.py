@@ -14,6 +14,7 @@ from typing import Protocol
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import check
+from dledger.peers import split_peers
 
 log = logging.getLogger(__name__)
 
@@ -56,31 +57,15 @@ class MemoryTermStore:
         self.saves += 1
 
 
-def parse_peers(peers: str) -> dict[str, str]:
-    """``"n0-host:port;n1-host:port"`` → ``{"n0": "host:port", ...}``.
-
-    Split on ``;``, then at the first ``-`` (ids may not hold a ``-``; addresses may), as
-    MemberState's constructor does. Order is kept: it is the order votes are sent in.
-    """
-    out: dict[str, str] = {}
-    for part in peers.split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        peer_id, sep, addr = part.partition("-")
-        if not sep or not peer_id:
-            raise ValueError(f"bad peer {part!r} in {peers!r}: expected id-host:port")
-        if peer_id in out:
-            raise ValueError(f"duplicate peer id {peer_id!r} in {peers!r}")
-        out[peer_id] = addr
-    return out
+# The name the node runtime imported; it goes once the runtime imports dledger.peers.
+parse_peers = split_peers
 
 
 class MemberState:
     def __init__(self, config: DLedgerConfig, term_store: TermStore) -> None:
         self.group = config.group
         self.self_id = config.self_id
-        self.peer_map = parse_peers(config.peers)
+        self.peer_map = split_peers(config.peers)
         if self.self_id not in self.peer_map:
             raise ValueError(f"self id {self.self_id!r} is not in peers {config.peers!r}")
         self.term_store = term_store

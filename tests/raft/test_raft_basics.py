@@ -14,7 +14,7 @@ from sim import SIM_TIMINGS, SimParams, Simulation, sim_config
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.raft.effects import ReadDone, RoleChanged, Send, TransferDone
-from dledger.raft.member_state import MemberState, MemoryTermStore, Role, parse_peers
+from dledger.raft.member_state import MemberState, MemoryTermStore, Role
 from dledger.raft.messages import (
     MESSAGE_TYPES,
     AppendEntryRequest,
@@ -76,13 +76,6 @@ def test_enums_keep_dledger_order() -> None:
 
 
 # --- member state -----------------------------------------------------------------------------
-
-
-def test_parse_peers() -> None:
-    assert parse_peers("n0-localhost:20911;n1-host-a:20912;") == {"n0": "localhost:20911", "n1": "host-a:20912"}
-    for bad in ("n0localhost:1", "n0-a:1;n0-b:2", "-a:1"):
-        with pytest.raises(ValueError):
-            parse_peers(bad)
 
 
 def test_quorum_and_next_term() -> None:

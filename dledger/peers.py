@@ -1,0 +1,55 @@
+"""Peer lists and addresses as DLedger writes them: ``"n0-host:port;n1-host:port"``.
+
+A leaf module (it needs only the response codes), so the consensus layer, the transport,
+the server and a client read peers one way without loading one another.
+"""
+
+from __future__ import annotations
+
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+
+
+def split_peers(peers: str) -> dict[str, str]:
+    """``"n0-host:port;n1-host:port"`` → ``{"n0": "host:port", ...}``; ValueError if malformed.
+
+    Split on ``;``, then at the first ``-`` (ids may not hold a ``-``; addresses may), as
+    DLedger's MemberState constructor does. Order is kept: it is the order votes are sent in.
+    Addresses are not checked (see ``parse_peers``).
+    """
+    out: dict[str, str] = {}
+    for part in peers.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        peer_id, sep, addr = part.partition("-")
+        if not sep or not peer_id:
+            raise ValueError(f"bad peer {part!r} in {peers!r}: expected id-host:port")
+        if peer_id in out:
+            raise ValueError(f"duplicate peer id {peer_id!r} in {peers!r}")
+        out[peer_id] = addr
+    return out
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad address {addr!r}, want host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def parse_peers(peers: str) -> dict[str, str]:
+    """DLedger's peers string to ``{id: "host:port"}``, with every address checked; bad input
+    is a DLedgerError (UNEXPECTED_ARGUMENT) the CLI and the client can report."""
+    try:
+        out = split_peers(peers)
+    except ValueError as exc:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, str(exc)) from exc
+    for addr in out.values():
+        parse_addr(addr)
+    if not out:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
+    return out
