@@ -195,6 +195,9 @@ class MessageService:
         self.queue_nums = config.default_topic_queue_nums
         self._group: GroupHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Held pulls by (topic, queue id): the offset each waits to see and its future; and
+        # the offset commits waiting for their record to be applied here.
+        self._pulls: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._offsets_next = self.store.min_offset_in_queue(OFFSET_TOPIC, 0)
         self._stop = threading.Event()
@@ -398,8 +401,9 @@ class MessageService:
             raise IllegalMessage(f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size "
                                  f"{cfg.max_message_size}")
         bl, pl = boffs.tolist(), poffs.tolist()
-        rawb = raw if isinstance(raw, bytes) else bytes(raw)
-        body_list = [rawb[bl[k]:bl[k + 1]] for k in range(n)]
+        # Views, not copies: the encoder copies each body once, into its record.
+        mv = memoryview(raw)
+        body_list: list[Any] = [mv[bl[k]:bl[k + 1]] for k in range(n)]
         prop_list = [pbuf[pl[k]:pl[k + 1]] for k in range(n)]
         tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
@@ -492,10 +496,12 @@ class MessageService:
         deadline = loop.time() + min(req.suspend_ms, MAX_SUSPEND_MS) / 1000.0
         while True:
             fut: asyncio.Future[None] = loop.create_future()
-            if len(self._waiters) > 1024:
-                self._waiters = [w for w in self._waiters if not w.done()]
+            key = (req.topic, req.queue_id)
+            held = self._pulls.setdefault(key, [])
+            if len(held) > 1024:
+                held[:] = [h for h in held if not h[1].done()]
             # Registered before the look, so that an arrival between the two is not missed.
-            self._waiters.append(fut)
+            held.append((req.offset, fut))
             try:
                 resp = await asyncio.to_thread(self._pull_once, req)
                 left = deadline - loop.time()
@@ -529,6 +535,23 @@ class MessageService:
                     return  # the loop is closed
 
     def _on_arrival(self) -> None:
+        """Wake the pulls whose queue now has a message at their offset (and the offset commits)."""
+        store = self.store
+        for key in list(self._pulls):
+            held = self._pulls[key]
+            end = store.max_offset_in_queue(*key)
+            keep = []
+            for offset, fut in held:
+                if fut.done():
+                    continue
+                if offset < end:
+                    fut.set_result(None)
+                else:
+                    keep.append((offset, fut))
+            if keep:
+                self._pulls[key] = keep
+            else:
+                del self._pulls[key]
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
