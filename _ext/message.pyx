@@ -271,6 +271,90 @@ def encode_records(bodies, topics, properties, queue_ids, flags, queue_offsets, 
     return out, offsets
 
 
+cdef const unsigned char *_HEX = b"0123456789ABCDEF"
+
+
+def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t queue_id, int32_t flag,
+                   int32_t sys_flag, int64_t born_timestamp, bytes born_host, int64_t store_timestamp,
+                   bytes store_host, int64_t queue_offset, bint advance, int64_t phys_offset):
+    """``encode_records`` for a batch to one topic-queue whose records differ only in body and
+    properties (RocketMQ's MessageExtBatch), with the offsets assigned here.
+
+    Record k gets QUEUEOFFSET ``queue_offset + k`` (``queue_offset`` for all when not
+    ``advance``: PREPARED/ROLLBACK records) and PHYSICALOFFSET ``phys_offset`` plus its start in
+    the buffer. ``properties`` is one bytes-like per record, or one ``bytes`` for all; with
+    ``uniq_first >= 0`` each record's properties are followed by the four uppercase hex digits
+    of ``(uniq_first + k) & 0xFFFF`` (the counter that ends a UNIQ_KEY). Returns ``(buffer,
+    offsets)``: record k is ``buffer[offsets[k] - phys_offset:offsets[k + 1] - phys_offset]``, so
+    ``offsets[:-1]`` are the records' physical offsets. Raises ValueError as ``encode_records``.
+    """
+    cdef _Bodies bs = _Bodies(bodies)
+    cdef Py_ssize_t n = bs.count, k
+    cdef bint shared = isinstance(properties, bytes)
+    cdef _Bodies pr = None if shared else _fields(properties, n, "properties")
+    cdef const unsigned char *stem = NULL
+    cdef Py_ssize_t stem_len = 0
+    if shared:
+        stem = <const unsigned char *>PyBytes_AS_STRING(properties)
+        stem_len = PyBytes_GET_SIZE(properties)
+    cdef Py_ssize_t extra = 4 if uniq_first >= 0 else 0
+    cdef Py_ssize_t tl = len(topic), bhl = len(born_host), shl = len(store_host)
+    if tl > MQ_MAX_TOPIC:
+        raise ValueError(f"topic of {tl} bytes is over {MQ_MAX_TOPIC}")
+    if bhl != mq_host_len(sys_flag, MQ_BORNHOST_V6):
+        raise ValueError(f"born host of {bhl} bytes disagrees with sys_flag {sys_flag:#x}")
+    if shl != mq_host_len(sys_flag, MQ_STOREHOST_V6):
+        raise ValueError(f"store host of {shl} bytes disagrees with sys_flag {sys_flag:#x}")
+    if phys_offset < 0:
+        raise ValueError(f"phys_offset {phys_offset} is negative")
+    offsets = np.empty(n + 1, dtype=np.int64)
+    cdef int64_t[::1] offs = offsets
+    cdef int64_t total = 0, size
+    cdef Py_ssize_t pl
+    for k in range(n):
+        pl = (stem_len if shared else pr.lens[k]) + extra
+        if pl > MQ_MAX_PROPS:
+            raise ValueError(f"record {k}: properties of {pl} bytes are over {MQ_MAX_PROPS}")
+        size = mq_record_length(sys_flag, bs.lens[k], tl, pl)
+        if size > 0x7FFFFFFF:
+            raise ValueError(f"record {k}: {size} bytes do not fit TOTALSIZE")
+        offs[k] = total
+        total += size
+    offs[n] = total
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(out)
+    cdef unsigned char *q
+    cdef const unsigned char *tp = topic
+    cdef const unsigned char *bh = born_host
+    cdef const unsigned char *sh = store_host
+    cdef const unsigned char *props
+    cdef uint32_t counter
+    with nogil:
+        for k in range(n):
+            if shared:
+                props = stem
+                pl = stem_len
+            else:
+                props = pr.ptrs[k]
+                pl = pr.lens[k]
+            q = p + offs[k]
+            _write_record(q, offs[k + 1] - offs[k], bs.ptrs[k], bs.lens[k], tp, tl, props, pl,
+                          queue_id, flag, queue_offset + k if advance else queue_offset, phys_offset + offs[k],
+                          sys_flag, born_timestamp, bh, bhl, store_timestamp, sh, shl, 0, 0)
+            if extra:
+                # The properties field ends the record: its length covers the 4 digits after the stem.
+                mq_put16(q + (offs[k + 1] - offs[k]) - pl - extra - 2, <uint16_t>(pl + extra))
+                counter = <uint32_t>((uniq_first + k) & 0xFFFF)
+                q += offs[k + 1] - offs[k] - 4
+                q[0] = _HEX[(counter >> 12) & 0xF]
+                q[1] = _HEX[(counter >> 8) & 0xF]
+                q[2] = _HEX[(counter >> 4) & 0xF]
+                q[3] = _HEX[counter & 0xF]
+        for k in range(n + 1):
+            offs[k] += phys_offset
+    return out, offsets
+
+
 # -- scans --------------------------------------------------------------------------------------
 
 ctypedef struct _Rec:

@@ -58,6 +58,11 @@ def encode_records(
     queue_offsets: _Ints, phys_offsets: _Ints, sys_flags: _Ints, born_timestamps: _Ints, born_hosts: _Fields,
     store_timestamps: _Ints, store_hosts: _Fields, reconsume_times: _Ints, prepared_offsets: _Ints,
 ) -> tuple[bytes, NDArray[np.int64]]: ...
+def encode_uniform(
+    bodies: Sequence[Buffer], topic: bytes, properties: Sequence[Buffer] | bytes, uniq_first: int, queue_id: int,
+    flag: int, sys_flag: int, born_timestamp: int, born_host: bytes, store_timestamp: int, store_host: bytes,
+    queue_offset: int, advance: bool, phys_offset: int,
+) -> tuple[bytes, NDArray[np.int64]]: ...
 def scan_records(
     buf: Buffer, base_offset: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1,
 ) -> tuple[dict[str, NDArray[Any]], int, int]: ...

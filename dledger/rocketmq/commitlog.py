@@ -332,6 +332,10 @@ class CommitLog:
             # Store timestamps never go backwards, so a binary search on them holds.
             if now < self.last_store_timestamp:
                 now = self.last_store_timestamp
+            if batch.uniform:
+                res = self._put_uniform(batch, now)
+                if res is not None:
+                    return res
             queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
             phys, runs = self._place(lengths)
             buf, starts = encode_batch(batch, queue_offsets, phys, now)
@@ -353,6 +357,28 @@ class CommitLog:
             AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
             store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=batch.n,
             store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+
+    def _put_uniform(self, batch: PreparedBatch, now: int) -> AppendMessageResult | None:
+        """``put`` of a uniform batch that fits the current file: one kernel call encodes it with
+        its offsets, one append writes it. None (nothing done) when it does not fit. Under the lock."""
+        f = self.files.last_file(0, True)
+        pos = f.file_from_offset + f.wrote_position
+        key = batch.queue_keys[0]
+        advances = bool(batch.advances[0])
+        first = self.topic_queue_table.get(key, 0) if advances else 0
+        buf, offsets = batch.encode_uniform(first, pos, now)
+        if f.wrote_position + len(buf) + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
+            return None
+        if f.append(buf) < 0:
+            raise OSError(f"{f.path}: records did not fit where they were placed")
+        n = batch.n
+        if advances:
+            self.topic_queue_table[key] = first + n
+        self.last_store_timestamp = now
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK, wrote_offset=pos, wrote_bytes=len(buf), store_timestamp=now,
+            logics_offset=first, msg_num=n, store_host=batch.store_hosts[0], wrote_offsets=offsets[:-1],
+            queue_offsets=np.arange(first, first + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64))
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
         """``put`` of one message, in plain Python ints (numpy costs more than it saves here)."""

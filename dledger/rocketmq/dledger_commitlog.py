@@ -18,7 +18,6 @@ a local ``MmapFileStore`` where an append is committed at once.
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
 import threading
 import time
@@ -32,6 +31,7 @@ from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
+from dledger.packed import PackedBodies
 from dledger.rocketmq.commitlog import Segment
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
@@ -259,13 +259,20 @@ class DLedgerCommitLog:
             return self._put_one(batch)
         with self.put_lock:
             now = max(int(time.time() * 1000), self.last_store_timestamp)
-            queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
-            buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
-            mv = memoryview(buf)
-            st = starts.tolist()
-            bodies = [mv[a:b] for a, b in itertools.pairwise(st)]
+            if batch.uniform:
+                # One kernel call: the records and their queue offsets (PHYSICALOFFSET is the hook's).
+                key = batch.queue_keys[0]
+                advances = bool(batch.advances[0])
+                q0 = self.topic_queue_table.get(key, 0) if advances else 0
+                buf, starts = batch.encode_uniform(q0, 0, now)
+                queue_offsets = (np.arange(q0, q0 + n, dtype=np.int64) if advances
+                                 else np.zeros(n, dtype=np.int64))
+                updates = {key: q0 + n} if advances else {}
+            else:
+                queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
+                buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
             try:
-                _first, positions = self.appender.append_batch(bodies, self.term)
+                _first, positions = self.appender.append_batch(PackedBodies(buf, starts), self.term)
             except DLedgerError as exc:
                 raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
             self.topic_queue_table.update(updates)

@@ -85,6 +85,43 @@ class PreparedBatch:
     queue_keys: list[str]
     # Whether the put waits for the flush (the WAIT property; RocketMQ's isWaitStoreMsgOK).
     wait_store: bool = True
+    # One topic-queue, every field but body and properties shared (RocketMQ's MessageExtBatch):
+    # the commit logs encode it with one ``encode_uniform`` call.
+    uniform: bool = False
+    # With ``uniform``, the properties may be left as one stem (``properties`` empty): each
+    # message's are the stem and, when ``uniq_first >= 0``, 4 hex digits of its UNIQ_KEY counter.
+    props_stem: bytes | None = None
+    uniq_first: int = -1
+
+    def properties_list(self) -> list[bytes]:
+        """``properties`` with one value per message (made from the stem if it is not there)."""
+        if not self.properties and self.props_stem is not None:
+            stem, first = self.props_stem, self.uniq_first
+            if first < 0:
+                self.properties = [stem] * self.n
+            else:
+                self.properties = [stem + _HEX4[(first + i) & 0xFFFF] for i in range(self.n)]
+        return self.properties
+
+    def encode_uniform(self, queue_offset: int, phys_offset: int, store_timestamp: int, first: int = 0,
+                       last: int = -1) -> tuple[bytes, np.ndarray]:
+        """Messages ``first:last`` of a uniform batch encoded by one kernel call, their queue
+        offsets from ``queue_offset`` (the first message's) and physical offsets from
+        ``phys_offset``: ``(buffer, offsets)`` as ``K.encode_uniform``."""
+        last = self.n if last < 0 else last
+        whole = first == 0 and last == self.n
+        bodies = self.bodies if whole else self.bodies[first:last]
+        if self.props_stem is not None and not self.properties:
+            props: Any = self.props_stem
+            uniq = self.uniq_first + first if self.uniq_first >= 0 else -1
+        else:
+            props = self.properties if whole else self.properties[first:last]
+            uniq = -1
+        adv = bool(self.advances[0])
+        return K.encode_uniform(bodies, self.topics[0], props, uniq, int(self.queue_ids[0]), int(self.flags[0]),
+                                int(self.sys_flags[0]), int(self.born_timestamps[0]), self.born_hosts[0],
+                                store_timestamp, self.store_hosts[0], queue_offset + first if adv else 0, adv,
+                                phys_offset)
 
     @property
     def total_bytes(self) -> int:
@@ -241,13 +278,17 @@ class BatchPreparer:
         parts: list[str] = [prefix] if prefix else []
         if keys is not None and len(keys) != n:
             raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
+        stem: bytes | None = None
+        uniq_first = -1
         if cfg.create_uniq_key and UNIQ_KEY not in base:
             head = self.uniq.head()
             first = self.uniq.take(n)
             joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
             if keys is None:
-                jb = joint.encode("utf-8", "surrogatepass")
-                props = [jb + _HEX4[(first + i) & 0xFFFF] for i in range(n)]
+                # Left to the encoder: the stem, then each message's 4 counter digits.
+                stem = joint.encode("utf-8", "surrogatepass")
+                uniq_first = first
+                props = []
             else:
                 props = [(f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}" if k else
                           f"{joint}{(first + i) & 0xFFFF:04X}").encode("utf-8", "surrogatepass")
@@ -255,24 +296,29 @@ class BatchPreparer:
         else:
             fixed = "\x02".join(parts)
             if keys is None:
-                props = [fixed.encode("utf-8", "surrogatepass")] * n
+                stem = fixed.encode("utf-8", "surrogatepass")
+                props = []
             else:
                 props = [("\x02".join([*parts, f"KEYS\x01{k}"]) if k else fixed).encode("utf-8", "surrogatepass")
                          for k in keys]
-        if keys is None:
-            plens = _full(n, len(props[0]), np.int32)
-        else:
-            plens = np.array([len(p) for p in props], dtype=np.int32)
-        if int(plens.max()) > MAX_PROPERTIES_BYTES:
-            raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         store_raw = self.store_host_raw
         braw = encode_host(born_host) if born_host is not None else store_raw
         sflag = host_v6_bits(sys_flag, braw, store_raw)
         sys_arr = _full(n, sflag, np.int32)
-        body_lens = np.array([len(b) for b in body_list], dtype=np.int64)
+        body_lens = np.fromiter(map(len, body_list), dtype=np.int64, count=n)
         # calMsgLength, with everything but the body and properties the same for every message
-        lengths = body_lens + plens + record_length(sflag, 0, len(traw), 0)
+        fixed_len = record_length(sflag, 0, len(traw), 0)
+        if stem is not None:
+            plen = len(stem) + (4 if uniq_first >= 0 else 0)
+            if plen > MAX_PROPERTIES_BYTES:
+                raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
+            lengths = body_lens + (plen + fixed_len)
+        else:
+            plens = np.fromiter(map(len, props), dtype=np.int64, count=n)
+            if int(plens.max()) > MAX_PROPERTIES_BYTES:
+                raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
+            lengths = body_lens + plens + fixed_len
         if int(lengths.max()) > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
         tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
@@ -284,6 +330,7 @@ class BatchPreparer:
             born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=_full(n, 0, np.int32),
             prepared_offsets=_full(n, 0, np.int64), lengths=lengths, advances=_full(n, advances, np.bool_),
             queue_keys=[f"{topic}-{queue_id}"] * n, wait_store=base.get("WAIT") != "false",
+            uniform=True, props_stem=stem, uniq_first=uniq_first,
         )
 
 
@@ -328,8 +375,8 @@ def encode_batch(batch: PreparedBatch, queue_offsets: np.ndarray, phys_offsets: 
         return rec, np.array([0, len(rec)], dtype=np.int64)
     store_ts = np.full(batch.n, store_timestamp, dtype=np.int64)
     buf, starts = K.encode_records(
-        batch.bodies, batch.topics, batch.properties, batch.queue_ids, batch.flags, queue_offsets, phys_offsets,
-        batch.sys_flags, batch.born_timestamps, batch.born_hosts, store_ts, batch.store_hosts,
+        batch.bodies, batch.topics, batch.properties_list(), batch.queue_ids, batch.flags, queue_offsets,
+        phys_offsets, batch.sys_flags, batch.born_timestamps, batch.born_hosts, store_ts, batch.store_hosts,
         batch.reconsume_times, batch.prepared_offsets)
     return buf, np.asarray(starts, dtype=np.int64)
 
@@ -349,7 +396,7 @@ def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) 
 def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_timestamp: int) -> bytes:
     """The record of a one-message batch, encoded here: the kernel's per-call cost is several
     times this for a single record."""
-    body, topic, props = batch.bodies[0], batch.topics[0], batch.properties[0]
+    body, topic, props = batch.bodies[0], batch.topics[0], batch.properties_list()[0]
     sys_flag = int(batch.sys_flags[0])
     size = int(batch.lengths[0])
     return b"".join((
