@@ -6,6 +6,7 @@ Where we deviate from a DLedger default it is said next to the field, with the r
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # tomllib joined the standard library in 3.11; tomli is the same parser
     import tomli as tomllib
+
+log = logging.getLogger(__name__)
 
 MEMORY = "MEMORY"
 FILE = "FILE"
@@ -50,7 +53,6 @@ class DLedgerConfig:
     # DLedger's 4 KiB batch carries four 1 KiB entries a push; 1 MiB lets one push frame carry
     # a client's whole batch (bench/test_bench_cluster.py: 1 KiB bodies 13k -> ~45k entries/s).
     max_batch_push_size: int = _opt(1024 * 1024, "most bytes of entries in one push (DLedger's default: 4096)")
-    enable_push_to_follower: bool = _opt(True, "DLedger's switch for pushing to followers (kept for config files)")
 
     # election
     enable_leader_elector: bool = _opt(True, "take part in elections (false: never stand, never time out)")
@@ -144,6 +146,9 @@ class DLedgerConfig:
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
             name = _ALIASES.get(key) or _snake(key)
+            if name in _IGNORED:
+                log.warning("config option %r is ignored: %s", key, _IGNORED[name])
+                continue
             if name not in known:
                 raise ValueError(f"unknown config option {key!r}")
             kwargs[name] = value
@@ -160,6 +165,11 @@ class DLedgerConfig:
     def replace(self, **changes: Any) -> DLedgerConfig:
         return dataclasses.replace(self, **changes)
 
+
+# Options older config files may hold that nothing reads any more: accepted, with a warning.
+_IGNORED = {
+    "enable_push_to_follower": "DLedger's switch was never read here; the leader always pushes to its followers",
+}
 
 # RocketMQ spells its DLedger switch "enableDLegerCommitLog".
 _ALIASES = {"enableDLegerCommitLog": "message_store", "enable_dleger_commit_log": "message_store"}

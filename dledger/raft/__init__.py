@@ -6,15 +6,12 @@ See ``node.RaftNode`` for the entry points and ``effects`` for what they return.
 from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
 from dledger.raft.member_state import MemberState, MemoryTermStore, Role, TermStore
 from dledger.raft.messages import (
-    AppendEntryRequest,
     AppendEntryResponse,
     HeartBeatRequest,
     HeartBeatResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     Message,
-    MetadataRequest,
-    MetadataResponse,
     ParseResult,
     PushEntryRequest,
     PushEntryResponse,
@@ -24,12 +21,11 @@ from dledger.raft.messages import (
     VoteResult,
     message_from_wire,
 )
-from dledger.raft.node import MultiRaft, RaftNode, error_response
+from dledger.raft.node import RaftNode, error_response
 from dledger.raft.timings import RaftTimings
 
 __all__ = [
     "AppendDone",
-    "AppendEntryRequest",
     "AppendEntryResponse",
     "Flush",
     "HeartBeatRequest",
@@ -39,9 +35,6 @@ __all__ = [
     "MemberState",
     "MemoryTermStore",
     "Message",
-    "MetadataRequest",
-    "MetadataResponse",
-    "MultiRaft",
     "Output",
     "ParseResult",
     "PushEntryRequest",

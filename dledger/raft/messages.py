@@ -238,17 +238,11 @@ class PushEntryResponse(Message):
 
 
 @dataclass(slots=True)
-class AppendEntryRequest(Message):
-    """A client append: one body, or a batch (DLedger's BatchAppendEntryRequest)."""
-
-    bodies: list[bytes] = field(default_factory=list)
-    REQUEST_CODE: ClassVar[RequestCode] = RequestCode.APPEND
-
-
-@dataclass(slots=True)
 class AppendEntryResponse(Message):
-    """``index`` is the last entry's index and ``pos`` its position; ``positions`` has one
-    position per body of a batch (DLedger's BatchAppendFuture positions)."""
+    """The answer to a local append (``AppendDone``): ``index`` is the last entry's index and
+    ``pos`` its position; ``positions`` has one position per body of a batch (DLedger's
+    BatchAppendFuture positions). Client appends reach the node through the runtime's
+    ``propose``, not as messages."""
 
     index: int = -1
     pos: int = -1
@@ -274,18 +268,6 @@ class LeadershipTransferResponse(Message):
     IS_RESPONSE: ClassVar[bool] = True
 
 
-@dataclass(slots=True)
-class MetadataRequest(Message):
-    REQUEST_CODE: ClassVar[RequestCode] = RequestCode.METADATA
-
-
-@dataclass(slots=True)
-class MetadataResponse(Message):
-    peers: dict[str, str] = field(default_factory=dict)
-    REQUEST_CODE: ClassVar[RequestCode] = RequestCode.METADATA
-    IS_RESPONSE: ClassVar[bool] = True
-
-
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.__name__: cls
     for cls in (
@@ -295,12 +277,9 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         HeartBeatResponse,
         PushEntryRequest,
         PushEntryResponse,
-        AppendEntryRequest,
         AppendEntryResponse,
         LeadershipTransferRequest,
         LeadershipTransferResponse,
-        MetadataRequest,
-        MetadataResponse,
     )
 }
 

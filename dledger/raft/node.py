@@ -1,10 +1,10 @@
-"""RaftNode: one DLedger member as a sans-IO object, and MultiRaft, a router over groups.
+"""RaftNode: one DLedger member as a sans-IO object.
 
 Entry points take the caller's clock (``now_ms``) and never block::
 
     node = RaftNode(config, store, term_store, random.Random(seed))
     out = node.tick(now)            # every ~10 ms (DLedger's state loop)
-    out = node.step(now, message)   # for every message from a peer or a client
+    out = node.step(now, message)   # for every message from a peer
     h = node.propose(now, [b"x"])   # local append; its outputs come with the next call
     out = node.drain()              # ...or right away
 
@@ -30,15 +30,12 @@ from dledger.raft.elector import Elector
 from dledger.raft.handler import EntryHandler
 from dledger.raft.member_state import MemberState, Role, TermStore
 from dledger.raft.messages import (
-    AppendEntryRequest,
     AppendEntryResponse,
     HeartBeatRequest,
     HeartBeatResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     Message,
-    MetadataRequest,
-    MetadataResponse,
     PushEntryRequest,
     PushEntryResponse,
     VoteRequest,
@@ -56,9 +53,7 @@ _RESPONSE_FOR: dict[type[Message], type[Message]] = {
     VoteRequest: VoteResponse,
     HeartBeatRequest: HeartBeatResponse,
     PushEntryRequest: PushEntryResponse,
-    AppendEntryRequest: AppendEntryResponse,
     LeadershipTransferRequest: LeadershipTransferResponse,
-    MetadataRequest: MetadataResponse,
 }
 
 
@@ -189,7 +184,7 @@ class RaftNode:
         return self._finish()
 
     def step(self, now_ms: int, msg: Message) -> list[Output]:
-        """Handle one message from a peer or a client."""
+        """Handle one message from a peer."""
         self._begin(now_ms)
         self._dispatch(msg)
         return self._finish()
@@ -212,7 +207,7 @@ class RaftNode:
         handle = self._new_handle()
         # Not copied into a list: a PackedBodies batch is stored from its buffer, body by body
         # objects never made.
-        self._append(bodies, ("local", handle))
+        self._append(bodies, handle)
         return handle
 
     def read_index(self, now_ms: int) -> int:
@@ -310,15 +305,10 @@ class RaftNode:
             core.out.append(Send(msg.local_id, self.elector.handle_vote(msg)))
         elif isinstance(msg, VoteResponse):
             self.elector.handle_vote_response(msg)
-        elif isinstance(msg, AppendEntryRequest):
-            self._append(msg.bodies, ("wire", msg))
         elif isinstance(msg, LeadershipTransferRequest):
             self._on_transfer_request(msg)
         elif isinstance(msg, LeadershipTransferResponse):
             self._on_transfer_response(msg)
-        elif isinstance(msg, MetadataRequest):
-            resp = MetadataResponse(term=ms.curr_term, leader_id=ms.leader_id, peers=dict(ms.peer_map))
-            core.reply(msg, resp)
         else:
             log.warning("[%s] unexpected message %s", ms.self_id, type(msg).__name__)
 
@@ -357,7 +347,7 @@ class RaftNode:
 
     # --- appends (DLedgerServer.handleAppend) ------------------------------------------------
 
-    def _append(self, bodies: Sequence[bytes], waiter: Any) -> None:
+    def _append(self, bodies: Sequence[bytes], handle: int) -> None:
         ms = self.ms
         term = ms.curr_term
         try:
@@ -372,21 +362,15 @@ class RaftNode:
             first, positions = self.core.append_as_leader(bodies, term)
         except DLedgerError as e:
             self._on_append_done(
-                waiter, AppendEntryResponse(group=ms.group, code=e.code, term=term, leader_id=ms.leader_id)
+                handle, AppendEntryResponse(group=ms.group, code=e.code, term=term, leader_id=ms.leader_id)
             )
             return
         last = first + len(bodies) - 1
-        self.replicator.wait_ack(last, term, positions[-1], positions, waiter)
+        self.replicator.wait_ack(last, term, positions[-1], positions, handle)
         self.replicator.pump()
 
-    def _on_append_done(self, waiter: Any, resp: AppendEntryResponse) -> None:
-        kind, target = waiter
-        if kind == "local":
-            self._outbox.append(AppendDone(target, resp))
-        else:
-            req: AppendEntryRequest = target
-            req.base_reply(resp)
-            self._outbox.append(Send(resp.remote_id, resp))
+    def _on_append_done(self, handle: Any, resp: AppendEntryResponse) -> None:
+        self._outbox.append(AppendDone(handle, resp))
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -567,56 +551,3 @@ class RaftNode:
             self._handle_leadership_transfer(req, None)
             return
 
-
-class MultiRaft:
-    """Several groups in one process, one ``RaftNode`` each, routed by ``msg.group``.
-
-    Outputs are returned as ``(group, output)`` pairs so the caller can flush the right
-    store. A message for a group we do not host is answered UNKNOWN_GROUP; one addressed to
-    another member id is answered UNKNOWN_MEMBER (DLedgerServer's checks).
-    """
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, RaftNode] = {}
-
-    def add(self, node: RaftNode) -> None:
-        if node.group in self.nodes:
-            raise ValueError(f"group {node.group!r} is already hosted")
-        self.nodes[node.group] = node
-
-    def remove(self, group: str) -> RaftNode:
-        return self.nodes.pop(group)
-
-    def get(self, group: str) -> RaftNode:
-        node = self.nodes.get(group)
-        if node is None:
-            raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"no group {group!r}")
-        return node
-
-    def tick(self, now_ms: int) -> list[tuple[str, Output]]:
-        out: list[tuple[str, Output]] = []
-        for group, node in self.nodes.items():
-            out.extend((group, o) for o in node.tick(now_ms))
-        return out
-
-    def step(self, now_ms: int, msg: Message) -> list[tuple[str, Output]]:
-        node = self.nodes.get(msg.group)
-        if node is None:
-            resp = error_response(msg, ResponseCode.UNKNOWN_GROUP)
-            return [] if resp is None else [(msg.group, Send(resp.remote_id, resp))]
-        if msg.remote_id != node.self_id:
-            resp = error_response(msg, ResponseCode.UNKNOWN_MEMBER, node.term, node.leader_id)
-            return [] if resp is None else [(msg.group, Send(resp.remote_id, resp))]
-        return [(msg.group, o) for o in node.step(now_ms, msg)]
-
-    def propose(self, now_ms: int, group: str, bodies: Sequence[bytes]) -> int:
-        return self.get(group).propose(now_ms, bodies)
-
-    def drain(self) -> list[tuple[str, Output]]:
-        out: list[tuple[str, Output]] = []
-        for group, node in self.nodes.items():
-            out.extend((group, o) for o in node.drain())
-        return out
-
-    def flushed(self, now_ms: int, group: str, token: int) -> list[tuple[str, Output]]:
-        return [(group, o) for o in self.get(group).flushed(now_ms, token)]

@@ -11,8 +11,6 @@ from dledger.codes import ResponseCode
 from dledger.raft.effects import AppendDone, Flush, Output, Send, is_early
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import (
-    AppendEntryRequest,
-    AppendEntryResponse,
     PushEntryRequest,
     PushEntryResponse,
     PushType,
@@ -245,17 +243,6 @@ def test_append_refusals() -> None:
     node.ms.transferee = "n1"
     node.propose(1, [b"b"])
     assert done(node.drain())[0].response.code == ResponseCode.LEADER_TRANSFERRING
-
-
-def test_wire_append_answers_the_client() -> None:
-    node, _ = leader_in_append_state()
-    req = to_node(node, AppendEntryRequest(bodies=[b"b"], req_id=77), "client-1")
-    out = node.step(1, req)
-    assert isinstance(out[0], Flush)  # the answer waits for the entry to be durable
-    (push,) = [p for p in sent(out, PushEntryRequest, to="n1") if p.type == PushType.APPEND]
-    assert not answer(node, push, ResponseCode.SUCCESS, 0, 1, now=2)
-    resp = one(flush(node, out, now=3), AppendEntryResponse, to="client-1")
-    assert (resp.code, resp.req_id, resp.index, resp.leader_id) == (ResponseCode.SUCCESS, 77, 1, "n0")
 
 
 # --- quorum ack checker -----------------------------------------------------------------------
