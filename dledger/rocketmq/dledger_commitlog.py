@@ -90,7 +90,7 @@ def dledger_config_for(config: MessageStoreConfig) -> DLedgerConfig:
         preferred_leader_ids=config.preferred_leader_id,
         max_body_size=config.max_message_size,
         sync=config.sync_flush,
-    )
+    ).replace(**config.dledger_store_options)
 
 
 def open_dledger_store(config: MessageStoreConfig, *, readonly: bool) -> MmapFileStore:

@@ -92,6 +92,12 @@ _HOLD = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QU
          GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
 
 
+# The member's own DLedger store options that the message store's derived config lacks.
+_STORE_OPTIONS = ("flush_file_interval", "check_point_interval", "mapped_file_size_for_entry_index",
+                  "data_cache_window", "data_store_path", "disk_space_ratio_to_check_expired",
+                  "disk_space_ratio_to_force_clean")
+
+
 def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig:
     """The member's MessageStoreConfig from its DLedgerConfig (RocketMQ builds it the other way
     round; the options are the same ones, §7.2)."""
@@ -118,6 +124,7 @@ def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig
         clean_file_forcibly_enable=cfg.enable_disk_force_clean,
         message_index_enable=cfg.message_index_enable,
         store_host=address,
+        dledger_store_options={name: getattr(cfg, name) for name in _STORE_OPTIONS},
     )
 
 
