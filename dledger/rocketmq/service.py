@@ -634,7 +634,15 @@ class MessageService:
     def stats(self) -> dict[str, Any]:
         """GET_BROKER_RUNTIME_INFO: the member's role and the store's positions and queues."""
         store = self.store
-        queues = [[topic, qid, int(cq.min_offset), int(cq.max_offset)] for topic, qid, cq in store.consume_queues]
+        for _attempt in range(10):
+            try:
+                queues = [[topic, qid, int(cq.min_offset), int(cq.max_offset)]
+                          for topic, qid, cq in store.consume_queues]
+                break
+            except RuntimeError:
+                continue  # dispatch made a queue while we looked
+        else:
+            queues = []
         return {
             **self._role_body(),
             "min_phys_offset": store.min_phys_offset,
