@@ -13,6 +13,9 @@ still in flight (``is_early``). They are the leader's pushes (``Send.early``) an
 (Raft thesis §10.2.1): it counts its own copy of an entry only once ``flushed`` reports it
 durable, so the commit index its pushes carry, and every SUCCESS it reports, already stands
 on a durable majority; a push itself only offers entries, it vouches for nothing.
+
+``flush_order.FlushOrder`` is this rule for whoever drives a node (the node runtime, the
+simulator): it takes the outputs and the flushes' start and end, and says what may go.
 """
 
 from __future__ import annotations

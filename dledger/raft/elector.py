@@ -1,4 +1,4 @@
-"""DLedgerLeaderElector 0.2.3 (spec §3.2 to §3.7), sans-IO.
+"""DLedgerLeaderElector (DLedger 0.2.3), sans-IO.
 
 DLedger runs this as a thread that loops every 10 ms and blocks on a latch while votes or
 heartbeats are out. Here a vote round and a heartbeat round are records: the responses

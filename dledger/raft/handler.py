@@ -1,10 +1,10 @@
-"""EntryHandler (spec §4.4): the follower side of replication, sans-IO.
+"""DLedgerEntryPusher.EntryHandler: the follower side of replication, sans-IO.
 
 APPENDs are buffered by first index and applied strictly at ``ledgerEndIndex + 1``;
 COMPARE, TRUNCATE and COMMIT go through a queue that is served first; a COMPARE or
-TRUNCATE clears the buffered APPENDs (spec §8 invariant 8). ``check_abnormal_future``
-answers stale duplicates (fall-behind) and fails a stuck request (fast-forward) so the
-leader falls back to COMPARE.
+TRUNCATE clears the buffered APPENDs (handlePush), since they were sent for a log the
+leader no longer assumes. ``check_abnormal_future`` answers stale duplicates (fall-behind)
+and fails a stuck request (fast-forward) so the leader falls back to COMPARE.
 
 One deliberate tightening: DLedger checks "am I a follower of this leader in this term" only
 inside ``appendAsFollower``/``truncate``; we also check it for COMPARE, COMMIT and the
@@ -222,7 +222,7 @@ class EntryHandler:
                 # The leader's compare search can end below entries we hold as committed
                 # (our log grew under it from pushes still in flight). Committed entries are
                 # the leader's too, so keep them rather than let our commit index move back
-                # (spec §8 invariant 5); the leader's next APPEND overlaps and is verified.
+                # (a committed entry never goes away); the leader's next APPEND overlaps and is verified.
                 check(req.entries[0].same_as(store.get(truncate_index)), ResponseCode.INCONSISTENT_STATE)
                 self.core.truncate(store.get(committed))
             else:

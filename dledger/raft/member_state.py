@@ -1,8 +1,9 @@
-"""MemberState (spec §3.1): who we are, who the peers are, role, term and vote.
+"""DLedger's MemberState: who we are, who the peers are, role, term and vote.
 
 Term and vote go through a ``TermStore`` and are saved before the in-memory values change,
 so nothing that depends on them (a granted vote, a new term) can be observed before it is
-durable: this is invariant 9 of spec §8.
+durable (Raft paper, Figure 2: persistent state is updated on stable storage before
+responding to RPCs).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class MemberState:
         if self.self_id not in self.peer_map:
             raise ValueError(f"self id {self.self_id!r} is not in peers {config.peers!r}")
         self.term_store = term_store
-        # DLedger starts every member as a candidate (spec §3.1).
+        # DLedger starts every member as a candidate.
         self.role = Role.CANDIDATE
         self.leader_id: str | None = None
         self.curr_term, self.curr_vote_for = term_store.load()

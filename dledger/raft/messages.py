@@ -1,4 +1,5 @@
-"""Consensus messages (spec §3, §4, §8 "Response fields") and their plain-dict wire form.
+"""Consensus messages (DLedger's protocol package: VoteRequest, HeartBeatRequest,
+PushEntryRequest, LeadershipTransferRequest and their responses) and their plain-dict wire form.
 
 Every message carries DLedger's RequestOrResponse base: group, remote_id (addressee),
 local_id (sender), leader_id, term and code. ``req_id`` is ours: DLedger correlates a

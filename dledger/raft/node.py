@@ -222,7 +222,7 @@ class RaftNode:
         committed = store.committed_index
         if committed < self._leader_start_end:
             # Every entry committed before this leadership is in our log, at or below where
-            # it ended when we took over, but our commit index may lag behind it (Raft §8).
+            # it ended when we took over, but our commit index may lag behind it (Raft paper §8).
             # Raft appends a no-op to get there; DLedger has none, so refuse until a write
             # commits. "An entry of our term is committed" is not enough here: DLedger can
             # re-elect a restarted leader in the same term with a stale checkpointed index.

@@ -1,4 +1,4 @@
-"""The leader side of replication (spec §4.1, §4.3, §4.5), sans-IO.
+"""The leader side of replication (DLedgerEntryPusher's EntryDispatcher and QuorumAckChecker), sans-IO.
 
 ``Replicator`` is DLedgerEntryPusher's leader half: per-term watermarks, the pending-append
 map, one ``EntryDispatcher`` per follower (COMPARE → TRUNCATE → APPEND, COMMIT when idle)
@@ -11,12 +11,12 @@ Commit rule. DLedger commits the median watermark whatever the term of that entr
 Raft's Figure 8 hazard: a leader of term 4 that copies an entry of term 2 to a majority and
 commits it can still see it overwritten by a leader elected with an entry of term 3 at the
 same index (the voters' last terms are 2 < 3, so they vote for it). So ``check_quorum``
-commits the median only when its entry is of the current term (Raft §5.4.2), or else the
+commits the median only when its entry is of the current term (Raft paper §5.4.2), or else the
 smallest watermark, i.e. what every member holds (an entry on every member cannot be
 replaced). Earlier-term entries thus commit with the first entry of the current term, or
 as soon as all members have them. The median and the pending completions are otherwise
-DLedger's. The simulator has not reached the Figure 8 interleaving with DLedger's rule
-(thousands of seeds); tests/raft/test_replicator.py builds it by hand.
+DLedger's. The simulator has not reached the Figure 8 interleaving with DLedger's rule;
+tests/raft/test_raft_replication.py builds it by hand.
 """
 
 from __future__ import annotations
@@ -641,7 +641,7 @@ class Replicator:
         marks = sorted(self.water_marks.values(), reverse=True)
         quorum_index = marks[len(marks) // 2]
         if quorum_index > store.committed_index and quorum_index >= store.ledger_begin_index >= 0:
-            # Raft §5.4.2 (see the module docstring): count replicas only for our own term...
+            # Raft paper §5.4.2 (see the module docstring): count replicas only for our own term...
             if store.term_at(quorum_index) == term:
                 store.update_committed_index(term, quorum_index)
             else:

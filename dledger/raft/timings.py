@@ -1,4 +1,5 @@
-"""The intervals DLedger hard-codes (spec §4.7 "Hard-coded values", §3.3), as one object.
+"""The intervals DLedger hard-codes (in DLedgerLeaderElector, DLedgerEntryPusher and
+DLedgerServer), as one object.
 
 DLedger's defaults are the defaults here. They are injectable because the simulator runs
 the same rules with every interval scaled down together, so that thousands of elections
