@@ -52,6 +52,7 @@ cdef extern from "mq_format.h" nogil:
     int mq_host_len(int32_t sys_flag, int32_t v6_flag)
     int64_t mq_record_length(int32_t sys_flag, int64_t body_len, int64_t topic_len, int64_t props_len)
     uint32_t mq_java_hash_utf8(const unsigned char *s, size_t n)
+    uint32_t mq_java_hash_utf8_from(uint32_t h, const unsigned char *s, size_t n)
 
 MESSAGE_MAGIC_CODE = MQ_MESSAGE_MAGIC
 BLANK_MAGIC_CODE = MQ_BLANK_MAGIC
@@ -722,6 +723,177 @@ def property_spans(buf, props_off, props_len, bytes name):
             if oo[k] >= 0:
                 oo[k] += o[k]
     return out_off, out_len
+
+
+def property_spans_many(buf, props_off, props_len, tuple names):
+    """``property_spans`` of several names in one pass over each properties string: a list of
+    ``(offsets, lengths)``, one pair per name, in the order given."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t size = b.shape[0], k, j
+    o_arr, l_arr = _offsets_lengths(props_off, props_len, size, "property_spans_many")
+    cdef const int64_t[::1] o = o_arr
+    cdef const int64_t[::1] ln = l_arr
+    cdef Py_ssize_t count = o.shape[0], m = len(names)
+    if m == 0 or m > 8:
+        raise ValueError("property_spans_many takes 1 to 8 names")
+    cdef const unsigned char *nm[8]
+    cdef Py_ssize_t nl[8]
+    cdef int64_t *oo[8]
+    cdef int32_t *ol[8]
+    out = []
+    for j in range(m):
+        name = names[j]
+        if not isinstance(name, bytes) or len(name) == 0:
+            raise ValueError("property names must be non-empty bytes")
+        nm[j] = <const unsigned char *>PyBytes_AS_STRING(name)
+        nl[j] = PyBytes_GET_SIZE(name)
+        pair = (np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int32))
+        oo[j] = <int64_t *>_ptr(pair[0])
+        ol[j] = <int32_t *>_ptr(pair[1])
+        out.append(pair)
+    cdef const unsigned char *p = &b[0] if size else NULL
+    cdef const unsigned char *q
+    cdef const unsigned char *hit
+    cdef int64_t i, e, sep, n
+    with nogil:
+        for k in range(count):
+            for j in range(m):
+                oo[j][k] = -1
+                ol[j][k] = 0
+            n = ln[k]
+            if n == 0:
+                continue
+            q = p + o[k]
+            i = 0
+            # As _prop_span: items split at 0x02, name and value at the first 0x01, both
+            # non-empty; a later item of the same name wins.
+            while i < n:
+                hit = <const unsigned char *>memchr(q + i, 2, <size_t>(n - i))
+                e = (hit - q) if hit != NULL else n
+                hit = <const unsigned char *>memchr(q + i, 1, <size_t>(e - i))
+                if hit != NULL:
+                    sep = hit - q
+                    if sep > i and sep < e - 1:
+                        for j in range(m):
+                            if sep - i == nl[j] and memcmp(q + i, nm[j], nl[j]) == 0:
+                                oo[j][k] = o[k] + sep + 1
+                                ol[j][k] = <int32_t>(e - sep - 1)
+                                break
+                i = e + 1
+    return out
+
+
+def topic_ids(buf, topic_off, topic_len):
+    """Number the distinct byte strings ``buf[topic_off[k]:topic_off[k] + topic_len[k]]`` in
+    order of first appearance: ``(ids, firsts)``, ``ids[k]`` the number of record k's topic
+    (int32) and ``firsts[i]`` the first record with topic i (int64)."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t size = b.shape[0], k, j
+    o_arr, l_arr = _offsets_lengths(topic_off, topic_len, size, "topic_ids")
+    cdef const int64_t[::1] o = o_arr
+    cdef const int64_t[::1] ln = l_arr
+    cdef Py_ssize_t count = o.shape[0]
+    ids = np.empty(count, dtype=np.int32)
+    firsts_arr = np.empty(max(count, 1), dtype=np.int64)
+    cdef int32_t[::1] out = ids
+    cdef int64_t[::1] firsts = firsts_arr
+    cdef const unsigned char *p = &b[0] if size else NULL
+    cdef Py_ssize_t distinct = 0, f
+    cdef int32_t prev = -1
+    with nogil:
+        for k in range(count):
+            if prev >= 0:
+                f = firsts[prev]
+                if ln[f] == ln[k] and memcmp(p + o[f], p + o[k], <size_t>ln[k]) == 0:
+                    out[k] = prev
+                    continue
+            prev = -1
+            for j in range(distinct):
+                f = firsts[j]
+                if ln[f] == ln[k] and memcmp(p + o[f], p + o[k], <size_t>ln[k]) == 0:
+                    prev = <int32_t>j
+                    break
+            if prev < 0:
+                prev = <int32_t>distinct
+                firsts[distinct] = k
+                distinct += 1
+            out[k] = prev
+    return ids, firsts_arr[:distinct]
+
+
+cdef inline int32_t _index_hash(uint32_t h) noexcept nogil:
+    # IndexFile.indexKeyHashMethod: abs(hashCode), 0 for Integer.MIN_VALUE.
+    cdef int32_t v = <int32_t>h
+    if v == -2147483648:
+        return 0
+    return -v if v < 0 else v
+
+
+def index_key_hashes(buf, prefix_hashes, uniq_off, uniq_len, keys_off, keys_len):
+    """The IndexFile key hashes IndexService.buildIndex puts for each record, in order: its
+    UNIQ_KEY (``uniq_off[k] >= 0``), then every non-empty space-separated segment of its KEYS
+    value, each as ``topic#key``. ``prefix_hashes[k]`` is Java's hash of record k's ``topic#``;
+    the key's UTF-8 bytes continue it. Returns ``(hashes, rows)``: int32 hashes (already
+    ``abs``) and the record (int64) each belongs to."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t size = b.shape[0], k
+    uo_arr, ul_arr = _offsets_lengths(uniq_off, uniq_len, size, "index_key_hashes")
+    ko_arr, kl_arr = _offsets_lengths(keys_off, keys_len, size, "index_key_hashes")
+    cdef const int64_t[::1] uo = uo_arr
+    cdef const int64_t[::1] ul = ul_arr
+    cdef const int64_t[::1] ko = ko_arr
+    cdef const int64_t[::1] kl = kl_arr
+    cdef Py_ssize_t count = uo.shape[0]
+    if ko.shape[0] != count:
+        raise ValueError("index_key_hashes: columns of different lengths")
+    cdef const int64_t[::1] ph = _col(prefix_hashes, count, np.int64, "prefix_hashes")
+    cdef const unsigned char *p = &b[0] if size else NULL
+    cdef Py_ssize_t total = 0
+    cdef int64_t i, n, start
+    cdef const unsigned char *q
+    with nogil:
+        for k in range(count):
+            if uo[k] >= 0 and ul[k] > 0:
+                total += 1
+            if ko[k] >= 0:
+                q = p + ko[k]
+                n = kl[k]
+                i = 0
+                while i < n:
+                    while i < n and q[i] == 32:
+                        i += 1
+                    if i < n:
+                        total += 1
+                    while i < n and q[i] != 32:
+                        i += 1
+    hashes = np.empty(total, dtype=np.int32)
+    rows = np.empty(total, dtype=np.int64)
+    cdef int32_t[::1] hs = hashes
+    cdef int64_t[::1] rs = rows
+    cdef Py_ssize_t at = 0
+    cdef uint32_t prefix
+    with nogil:
+        for k in range(count):
+            prefix = <uint32_t>ph[k]
+            if uo[k] >= 0 and ul[k] > 0:
+                hs[at] = _index_hash(mq_java_hash_utf8_from(prefix, p + uo[k], <size_t>ul[k]))
+                rs[at] = k
+                at += 1
+            if ko[k] >= 0:
+                q = p + ko[k]
+                n = kl[k]
+                i = 0
+                while i < n:
+                    while i < n and q[i] == 32:
+                        i += 1
+                    start = i
+                    while i < n and q[i] != 32:
+                        i += 1
+                    if i > start:
+                        hs[at] = _index_hash(mq_java_hash_utf8_from(prefix, q + start, <size_t>(i - start)))
+                        rs[at] = k
+                        at += 1
+    return hashes, rows
 
 
 def java_hash(str s):

@@ -23,59 +23,28 @@ from dledger._ext import load as _load_ext
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueueTable
-from dledger.rocketmq.index_file import INT_MAX, IndexService, build_key, index_key_hash
+from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
 
 BATCH_RECORDS = 8192
-# 31**k mod 2**32 for every property length k (Java's hash of a concatenation).
-_POW31 = np.ones(1 << 15, dtype=np.int64)
-for _k in range(1, len(_POW31)):
-    _POW31[_k] = (_POW31[_k - 1] * 31) & 0xFFFFFFFF
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
+_NAMES = (b"TAGS", b"UNIQ_KEY", b"KEYS")
 
 
-def _group_by_queue(u8: np.ndarray, topic_off: np.ndarray, topic_len: np.ndarray, topic_hash: np.ndarray,
-                    queue_id: np.ndarray) -> list[tuple[bytes, int, np.ndarray]]:
-    """Rows grouped by (topic bytes, queue id), each group in commit-log order."""
+def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """Rows grouped by (topic number, queue id), each group in commit-log order."""
     n = len(queue_id)
     if n == 0:
         return []
-    key = (topic_hash.astype(np.int64) << 32) ^ (queue_id.astype(np.int64) & 0xFFFFFFFF)
-    if n == 1 or bool((key == key[0]).all()):
-        groups = [np.arange(n)]
-    else:
-        order = np.argsort(key, kind="stable")
-        cuts = np.flatnonzero(np.diff(key[order])) + 1
-        groups = np.split(order, cuts)
-    out: list[tuple[bytes, int, np.ndarray]] = []
-    for rows in groups:
-        r0 = int(rows[0])
-        length = int(topic_len[r0])
-        first = bytes(u8[int(topic_off[r0]):int(topic_off[r0]) + length])
-        same = topic_len[rows] == length
-        if same.all() and length:
-            mat = u8[topic_off[rows][:, None] + np.arange(length)]
-            same = (mat == np.frombuffer(first, dtype=np.uint8)).all(axis=1)
-        if bool(same.all()):
-            out.append((first, int(queue_id[r0]), rows))
-            continue
-        # A hash collision between topics: split this group the slow way.
-        sub: dict[bytes, list[int]] = {}
-        for r in rows.tolist():
-            sub.setdefault(bytes(u8[int(topic_off[r]):int(topic_off[r]) + int(topic_len[r])]), []).append(r)
-        for topic, rs in sub.items():
-            out.append((topic, int(queue_id[r0]), np.asarray(rs, dtype=np.int64)))
-    return out
-
-
-def _strings(u8: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> list[str | None]:
-    out: list[str | None] = []
-    for o, n in zip(offs.tolist(), lens.tolist(), strict=True):
-        out.append(None if o < 0 else bytes(u8[o:o + n]).decode("utf-8", "replace"))
-    return out
+    key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+    if n == 1 or int(key.min()) == int(key.max()):
+        return [(int(topic_id[0]), int(queue_id[0]), np.arange(n))]
+    order = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    return [(int(topic_id[rows[0]]), int(queue_id[rows[0]]), rows) for rows in np.split(order, cuts)]
 
 
 class ReputMessageService:
@@ -212,34 +181,32 @@ class ReputMessageService:
     # -- one batch -----------------------------------------------------------------------
 
     def _dispatch(self, view: memoryview, cols: dict[str, np.ndarray], dledger: bool) -> None:
-        u8 = np.frombuffer(view, dtype=np.uint8)
-        try:
-            self._dispatch_cols(u8, view, cols)
-        finally:
-            del u8
+        self._dispatch_cols(view, cols)
 
-    def _dispatch_cols(self, u8: np.ndarray, view: memoryview, cols: dict[str, np.ndarray]) -> None:
+    def _dispatch_cols(self, view: memoryview, cols: dict[str, np.ndarray]) -> None:
         phys = cols["phys_offset"]
         sizes = cols["size"]
-        sys_flag = cols["sys_flag"]
-        store_ts = cols["store_timestamp"]
-        tran = sys_flag & 0xC
-        props_off, props_len = cols["props_off"], cols["props_len"]
-        topic_hash = K.java_hash_many(view, cols["topic_off"], cols["topic_len"])
-        groups = _group_by_queue(u8, cols["topic_off"], cols["topic_len"], np.asarray(topic_hash),
-                                 cols["queue_id"])
-        # Consume queues: NOT_TYPE and COMMIT_TYPE records.
-        tag_off, tag_len = K.property_spans(view, props_off, props_len, b"TAGS")
-        tags_code = np.asarray(K.java_hash_many(view, tag_off, tag_len), dtype=np.int64)
-        tags_code[(np.asarray(tag_off) < 0) | (np.asarray(tag_len) == 0)] = 0
+        tran = cols["sys_flag"] & 0xC
+        topic_off = cols["topic_off"]
+        # Distinct topics numbered by one kernel pass (bytes compared, no hash to collide).
+        topic_id, firsts = K.topic_ids(view, topic_off, cols["topic_len"])
+        topics_raw = [bytes(view[o:o + n]) for o, n in zip(topic_off[firsts].tolist(),
+                                                            cols["topic_len"][firsts].tolist(), strict=True)]
+        groups = _group_by_queue(topic_id, cols["queue_id"])
+        # TAGS, UNIQ_KEY and KEYS found in one pass over the properties.
+        spans = K.property_spans_many(view, cols["props_off"], cols["props_len"], _NAMES)
+        tag_off, tag_len = spans[0]
+        # tagsCode: Java's hash of TAGS (0 without tags: an empty slice hashes to 0).
+        tags_code = K.java_hash_many(view, tag_off, tag_len).astype(np.int64)
         in_cq = (tran == 0) | (tran == 8)
-        for topic_raw, qid, rows in groups:
-            keep = rows[in_cq[rows]]
+        all_in_cq = bool(in_cq.all())
+        for tid, qid, rows in groups:
+            keep = rows if all_in_cq else rows[in_cq[rows]]
             if not len(keep):
                 continue
-            topic = topic_raw.decode("utf-8", "replace")
-            cq = self.consume_queues.find_or_create(topic, qid)
-            if cq.max_physic_offset > 0:
+            topic_raw = topics_raw[tid]
+            cq = self.consume_queues.find_or_create(topic_raw.decode("utf-8", "replace"), qid)
+            if cq.max_physic_offset > 0 and int(phys[keep[0]]) + int(sizes[keep[0]]) <= cq.max_physic_offset:
                 # Re-dispatch after a restart: units the queue has are skipped here, not one by one.
                 keep = keep[phys[keep] + sizes[keep] > cq.max_physic_offset]
                 if not len(keep):
@@ -250,10 +217,8 @@ class ReputMessageService:
             cq.put_units(cols["queue_offset"][keep], phys[keep], sizes[keep], codes)
         # Index: every record but ROLLBACK, from its UNIQ_KEY and KEYS.
         if self.index is not None and self.config.message_index_enable:
-            sel = np.flatnonzero((tran != 0xC) & (phys >= self.index_from))
-            if len(sel):
-                self._build_index(u8, view, cols, groups, sel)
-        self.dispatched_store_timestamp = int(store_ts[-1])
+            self._build_index(view, cols, topics_raw, topic_id, tran, spans)
+        self.dispatched_store_timestamp = int(cols["store_timestamp"][-1])
         self.dispatched_messages += len(phys)
 
     def _deliver_timestamps(self, view: memoryview, rows: np.ndarray, cols: dict[str, np.ndarray],
@@ -276,72 +241,32 @@ class ReputMessageService:
             del u8
         return codes
 
-    def _build_index(self, u8: np.ndarray, view: memoryview, cols: dict[str, np.ndarray],
-                     groups: list[tuple[bytes, int, np.ndarray]], sel: np.ndarray) -> None:
+    def _build_index(self, view: memoryview, cols: dict[str, np.ndarray], topics_raw: list[bytes],
+                     topic_id: np.ndarray, tran: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """IndexService.buildIndex for a batch: one item per UNIQ_KEY, then one per non-empty
-        KEYS segment, per message, in log order; keys ``topic#key`` hashed as Java does.
-
-        UNIQ_KEY hashes come from one kernel pass: Java's hash of ``topic#`` + key is
-        ``hash(topic#) * 31**len(key) + hash(key)`` (mod 2**32), for keys whose UTF-16 length is
-        their byte length (ASCII); other keys, and KEYS segments, are hashed one by one."""
+        KEYS segment, per message, in log order, keys ``topic#key`` hashed as Java does (one
+        kernel pass continues the hash of ``topic#`` over each key's bytes)."""
         index = self.index
         assert index is not None
         last = index.get_and_create_last_file()
-        phys_all = cols["phys_offset"]
-        # buildIndex skips what the last file already covers.
-        sel = sel[phys_all[sel] >= last.end_phy_offset]
-        if not len(sel):
+        phys = cols["phys_offset"]
+        # buildIndex skips ROLLBACK records and what the last file already covers.
+        floor = max(self.index_from, int(last.end_phy_offset))
+        if int(phys[0]) >= floor and not bool((tran == 0xC).any()):
+            sel: np.ndarray | None = None
+        else:
+            sel = np.flatnonzero((tran != 0xC) & (phys >= floor))
+            if not len(sel):
+                return
+        prefix_of = np.array([K.java_hash(t.decode("utf-8", "replace") + "#") & 0xFFFFFFFF for t in topics_raw],
+                             dtype=np.int64)
+        prefix = prefix_of[topic_id]
+        (uo, ul), (ko, kl) = spans[1], spans[2]
+        if sel is not None:
+            prefix, uo, ul, ko, kl = prefix[sel], uo[sel], ul[sel], ko[sel], kl[sel]
+        hashes, rows = K.index_key_hashes(view, prefix, uo, ul, ko, kl)
+        if not len(hashes):
             return
-        props_off, props_len = cols["props_off"][sel], cols["props_len"][sel]
-        uo, ul = (np.asarray(a) for a in K.property_spans(view, props_off, props_len, b"UNIQ_KEY"))
-        ko, kl = (np.asarray(a) for a in K.property_spans(view, props_off, props_len, b"KEYS"))
-        n = len(sel)
-        topic_of = np.empty(len(cols["size"]), dtype=object)
-        prefix_hash = np.zeros(len(cols["size"]), dtype=np.int64)
-        for topic_raw, _qid, rows in groups:
-            topic = topic_raw.decode("utf-8", "replace")
-            topic_of[rows] = topic
-            prefix_hash[rows] = K.java_hash(topic + "#") & 0xFFFFFFFF
-        topics = topic_of[sel]
-        has_u = uo >= 0
-        # UNIQ_KEY hashes, vectorised over the ASCII ones
-        key_hash = np.asarray(K.java_hash_many(view, np.where(has_u, uo, 0), np.where(has_u, ul, 0)),
-                              dtype=np.int64) & 0xFFFFFFFF
-        lens = ul.astype(np.int64)
-        ascii_ok = np.ones(n, dtype=bool)
-        for length in np.unique(lens[has_u]).tolist():
-            rows = np.flatnonzero(has_u & (lens == length))
-            if length:
-                # rows x length bytes through a strided view: no index matrix is built
-                mat = np.lib.stride_tricks.sliding_window_view(u8, length)[uo[rows]]
-                ascii_ok[rows] = mat.max(axis=1) < 0x80
-        pw = _POW31[np.minimum(lens, len(_POW31) - 1)]
-        full = ((prefix_hash[sel] * pw) & 0xFFFFFFFF) + key_hash
-        full &= 0xFFFFFFFF
-        signed = np.where(full >= 1 << 31, full - (1 << 32), full)
-        uniq_items = np.abs(signed)
-        uniq_items[uniq_items > INT_MAX] = 0
-        slow_u = np.flatnonzero(has_u & ~ascii_ok)
-        for j in slow_u.tolist():
-            key = bytes(u8[int(uo[j]):int(uo[j]) + int(ul[j])]).decode("utf-8", "replace")
-            uniq_items[j] = index_key_hash(build_key(topics[j], key))
-        # KEYS segments, message by message
-        extra: dict[int, list[int]] = {}
-        for j in np.flatnonzero(ko >= 0).tolist():
-            text = bytes(u8[int(ko[j]):int(ko[j]) + int(kl[j])]).decode("utf-8", "replace")
-            segs = [index_key_hash(build_key(topics[j], k)) for k in text.split(" ") if k]
-            if segs:
-                extra[j] = segs
-        counts = has_u.astype(np.int64)
-        for j, segs in extra.items():
-            counts[j] += len(segs)
-        total = int(counts.sum())
-        if not total:
-            return
-        starts = np.cumsum(counts) - counts
-        hashes = np.zeros(total, dtype=np.int32)
-        hashes[starts[has_u]] = uniq_items[has_u]
-        for j, segs in extra.items():
-            at = int(starts[j]) + int(has_u[j])
-            hashes[at:at + len(segs)] = segs
-        index.put_hashes(hashes, np.repeat(phys_all[sel], counts), np.repeat(cols["store_timestamp"][sel], counts))
+        if sel is not None:
+            rows = sel[rows]
+        index.put_hashes(hashes, phys[rows], cols["store_timestamp"][rows])

@@ -118,3 +118,85 @@ def test_uniform_batches_across_files_read_back(tmp_path, mode: str, uniq: bool)
         assert all(m.tags == "tg" and m.properties["p"] == "v" for m in msgs[:600])
         got = s.get_messages("T", 3, 0, 1000).messages
         assert [m.body for m in got] == bodies
+
+
+# -- dispatch kernels ------------------------------------------------------------------------------
+
+prop_name = st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"K", b"TAG"])
+prop_item = st.one_of(
+    st.tuples(prop_name, st.binary(max_size=12).filter(lambda v: b"\x01" not in v and b"\x02" not in v)).map(
+        lambda t: t[0] + b"\x01" + t[1]),
+    st.binary(max_size=10).filter(lambda v: b"\x02" not in v),
+)
+props_strings = st.lists(st.lists(prop_item, max_size=6).map(b"\x02".join), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(props=props_strings, names=st.lists(prop_name, min_size=1, max_size=4, unique=True))
+def test_property_spans_many_is_property_span_of_each_name(props: list[bytes], names: list[bytes]) -> None:
+    buf = b"#".join(props)
+    offs = np.cumsum([0] + [len(p) + 1 for p in props[:-1]], dtype=np.int64) if props else np.empty(0, np.int64)
+    lens = np.array([len(p) for p in props], dtype=np.int64)
+    got = mk.property_spans_many(buf, offs, lens, tuple(names))
+    assert len(got) == len(names)
+    for name, (o, ln) in zip(names, got, strict=True):
+        want = [oracle.property_span(p, name) for p in props]
+        rel = [(int(a) - int(offs[k]) if a >= 0 else -1, int(b)) for k, (a, b) in enumerate(zip(o, ln, strict=True))]
+        assert rel == want
+        single = mk.property_spans(buf, offs, lens, name)
+        assert single[0].tolist() == o.tolist() and single[1].tolist() == ln.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(topics=st.lists(st.sampled_from([b"A", b"B", b"AB", b"", b"\xe4\xb8\xad", b"BA"]), max_size=30))
+def test_topic_ids_number_distinct_topics_in_order(topics: list[bytes]) -> None:
+    buf = b"".join(topics)
+    offs = np.cumsum([0] + [len(t) for t in topics[:-1]], dtype=np.int64) if topics else np.empty(0, np.int64)
+    ids, firsts = mk.topic_ids(buf, offs, np.array([len(t) for t in topics], dtype=np.int64))
+    order: list[bytes] = list(dict.fromkeys(topics))
+    assert ids.tolist() == [order.index(t) for t in topics]
+    assert firsts.tolist() == [topics.index(t) for t in order]
+
+
+key_text = st.text(alphabet=st.sampled_from(["a", "Z", "0", " ", "#", "中", "\U0001f680", "é"]), max_size=16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["TopicA", "中文", "t"]), st.one_of(st.none(), key_text),
+                               st.one_of(st.none(), key_text)), max_size=12),
+       raw_tail=st.binary(max_size=6))
+def test_index_key_hashes_are_buildindex_keys(rows: list[tuple[str, str | None, str | None]], raw_tail: bytes) -> None:
+    """UNIQ_KEY first, then each non-empty KEYS segment, hashed as ``topic#key`` (Java's hash of
+    the separately decoded strings, ill-formed UTF-8 included)."""
+    parts: list[bytes] = []
+    at = 0
+    uo, ul, ko, kl, prefix = [], [], [], [], []
+    want: list[tuple[int, int]] = []
+    for k, (topic, uniq, keys) in enumerate(rows):
+        prefix.append(oracle.java_hash(topic + "#") & 0xFFFFFFFF)
+        for value, o_list, l_list in ((uniq, uo, ul), (keys, ko, kl)):
+            if value is None or (o_list is uo and value == ""):
+                o_list.append(-1)
+                l_list.append(0)
+                continue
+            raw = value.encode() + (raw_tail if o_list is ko else b"")
+            o_list.append(at)
+            l_list.append(len(raw))
+            parts.append(raw)
+            at += len(raw)
+        if uniq:
+            want.append((oracle.index_key_hash(topic + "#" + uniq), k))
+        if keys is not None:
+            text = oracle.java_decode(keys.encode() + raw_tail)
+            want += [(oracle.index_key_hash(topic + "#" + seg), k) for seg in text.split(" ") if seg]
+    hashes, idx = mk.index_key_hashes(b"".join(parts), np.array(prefix, dtype=np.int64), np.array(uo, np.int64),
+                                      np.array(ul, np.int64), np.array(ko, np.int64), np.array(kl, np.int64))
+    assert list(zip(hashes.tolist(), idx.tolist(), strict=True)) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.binary(max_size=40), text=st.text(max_size=20))
+def test_java_hash_four_at_a_time_is_the_oracles(raw: bytes, text: str) -> None:
+    assert mk.java_hash_bytes(raw) == oracle.java_hash_bytes(raw)
+    enc = text.encode("utf-8", "surrogatepass")
+    assert mk.java_hash_bytes(enc) == oracle.java_hash_bytes(enc)
