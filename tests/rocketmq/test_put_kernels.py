@@ -170,7 +170,11 @@ def test_index_key_hashes_are_buildindex_keys(rows: list[tuple[str, str | None, 
     the separately decoded strings, ill-formed UTF-8 included)."""
     parts: list[bytes] = []
     at = 0
-    uo, ul, ko, kl, prefix = [], [], [], [], []
+    uo: list[int] = []
+    ul: list[int] = []
+    ko: list[int] = []
+    kl: list[int] = []
+    prefix: list[int] = []
     want: list[tuple[int, int]] = []
     for k, (topic, uniq, keys) in enumerate(rows):
         prefix.append(oracle.java_hash(topic + "#") & 0xFFFFFFFF)
