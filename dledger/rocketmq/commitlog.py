@@ -324,8 +324,7 @@ class CommitLog:
         if batch.n == 1:
             return self._put_one(batch)
         lengths = batch.lengths
-        longest = int(lengths.max())
-        if longest + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+        if batch.longest_record() + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
             now = int(time.time() * 1000)

@@ -92,6 +92,13 @@ class PreparedBatch:
     # message's are the stem and, when ``uniq_first >= 0``, 4 hex digits of its UNIQ_KEY counter.
     props_stem: bytes | None = None
     uniq_first: int = -1
+    # The longest record (-1: not computed; ``lengths.max()``).
+    longest: int = -1
+
+    def longest_record(self) -> int:
+        if self.longest < 0:
+            self.longest = int(self.lengths.max())
+        return self.longest
 
     def properties_list(self) -> list[bytes]:
         """``properties`` with one value per message (made from the stem if it is not there)."""
@@ -139,6 +146,7 @@ class BatchPreparer:
         self.max_delay_level = config.max_delay_level
         self.uniq = UniqIdGenerator()
         self._topic_cache: dict[str, bytes] = {}
+        self._templates: dict[tuple[Any, ...], _Template] = {}
 
     def _topic_bytes(self, topic: str) -> bytes:
         raw = self._topic_cache.get(topic)
@@ -257,6 +265,30 @@ class BatchPreparer:
             advances=np.array(advances, dtype=bool), queue_keys=queue_keys, wait_store=wait_store,
         )
 
+    def _template(self, topic: str, queue_id: int, tags: str | None, properties: dict[str, str] | None, flag: int,
+                  sys_flag: int, born_host: tuple[str, int] | None) -> _Template:
+        """What every batch of these arguments shares, checked once (the topic, the queue, the
+        properties but the per-message ones)."""
+        traw = self._topic_bytes(topic)
+        self._check_queue(topic, queue_id)
+        base = dict(properties or {})
+        if PROPERTY_DELAY in base:
+            raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
+        if tags:
+            base["TAGS"] = tags
+        parts = [f"{k}\x01{v}" for k, v in base.items() if v is not None]
+        store_raw = self.store_host_raw
+        braw = encode_host(born_host) if born_host is not None else store_raw
+        sflag = host_v6_bits(sys_flag, braw, store_raw)
+        tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        return _Template(
+            traw=traw, parts=parts, fixed="\x02".join(parts).encode("utf-8", "surrogatepass"),
+            uniq_stem=("\x02".join([*parts, "UNIQ_KEY\x01"])).encode("utf-8", "surrogatepass"),
+            create_uniq=self.config.create_uniq_key and UNIQ_KEY not in base, sflag=sflag, braw=braw,
+            fixed_len=record_length(sflag, 0, len(traw), 0),
+            advances=tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
+            queue_key=f"{topic}-{queue_id}", wait_store=base.get("WAIT") != "false")
+
     def prepare_columns(self, topic: str, bodies: Sequence[bytes], *, queue_id: int = 0, tags: str | None = None,
                         keys: Sequence[str | None] | None = None, properties: dict[str, str] | None = None,
                         flag: int = 0, sys_flag: int = 0, born_host: tuple[str, int] | None = None,
@@ -267,71 +299,84 @@ class BatchPreparer:
         if n == 0:
             raise IllegalMessage("no messages")
         cfg = self.config
-        traw = self._topic_bytes(topic)
-        self._check_queue(topic, queue_id)
-        base = dict(properties or {})
-        if PROPERTY_DELAY in base:
-            raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
-        if tags:
-            base["TAGS"] = tags
-        prefix = "\x02".join([f"{k}\x01{v}" for k, v in base.items() if v is not None])
-        parts: list[str] = [prefix] if prefix else []
+        tkey = (topic, queue_id, tags, tuple(properties.items()) if properties else (), flag, sys_flag, born_host)
+        tpl = self._templates.get(tkey)
+        if tpl is None:
+            tpl = self._template(topic, queue_id, tags, properties, flag, sys_flag, born_host)
+            if len(self._templates) >= 4096:
+                self._templates.clear()
+            self._templates[tkey] = tpl
+        elif cfg.topic_queue_nums:
+            self._check_queue(topic, queue_id)  # the table may have changed since
         if keys is not None and len(keys) != n:
             raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
         stem: bytes | None = None
         uniq_first = -1
-        if cfg.create_uniq_key and UNIQ_KEY not in base:
+        parts = tpl.parts
+        if tpl.create_uniq:
             head = self.uniq.head()
             first = self.uniq.take(n)
-            joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
             if keys is None:
                 # Left to the encoder: the stem, then each message's 4 counter digits.
-                stem = joint.encode("utf-8", "surrogatepass")
+                stem = tpl.uniq_stem + head.encode()
                 uniq_first = first
-                props = []
+                props: list[bytes] = []
             else:
+                joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
                 props = [(f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}" if k else
                           f"{joint}{(first + i) & 0xFFFF:04X}").encode("utf-8", "surrogatepass")
                          for i, k in enumerate(keys)]
+        elif keys is None:
+            stem = tpl.fixed
+            props = []
         else:
-            fixed = "\x02".join(parts)
-            if keys is None:
-                stem = fixed.encode("utf-8", "surrogatepass")
-                props = []
-            else:
-                props = [("\x02".join([*parts, f"KEYS\x01{k}"]) if k else fixed).encode("utf-8", "surrogatepass")
-                         for k in keys]
+            props = [("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed
+                     for k in keys]
         body_list = bodies if isinstance(bodies, list) else list(bodies)
-        store_raw = self.store_host_raw
-        braw = encode_host(born_host) if born_host is not None else store_raw
-        sflag = host_v6_bits(sys_flag, braw, store_raw)
-        sys_arr = _full(n, sflag, np.int32)
         body_lens = np.fromiter(map(len, body_list), dtype=np.int64, count=n)
         # calMsgLength, with everything but the body and properties the same for every message
-        fixed_len = record_length(sflag, 0, len(traw), 0)
         if stem is not None:
             plen = len(stem) + (4 if uniq_first >= 0 else 0)
             if plen > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            lengths = body_lens + (plen + fixed_len)
+            lengths = body_lens + (plen + tpl.fixed_len)
+            longest = max(map(len, body_list)) + plen + tpl.fixed_len
         else:
             plens = np.fromiter(map(len, props), dtype=np.int64, count=n)
             if int(plens.max()) > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            lengths = body_lens + plens + fixed_len
-        if int(lengths.max()) > cfg.max_message_size:
+            lengths = body_lens + plens + tpl.fixed_len
+            longest = int(lengths.max())
+        if longest > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
-        tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-        advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        store_raw = self.store_host_raw
+        # The shared columns: one value repeated (the uniform encoder reads the first).
         return PreparedBatch(
-            n=n, topics=[traw] * n, queue_ids=_full(n, queue_id, np.int32), bodies=body_list,
-            properties=props, flags=_full(n, flag, np.int32), sys_flags=sys_arr,
-            born_timestamps=np.full(n, born_timestamp or int(time.time() * 1000), dtype=np.int64),
-            born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=_full(n, 0, np.int32),
-            prepared_offsets=_full(n, 0, np.int64), lengths=lengths, advances=_full(n, advances, np.bool_),
-            queue_keys=[f"{topic}-{queue_id}"] * n, wait_store=base.get("WAIT") != "false",
-            uniform=True, props_stem=stem, uniq_first=uniq_first,
+            n=n, topics=[tpl.traw] * n, queue_ids=_full(n, queue_id, np.int32), bodies=body_list,
+            properties=props, flags=_full(n, flag, np.int32), sys_flags=_full(n, tpl.sflag, np.int32),
+            born_timestamps=[born_timestamp or int(time.time() * 1000)] * n,
+            born_hosts=[tpl.braw] * n, store_hosts=[store_raw] * n, reconsume_times=_full(n, 0, np.int32),
+            prepared_offsets=_full(n, 0, np.int64), lengths=lengths, advances=_full(n, tpl.advances, np.bool_),
+            queue_keys=[tpl.queue_key] * n, wait_store=tpl.wait_store,
+            uniform=True, props_stem=stem, uniq_first=uniq_first, longest=longest,
         )
+
+
+@dataclass(slots=True)
+class _Template:
+    """What the batches of one (topic, queue, tags, properties, flag, sys flag, born host) share."""
+
+    traw: bytes
+    parts: list[str]
+    fixed: bytes
+    uniq_stem: bytes
+    create_uniq: bool
+    sflag: int
+    braw: bytes
+    fixed_len: int
+    advances: bool
+    queue_key: str
+    wait_store: bool
 
 
 def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[np.ndarray, dict[str, int]]:

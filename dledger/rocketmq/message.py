@@ -257,6 +257,7 @@ class UniqIdGenerator:
         self._lock = threading.Lock()
         self._start_ms = 0
         self._next_start_ms = 0
+        self._head: tuple[int, str] = (-1, "")
         self._set_start(int(time.time() * 1000))
 
     def _set_start(self, now_ms: int) -> None:
@@ -287,7 +288,13 @@ class UniqIdGenerator:
 
     def head(self) -> str:
         """Everything but the counter: the ids made within one millisecond share it."""
-        return f"{self.prefix}{self._diff():08X}"
+        now = int(time.time() * 1000)
+        cached = self._head
+        if cached[0] == now:
+            return cached[1]
+        head = f"{self.prefix}{self._diff():08X}"
+        self._head = (now, head)
+        return head
 
     def take(self, n: int) -> int:
         """Reserve ``n`` consecutive counter values; returns the first."""
