@@ -190,17 +190,24 @@ class DLedgerCommitLog:
         def become_leader() -> None:
             deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
             while self.role == LEADER and self.term == term and not self.closed:
-                if ready is None or ready():
-                    if self.on_role_ready is not None:
-                        self.on_role_ready()
-                    # Under the lock: a role change between the check and the write would
-                    # otherwise leave a table of this term writable in the next.
-                    with self._role_lock:
-                        self.writable = self.role == LEADER and self.term == term
-                    return
+                try:
+                    if ready is None or ready():
+                        if self.on_role_ready is not None:
+                            self.on_role_ready()
+                        # Under the lock: a role change between the check and the write would
+                        # otherwise leave a table of this term writable in the next.
+                        with self._role_lock:
+                            self.writable = self.role == LEADER and self.term == term
+                        log.info("leader of term %d takes writes (log committed and dispatched to %d)", term,
+                                 self.committed_pos)
+                        return
+                except Exception:
+                    # A leader that never takes writes is worse than one more try.
+                    log.exception("leader of term %d: getting ready failed; trying again", term)
                 if time.monotonic() > deadline:
-                    log.warning("leader of term %d: not caught up after %.0f s; still waiting", term,
-                                self.config.dledger_leader_ready_timeout)
+                    log.warning("leader of term %d: not caught up after %.0f s (committed position %d, ledger "
+                                "end %d); still waiting", term, self.config.dledger_leader_ready_timeout,
+                                self.committed_pos, self.ledger_end_pos)
                     deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
                 # DLedgerRoleChangeHandler sleeps 100 ms; the check is cheap and each sleep
                 # adds to a failover.

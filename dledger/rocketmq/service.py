@@ -124,6 +124,8 @@ def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig
         clean_file_forcibly_enable=cfg.enable_disk_force_clean,
         message_index_enable=cfg.message_index_enable,
         store_host=address,
+        # A member still catching up after this many seconds as leader says so (and why).
+        dledger_leader_ready_timeout=5.0,
         dledger_store_options={name: getattr(cfg, name) for name in _STORE_OPTIONS},
     )
 
@@ -221,7 +223,15 @@ class MessageService:
         self._watcher.start()
 
     def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None:
-        self.store.on_role_change(role.name, term)
+        # DLedgerRoleChangeHandler's rule, by index as there: a leader takes puts once its
+        # ledger end is committed (or it has no entry) and dispatch has caught up.
+        st, reput = self.node_store, self.store.reput
+
+        def ready() -> bool:
+            end = st.ledger_end_index
+            return end == -1 or (st.committed_index >= end and reput.behind() == 0)
+
+        self.commitlog.on_role_change(role.name, term, ready)
         if role == Role.LEADER and self._loop is not None:
             self._loop.call_soon(self._ensure_committed_tail, term)
 
@@ -311,7 +321,12 @@ class MessageService:
         if g is None or not g.is_leader or g.term != term or self._stop.is_set():
             return
         st = self.node_store
+        assert self._loop is not None
+        if self.commitlog.writable:
+            return
         if st.committed_index >= st.ledger_end_index:
+            # Committed; dispatch is catching up. Look again (a tail may come back to commit).
+            self._loop.call_later(NOOP_RETRY_S, self._ensure_committed_tail, term)
             return
         if self._noop is None or self._noop.done():
             try:
@@ -324,7 +339,6 @@ class MessageService:
                          st.ledger_end_index)
             except Exception:
                 log.exception("no-op proposal failed")
-        assert self._loop is not None
         # Look again later: the no-op may fail (pending full, a quorum lost for a while).
         self._loop.call_later(NOOP_RETRY_S, self._ensure_committed_tail, term)
 
