@@ -32,6 +32,8 @@ K = _load_ext("message")
 BATCH_RECORDS = 8192
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
 _NAMES = (b"TAGS", b"UNIQ_KEY", b"KEYS")
+# Scan columns that are offsets into the buffer scanned.
+_OFFSET_COLUMNS = ("born_host_off", "store_host_off", "body_off", "topic_off", "props_off")
 
 
 def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
@@ -155,11 +157,20 @@ class ReputMessageService:
                         scan = K.scan_dledger_records if seg.dledger else K.scan_records
                         cols, stop, code = scan(seg.view, seg.base, seg.start, seg.end, False, BATCH_RECORDS)
                         n = len(cols["size"])
-                        if n:
+                        if n and not seg.dledger:
                             self._dispatch(seg.view, cols, seg.dledger)
                             done += n
+                        elif n:
+                            # The DLedger store's lock is the one its appends take: dispatch a copy
+                            # of the records scanned, with the lock released.
+                            data = bytes(seg.view[seg.start:stop])
                     finally:
                         seg.view.release()
+                if n and seg.dledger:
+                    for name in _OFFSET_COLUMNS:
+                        cols[name] -= seg.start
+                    self._dispatch(memoryview(data), cols, seg.dledger)
+                    done += n
                 batches += 1
                 if code == K.STOP_BLANK:
                     self.reput_from = cl.roll_next_file(seg.base + stop)
