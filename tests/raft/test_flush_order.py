@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dledger.codes import ResponseCode
 from dledger.raft.effects import AppendDone, Flush, Output, RoleChanged, Send
@@ -93,3 +95,68 @@ def test_misuse_is_refused() -> None:
         order.flush_started()
     with pytest.raises(RuntimeError):
         order.flush_done(token + 1)
+
+
+# --- the rule, over any interleaving ---------------------------------------------------------
+
+Op = tuple[str, bool]  # ("submit", has_flush) | ("start", _) | ("done", failed)
+
+
+@given(st.lists(st.one_of(st.tuples(st.just("submit"), st.booleans()),
+                          st.tuples(st.sampled_from(["start", "done"]), st.booleans())), max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_nothing_goes_before_a_flush_that_started_after_its_write(ops: list[Op]) -> None:
+    """Whatever the order of writes and flushes: an output goes only once every write made
+    up to its batch is covered by a flush that started after it and ended; outputs go in
+    the order they came; and nothing is lost."""
+    order: FlushOrder[int] = FlushOrder()
+    clock = 0
+    last_write_at = -1  # when the last batch holding a Flush was submitted
+    needs: dict[int, int] = {}  # batch -> the write its outputs wait for
+    running: tuple[int, int] | None = None  # (token, start time)
+    covered = -1  # every write at or before this time is durable
+    gone: list[int] = []
+
+    def release(batches: list[int]) -> None:
+        for b in batches:
+            assert needs[b] <= covered, f"batch {b} went before its write at {needs[b]} was flushed"
+        gone.extend(batches)
+
+    for batch, (kind, flag) in enumerate(ops):
+        clock += 1
+        if kind == "submit":
+            outs: list[Output] = [Flush(0, token=batch)] if flag else []
+            outs += [ack(batch), push()]
+            if flag:
+                last_write_at = clock
+            needs[batch] = last_write_at
+            now = order.submit(batch, outs)
+            assert not any(isinstance(o, Flush) for o in now)
+            if len(now) == 2:
+                release([batch])
+        elif kind == "start" and running is None and order.flush_wanted:
+            running = (order.flush_started(), clock)
+        elif kind == "done" and running is not None:
+            token, started = running
+            running = None
+            if flag:
+                order.flush_failed(token)
+            else:
+                covered = max(covered, started)
+                release([_batch_of(r) for r in order.flush_done(token)])
+    # Then the disk keeps up: everything goes.
+    if running is not None:
+        covered = max(covered, running[1])
+        release([_batch_of(r) for r in order.flush_done(running[0])])
+    clock += 1
+    while order.flush_wanted:
+        covered = clock
+        release([_batch_of(r) for r in order.flush_done(order.flush_started())])
+    assert sorted(gone) == gone == [b for b, (kind, _) in enumerate(ops) if kind == "submit"]
+
+
+def _batch_of(ready: Ready[int]) -> int:
+    (o,) = ready.outputs
+    assert isinstance(o, Send) and isinstance(o.msg, PushEntryResponse)
+    assert ready.tokens == ([ready.key] if ready.tokens else [])
+    return ready.key
