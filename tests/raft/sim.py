@@ -5,7 +5,8 @@ partitions), crashes and restarts, slow disks, the client workload and every nod
 random source. Time is simulated; nothing sleeps.
 
 Durability model. Each node's store is a ``SimStore``: a MemoryStore that also keeps the
-*durable* copy of the log, updated only when a flush of that node ends. What a node returns
+*durable* copy of the log, which a flush of that node, when it ends, sets to the log as it
+was when the flush began (nothing written later). What a node returns
 goes through a ``FlushOrder``, the scheduler the node runtime uses: early outputs are
 carried out at once, the rest waits for a flush that started after its writes. Without
 slow disks a flush ends as soon as it starts, so everything is durable between events.
@@ -87,6 +88,8 @@ class SimStore(MemoryStore):
         self.durable: list[Entry] = []
         self.durable_committed = -1
         self.dirty_from: int | None = None
+        # What the flush that runs will make durable: (dirty_from, entries from it, committed).
+        self.flushing: tuple[int | None, list[Entry], int] | None = None
         # Lowest index removed by a truncate since the checker last looked.
         self.truncated_from: int | None = None
 
@@ -107,17 +110,25 @@ class SimStore(MemoryStore):
                 self.truncated_from = first_removed
         return super().truncate(entry)
 
-    def do_flush(self) -> tuple[int, list[Entry]]:
-        """Carry out a Flush; returns (first index rewritten, durable entries replaced)."""
+    def begin_flush(self) -> None:
+        """A flush starts: it makes the log as it is now durable, and no more (what is written
+        while it runs waits for the next one)."""
         start = self.dirty_from
-        self.durable_committed = self._committed
+        self.dirty_from = None
+        image = [] if start is None else [self._entries[i] for i in range(start, self._end + 1)]
+        self.flushing = (start, image, self._committed)
+
+    def end_flush(self) -> tuple[int, list[Entry]]:
+        """The flush begun last ends; returns (first index rewritten, durable entries replaced)."""
+        assert self.flushing is not None
+        start, image, committed = self.flushing
+        self.flushing = None
+        self.durable_committed = committed
         if start is None:
             return len(self.durable), []
-        self.dirty_from = None
         old = self.durable[start:]
         del self.durable[start:]
-        for i in range(start, self._end + 1):
-            self.durable.append(self._entries[i])
+        self.durable.extend(image)
         return start, old
 
     @classmethod
@@ -354,7 +365,7 @@ class Simulation:
             return
         if self.torn and self.params.late_flush:
             return  # a later tick starts it (step), or heal
-        token = sn.order.flush_started()
+        token = self._begin_flush(sn)
         if not self.torn:
             self._end_flush(sn, token)
         # else: a later tick ends it (step), or heal
@@ -367,11 +378,15 @@ class Simulation:
             if self.rng.random() < self.params.p_io:
                 self._end_flush(sn, running)
         elif order.flush_wanted and self.rng.random() < self.params.p_io:
-            self._end_flush(sn, order.flush_started())
+            self._end_flush(sn, self._begin_flush(sn))
+
+    def _begin_flush(self, sn: SimNode) -> int:
+        sn.store.begin_flush()
+        return sn.order.flush_started()
 
     def _end_flush(self, sn: SimNode, token: int) -> None:
-        """The flush ``token`` of ``sn`` ends: its writes (and any made since) are durable."""
-        start, old = sn.store.do_flush()
+        """The flush ``token`` of ``sn`` ends: the writes made before it began are durable."""
+        start, old = sn.store.end_flush()
         self.checker.on_flush(sn, start, old)
         for ready in sn.order.flush_done(token):
             self._carry_out(sn, ready.outputs)
@@ -521,7 +536,7 @@ class Simulation:
                     # Not torn any more: the flushes this one leads to end at once too.
                     self._end_flush(sn, running)
                 elif sn.order.flush_wanted:
-                    self._end_flush(sn, sn.order.flush_started())
+                    self._end_flush(sn, self._begin_flush(sn))
                 self.checker.after_event(sn)
             else:
                 self.restart(sn)
