@@ -397,12 +397,13 @@ class MessageService:
             # Each string starts a character (valid as a whole is not enough) and a name.
             if bool((nonempty & (((first & 0xC0) == 0x80) | (first == 1))).any()):
                 raise IllegalMessage("properties: a string starts inside a character or without a name")
-            c1 = np.concatenate(([0], np.cumsum(u8 == 1)))
-            c2 = np.concatenate(([0], np.cumsum(u8 == 2)))
-            ones, twos = c1[poffs[1:]] - c1[starts], c2[poffs[1:]] - c2[starts]
+            # Separators per string, counted from their positions (a few per string).
+            at1, at2 = np.flatnonzero(u8 == 1), np.flatnonzero(u8 == 2)
+            ones = np.searchsorted(at1, poffs[1:]) - np.searchsorted(at1, starts)
+            twos = np.searchsorted(at2, poffs[1:]) - np.searchsorted(at2, starts)
             if bool((ones[nonempty] != twos[nonempty] + 1).any()):
                 raise IllegalMessage("properties: not name\\x01value pairs joined by \\x02")
-            after_sep = np.flatnonzero(u8[:-1] == 2) + 1
+            after_sep = at2[at2 < len(u8) - 1] + 1
             if len(after_sep) and bool((u8[after_sep] == 1).any()):
                 raise IllegalMessage("properties: a pair without a name")
         cfg = self.store_config
