@@ -68,6 +68,7 @@ class ReputMessageService:
         self._lock = threading.RLock()
         self._cond = threading.Condition()
         self._wake = threading.Event()
+        self._idle = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -87,7 +88,11 @@ class ReputMessageService:
         self._thread.start()
 
     def wakeup(self) -> None:
-        self._wake.set()
+        """The readable end moved (a DLedger commit): dispatch at once if the last round found
+        nothing, so a lone message is not kept waiting. While messages stream in, rounds stay
+        1 ms apart: a round per commit would cost more than the commit."""
+        if self._idle:
+            self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -98,7 +103,7 @@ class ReputMessageService:
             if self._stop.is_set():
                 break
             try:
-                self.dispatch_now()
+                self._idle = self.dispatch_now() == 0
             except BaseException as exc:
                 self.error = exc
                 log.exception("dispatch failed at commit-log offset %d; retrying", self.reput_from)
