@@ -189,3 +189,24 @@ def test_dump_reads_a_member_root_offline(cluster: TestCluster):
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if r.msg_id in x)
     assert "\tDumped\t0\t0\t" in line and r.offset_msg_id in line
+
+
+def test_async_twins(cluster: TestCluster):
+    from dledger.rocketmq import AsyncConsumer, AsyncProducer
+
+    async def go() -> None:
+        async with AsyncProducer(cluster.peers) as p, AsyncConsumer(cluster.peers, "async", "Twins") as con:
+            # Concurrent sends to one queue: each gets its own offset, none twice.
+            rs = await asyncio.gather(*(p.send(Message("Twins", f"m{i}".encode()), 3) for i in range(20)))
+            assert all(r.ok for r in rs)
+            assert sorted(r.queue_offset for r in rs) == list(range(20))
+            batch = await p.send_batch([Message("Twins", b"b0"), Message("Twins", b"b1")], 3)
+            assert [r.queue_offset for r in batch] == [20, 21]
+            got = []
+            async for m in con.messages(3, 0, wait=1.0, idle_timeout=1.0, auto_commit=False):
+                got.append(m)
+            assert len(got) == 22
+            by_offset = {m.queue_offset: m.body for m in got}
+            assert all(by_offset[r.queue_offset] == f"m{i}".encode() for i, r in enumerate(rs))
+
+    asyncio.run(go())
