@@ -323,7 +323,6 @@ class CommitLog:
         recorded in the topic-queue table."""
         if batch.n == 1:
             return self._put_one(batch)
-        lengths = batch.lengths
         if batch.longest_record() + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
@@ -336,7 +335,7 @@ class CommitLog:
                 if res is not None:
                     return res
             queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
-            phys, runs = self._place(lengths)
+            phys, runs = self._place(batch.record_lengths())
             buf, starts = encode_batch(batch, queue_offsets, phys, now)
             mv = memoryview(buf)
             for first, last, file_from in runs:
@@ -381,7 +380,7 @@ class CommitLog:
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
         """``put`` of one message, in plain Python ints (numpy costs more than it saves here)."""
-        length = int(batch.lengths[0])
+        length = int(batch.record_lengths()[0])
         if length + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         key = batch.queue_keys[0]

@@ -78,7 +78,8 @@ class PreparedBatch:
     store_hosts: list[bytes]
     reconsume_times: Any
     prepared_offsets: Any
-    lengths: np.ndarray
+    # calMsgLength of each message (int64); None until ``record_lengths()`` when left lazy.
+    lengths: Any
     # Whether each message takes a queue offset (NOT_TYPE / COMMIT_TYPE; PREPARED and ROLLBACK get 0).
     advances: Any
     # "topic-queueId" per message (CommitLog's topicQueueTable key).
@@ -94,10 +95,23 @@ class PreparedBatch:
     uniq_first: int = -1
     # The longest record (-1: not computed; ``lengths.max()``).
     longest: int = -1
+    # With ``lengths`` lazy: calMsgLength less the body and the properties.
+    fixed_len: int = 0
+
+    def record_lengths(self) -> np.ndarray:
+        """``lengths``, computed now if it was left lazy (a uniform batch's fast path needs none)."""
+        if self.lengths is None:
+            body = np.fromiter(map(len, self.bodies), dtype=np.int64, count=self.n)
+            if self.props_stem is not None and not self.properties:
+                self.lengths = body + (len(self.props_stem) + (4 if self.uniq_first >= 0 else 0) + self.fixed_len)
+            else:
+                self.lengths = body + np.fromiter(map(len, self.properties), dtype=np.int64, count=self.n) \
+                    + self.fixed_len
+        return self.lengths
 
     def longest_record(self) -> int:
         if self.longest < 0:
-            self.longest = int(self.lengths.max())
+            self.longest = int(self.record_lengths().max())
         return self.longest
 
     def properties_list(self) -> list[bytes]:
@@ -132,7 +146,7 @@ class PreparedBatch:
 
     @property
     def total_bytes(self) -> int:
-        return int(self.lengths.sum())
+        return int(self.record_lengths().sum())
 
 
 class BatchPreparer:
@@ -333,19 +347,18 @@ class BatchPreparer:
             props = [("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed
                      for k in keys]
         body_list = bodies if isinstance(bodies, list) else list(bodies)
-        body_lens = np.fromiter(map(len, body_list), dtype=np.int64, count=n)
         # calMsgLength, with everything but the body and properties the same for every message
+        lengths: np.ndarray | None = None
         if stem is not None:
             plen = len(stem) + (4 if uniq_first >= 0 else 0)
             if plen > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            lengths = body_lens + (plen + tpl.fixed_len)
-            longest = max(map(len, body_list)) + plen + tpl.fixed_len
+            longest = max(map(len, body_list)) + plen + tpl.fixed_len  # lengths: when needed
         else:
             plens = np.fromiter(map(len, props), dtype=np.int64, count=n)
             if int(plens.max()) > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            lengths = body_lens + plens + tpl.fixed_len
+            lengths = np.fromiter(map(len, body_list), dtype=np.int64, count=n) + plens + tpl.fixed_len
             longest = int(lengths.max())
         if longest > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
@@ -358,7 +371,7 @@ class BatchPreparer:
             born_hosts=[tpl.braw] * n, store_hosts=[store_raw] * n, reconsume_times=_full(n, 0, np.int32),
             prepared_offsets=_full(n, 0, np.int64), lengths=lengths, advances=_full(n, tpl.advances, np.bool_),
             queue_keys=[tpl.queue_key] * n, wait_store=tpl.wait_store,
-            uniform=True, props_stem=stem, uniq_first=uniq_first, longest=longest,
+            uniform=True, props_stem=stem, uniq_first=uniq_first, longest=longest, fixed_len=tpl.fixed_len,
         )
 
 
@@ -443,7 +456,7 @@ def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_
     times this for a single record."""
     body, topic, props = batch.bodies[0], batch.topics[0], batch.properties_list()[0]
     sys_flag = int(batch.sys_flags[0])
-    size = int(batch.lengths[0])
+    size = int(batch.record_lengths()[0])
     return b"".join((
         _HEAD.pack(size, K.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, int(batch.queue_ids[0]),
                    int(batch.flags[0]), queue_offset, phys_offset, sys_flag, int(batch.born_timestamps[0])),

@@ -349,7 +349,7 @@ class MessageStore:
                                     reason="message larger than a commit-log file")
         if self.config.sync_flush and batch.wait_store and self.mode == CLASSIC:
             if result.wrote_offsets is not None:
-                end = int(result.wrote_offsets[-1]) + int(batch.lengths[-1])
+                end = int(result.wrote_offsets[-1]) + int(batch.record_lengths()[-1])
             else:
                 end = result.wrote_offset + result.wrote_bytes
             if not self.commitlog.wait_flushed(end):
