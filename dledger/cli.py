@@ -312,7 +312,9 @@ def _add_remote_options(p: argparse.ArgumentParser, peers: bool = True) -> None:
     p.add_argument("--tls-key", default=None, help="the key of --tls-cert")
 
 
-_FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"], "message_store": ["--enableDLegerCommitLog"]}
+_FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"]}
+# Other spellings accepted but not listed in --help (RocketMQ's name for --message-store).
+_HIDDEN_NAMES = {"message_store": ["--enableDLegerCommitLog"]}
 
 
 def _parse_bool(v: str) -> bool:
@@ -354,8 +356,10 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
         switch: dict[str, Any] = {"nargs": "?", "const": True} if kind is _parse_bool else {}
         opts.add_argument(*_FLAG_NAMES.get(f.name, []), kebab, dest="cfg_" + f.name, default=None, type=kind,
                           metavar=metavar, help=text, **switch)
-        if camel != kebab:
-            opts.add_argument(camel, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS, **switch)
+        hidden = [camel] if camel != kebab else []
+        hidden += _HIDDEN_NAMES.get(f.name, [])
+        if hidden:
+            opts.add_argument(*hidden, dest="cfg_" + f.name, default=None, type=kind, help=argparse.SUPPRESS, **switch)
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:

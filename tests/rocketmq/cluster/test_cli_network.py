@@ -143,3 +143,14 @@ def test_local_cluster_with_message_store(tmp_path: Path):
         assert (tmp_path / f"n{k}" / f"dledger-n{k}" / "data").is_dir()
     # A majority had the messages when the group stopped (the third may not have heard of the commit).
     assert sum((tmp_path / f"n{k}" / "consumequeue" / "TopicTest" / "0").is_dir() for k in range(3)) >= 2
+
+
+def test_server_flags_spell_the_switch_both_ways():
+    from dledger.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["server", "--message-store"]).cfg_message_store is True
+    assert parse(["server", "--enableDLegerCommitLog", "true"]).cfg_message_store is True
+    assert parse(["server", "--message-store", "false"]).cfg_message_store is False
+    args = parse(["server", "--max-message-size", "1024", "--flush-disk-type", "SYNC_FLUSH"])
+    assert args.cfg_max_message_size == 1024 and args.cfg_flush_disk_type == "SYNC_FLUSH"
