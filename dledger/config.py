@@ -145,7 +145,7 @@ class DLedgerConfig:
         known = set(cls.field_names())
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            name = _ALIASES.get(key) or _snake(key)
+            name = _ALIASES.get(key) or snake_case(key)
             if name in _IGNORED:
                 log.warning("config option %r is ignored: %s", key, _IGNORED[name])
                 continue
@@ -175,7 +175,8 @@ _IGNORED = {
 _ALIASES = {"enableDLegerCommitLog": "message_store", "enable_dleger_commit_log": "message_store"}
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
+    """``mappedFileSizeCommitLog`` or ``mapped-file-size`` -> ``mapped_file_size...``."""
     out = []
     for ch in name.replace("-", "_"):
         if ch.isupper():

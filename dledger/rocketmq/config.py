@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dledger.config import snake_case
+
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
 
@@ -153,7 +155,7 @@ class MessageStoreConfig:
         known = set(cls.field_names())
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            name = _ALIASES.get(key) or _snake(key)
+            name = _ALIASES.get(key) or snake_case(key)
             if name not in known:
                 raise ValueError(f"unknown message store option {key!r}")
             kwargs[name] = value
@@ -165,12 +167,3 @@ class MessageStoreConfig:
     def replace(self, **changes: Any) -> MessageStoreConfig:
         return dataclasses.replace(self, **changes)
 
-
-def _snake(name: str) -> str:
-    out = []
-    for ch in name.replace("-", "_"):
-        if ch.isupper():
-            out.append("_" + ch.lower())
-        else:
-            out.append(ch)
-    return "".join(out).lstrip("_")

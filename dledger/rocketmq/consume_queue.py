@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
+from dledger.files import CREATING_SUFFIX, create_sized
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ INT_MAX = 2**31 - 1
 # commitLogOffset, size, tagsCode: RocketMQ's 20-byte unit, read in place over a file's bytes.
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 # Suffix of a file being created; such files are whole-or-nothing leftovers of a crash.
-TMP_SUFFIX = ".creating"
+TMP_SUFFIX = CREATING_SUFFIX
 
 _mk = _load_ext("message")
 
@@ -76,7 +77,7 @@ class MappedFile:
         if create:
             if readonly:
                 raise PermissionError(f"read-only consume queue: cannot create {path}")
-            fd = self._create_sized(path, file_size)
+            fd = create_sized(path, file_size)
         else:
             fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
@@ -84,22 +85,6 @@ class MappedFile:
             self.mm: mmap.mmap | None = mmap.mmap(fd, file_size, access=access)
         finally:
             os.close(fd)
-
-    @staticmethod
-    def _create_sized(path: Path, size: int) -> int:
-        # Sized under a dot-name and renamed, so a crash leaves no file or a whole one: a short
-        # file would make MappedFileQueue.load refuse the directory.
-        if os.path.lexists(path):
-            raise FileExistsError(path)
-        tmp = path.with_name("." + path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.ftruncate(fd, size)
-            os.rename(tmp, path)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     @property
     def view(self) -> memoryview:

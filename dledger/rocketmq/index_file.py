@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
+from dledger.files import CREATING_SUFFIX, create_sized
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ DEFAULT_HASH_SLOT_NUM = 5_000_000
 DEFAULT_INDEX_NUM = 5_000_000 * 4
 MAX_MSGS_NUM_BATCH = 64
 KEY_SEPARATOR = " "
-TMP_SUFFIX = ".creating"
+TMP_SUFFIX = CREATING_SUFFIX
 
 _HEADER = struct.Struct(">qqqqii")
 ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
@@ -120,7 +121,7 @@ class IndexFile:
         if create:
             if readonly:
                 raise PermissionError(f"read-only index: cannot create {self.path}")
-            fd = self._create_sized(self.path, self.file_size)
+            fd = create_sized(self.path, self.file_size)
         else:
             fd = os.open(self.path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
@@ -146,20 +147,6 @@ class IndexFile:
             self._dirty = True
         else:
             self.load()
-
-    @staticmethod
-    def _create_sized(path: Path, size: int) -> int:
-        if os.path.lexists(path):
-            raise FileExistsError(path)
-        tmp = path.with_name("." + path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.ftruncate(fd, size)
-            os.rename(tmp, path)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
 
     @property
     def name(self) -> str:
