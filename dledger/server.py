@@ -29,9 +29,8 @@ import random
 import signal
 import ssl as ssl_module
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from dledger.codes import RequestCode, ResponseCode
@@ -46,11 +45,12 @@ from dledger.metrics import (
     MetricsServer,
     Sample,
 )
-from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks, parse_addr
+from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks
 from dledger.packed import PackedBodies
-from dledger.raft.effects import AppendDone, Flush, Output, ReadDone, RoleChanged, Send, TransferDone, is_early
+from dledger.peers import parse_addr, parse_peers
+from dledger.raft.effects import AppendDone, Output, ReadDone, RoleChanged, Send, TransferDone
+from dledger.raft.flush_order import FlushOrder, Ready
 from dledger.raft.member_state import Role
-from dledger.raft.member_state import parse_peers as parse_member_peers
 from dledger.raft.messages import (
     MESSAGE_TYPES,
     AppendEntryResponse,
@@ -60,19 +60,19 @@ from dledger.raft.messages import (
     message_from_wire,
 )
 from dledger.raft.node import RaftNode, error_response
-from dledger.raft.term_file import FileTermStore
 from dledger.raft.timings import RaftTimings
 from dledger.store.base import DLedgerStore
 from dledger.store.memory import MemoryStore
+from dledger.term_file import FileTermStore
 
 log = logging.getLogger(__name__)
 
 TICK_MS = 10
 # A flush of at most this many bytes of entries, started by a write with none in flight, runs
 # on the loop: its msync takes as long on either side, and the thread would add two hand-offs
-# (wake it, then wake the loop) to a synchronous append's path on the leader and on a follower
-# (p50 0.83 -> 0.57 ms over five interleaved pairs). A bigger flush, or one that follows
-# another, takes the thread, so that the loop goes on while the disk works.
+# (wake it, then wake the loop) to a synchronous append's path on the leader and on a
+# follower. A bigger flush, or one that follows another, takes the thread, so that the loop
+# goes on while the disk works.
 INLINE_FLUSH_MAX_BYTES = 64 * 1024
 FLUSH_RETRY_MS = 100
 SHUTDOWN_GRACE_S = 15
@@ -113,20 +113,6 @@ class GroupApplication(Protocol):
 
 # Builds the application of a group (or None for a plain group): (config, the member's address).
 ApplicationFactory = Callable[[DLedgerConfig, str], "GroupApplication | None"]
-
-
-def parse_peers(peers: str) -> dict[str, str]:
-    """DLedger's peers string to ``{id: "host:port"}``, with every address checked; bad input
-    is a DLedgerError (UNEXPECTED_ARGUMENT) the CLI and the client can report."""
-    try:
-        out = parse_member_peers(peers)
-    except ValueError as exc:
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, str(exc)) from exc
-    for addr in out.values():
-        parse_addr(addr)
-    if not out:
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
-    return out
 
 
 @dataclass(slots=True)
@@ -262,7 +248,9 @@ class NodeServer:
             app = self._open_application(cfg, mine, application_factory)
             store = app.node_store if app is not None and app.node_store is not None else self._open_store(cfg)
             term_store = FileTermStore(cfg.default_path)
-            node_timings = timings or RaftTimings().scaled(cfg.raft_timing_scale)
+            # DLedger paces pushes to a lagging follower only when its entries come off disk.
+            node_timings = replace(timings or RaftTimings().scaled(cfg.raft_timing_scale),
+                                   push_throttle=not isinstance(store, MemoryStore))
             # Request ids must never repeat across restarts (the replay fence): the wall clock at
             # start grows across restarts and reboots, where the monotonic clock does not.
             node = RaftNode(cfg, store, term_store, random.Random(rng.random()), timings=node_timings,
@@ -282,11 +270,9 @@ class NodeServer:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self._closed = False
-        # Outputs waiting for the flush that makes their writes durable, in order: (the
-        # number of flushes they need done, group, outputs). See _emit and _start_flush.
-        self._batches: deque[tuple[int, _Group, list[Output]]] = deque()
-        self._written_seq = 0
-        self._flushed_seq = 0
+        # Which outputs wait for which flush (one flush covers every group's store). See _emit
+        # and _start_flush; _flush_running also covers an inline flush scheduled to start.
+        self._order: FlushOrder[_Group] = FlushOrder()
         self._flush_running = False
         self._flush_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dledger-flush")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -391,21 +377,12 @@ class NodeServer:
                 app.on_committed(g.app_committed)
             except Exception:
                 log.exception("group %s: the application's on_committed failed", g.config.group)
-        rest: list[Output] = []
-        for o in outs:
-            if is_early(o):
-                self._perform(g, o)  # the leader's pushes and append results need no flush of ours
-            else:
-                rest.append(o)
-        if not rest:
-            return
-        if any(isinstance(o, Flush) for o in rest):
-            self._written_seq += 1
-        if self._written_seq > self._flushed_seq:
-            self._batches.append((self._written_seq, g, rest))
+        # The leader's pushes and append results go at once, and the rest too when no write
+        # waits for a flush; anything else waits for a flush that starts after this call.
+        for o in self._order.submit(g, outs):
+            self._perform(g, o)
+        if self._order.flush_wanted:
             self._start_flush(may_inline=True)
-        else:
-            self._perform_batch(g, rest)
 
     def _start_flush(self, may_inline: bool = False) -> None:
         """Group commit, pipelined: one msync at a time covering every write made before it
@@ -413,7 +390,7 @@ class NodeServer:
         starts (no flush was running) runs on the loop at the end of this turn instead (see
         INLINE_FLUSH_MAX_BYTES); one that follows another is part of a stream and keeps the
         thread, so that the loop goes on while the disk works."""
-        if self._flush_running or self._written_seq <= self._flushed_seq or self._closed:
+        if self._flush_running or not self._order.flush_wanted or self._closed:
             return
         self._flush_running = True
         loop = self._loop
@@ -423,7 +400,7 @@ class NodeServer:
             # the one msync covers them all.
             loop.call_soon(self._flush_inline)
             return
-        self._flush_on_thread(self._written_seq, self._stores)
+        self._flush_on_thread(self._order.flush_started(), self._stores)
 
     def _flush_on_thread(self, target: int, stores: list[DLedgerStore]) -> None:
         loop = self._loop
@@ -444,7 +421,7 @@ class NodeServer:
         self._flush_pool.submit(flush).add_done_callback(done)
 
     def _flush_inline(self) -> None:
-        target = self._written_seq  # on the loop, so every write counted so far is covered
+        target = self._order.flush_started()  # on the loop, so every write made so far is covered
         if self._closed:
             self._flush_done(target, None)
             return
@@ -470,25 +447,20 @@ class NodeServer:
         if exc is not None:
             # Nothing the flush covers may be acknowledged; keep trying (a full or failing
             # disk may recover) while the consensus layer times the waiting appends out.
+            self._order.flush_failed(target)
             log.error("flush failed: %s; retrying in %d ms", exc, FLUSH_RETRY_MS)
             assert self._loop is not None
             self._loop.call_later(FLUSH_RETRY_MS / 1000, self._start_flush)
             return
-        self._flushed_seq = target
-        batches = self._batches
-        while batches and batches[0][0] <= target:
-            _seq, g, outs = batches.popleft()
-            self._perform_batch(g, outs)
+        for ready in self._order.flush_done(target):
+            self._perform_ready(ready)
         self._start_flush()
 
-    def _perform_batch(self, g: _Group, outs: list[Output]) -> None:
-        tokens = []
-        for o in outs:
-            if isinstance(o, Flush):
-                tokens.append(o.token)
-            else:
-                self._perform(g, o)
-        for token in tokens:
+    def _perform_ready(self, ready: Ready[_Group]) -> None:
+        g = ready.key
+        for o in ready.outputs:
+            self._perform(g, o)
+        for token in ready.tokens:
             self._drive(g, functools.partial(_flushed, g.node, token))
 
     def _perform(self, g: _Group, out: Output) -> None:
@@ -584,9 +556,6 @@ class NodeServer:
 
     async def _handle(self, request: Request) -> Response | dict[str, Any] | None:
         body = request.body
-        if request.oneway:
-            self._handle_peer(request)
-            return None
         code = request.code
         g = self._group(request)
         if g is None:

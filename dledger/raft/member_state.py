@@ -58,10 +58,6 @@ class MemoryTermStore:
         self.saves += 1
 
 
-# The name the node runtime imported; it goes once the runtime imports dledger.peers.
-parse_peers = split_peers
-
-
 class MemberState:
     def __init__(self, config: DLedgerConfig, term_store: TermStore) -> None:
         self.group = config.group
