@@ -75,7 +75,9 @@ def property_spans(
 def property_spans_many(
     buf: Buffer, props_off: ArrayLike, props_len: ArrayLike, names: tuple[bytes, ...]
 ) -> list[tuple[NDArray[np.int64], NDArray[np.int32]]]: ...
-def topic_ids(buf: Buffer, topic_off: ArrayLike, topic_len: ArrayLike) -> tuple[NDArray[np.int32], NDArray[np.int64]]: ...
+def topic_ids(
+    buf: Buffer, topic_off: ArrayLike, topic_len: ArrayLike
+) -> tuple[NDArray[np.int32], NDArray[np.int64]]: ...
 def index_key_hashes(
     buf: Buffer, prefix_hashes: ArrayLike, uniq_off: ArrayLike, uniq_len: ArrayLike, keys_off: ArrayLike,
     keys_len: ArrayLike,
