@@ -512,7 +512,3 @@ class MmapFileStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @classmethod
-    def from_config(cls, config: DLedgerConfig, **kwargs: object) -> MmapFileStore:
-        return cls(config.default_path, config, **kwargs)  # type: ignore[arg-type]
