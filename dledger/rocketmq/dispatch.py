@@ -91,7 +91,7 @@ class ReputMessageService:
         """The readable end moved (a DLedger commit): dispatch at once if the last round found
         nothing, so a lone message is not kept waiting. While messages stream in, rounds stay
         1 ms apart: a round per commit would cost more than the commit."""
-        if self._idle:
+        if self._idle and not self._wake.is_set():
             self._wake.set()
 
     def _run(self) -> None:

@@ -12,7 +12,7 @@ import struct
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -363,13 +363,20 @@ class BatchPreparer:
         if longest > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
         store_raw = self.store_host_raw
-        # The shared columns: one value repeated (the uniform encoder reads the first).
+        # The shared columns: one value repeated (the uniform encoder reads the first), made
+        # once per batch size.
+        cols = tpl.columns.get(n)
+        if cols is None:
+            cols = (_full(n, queue_id, np.int32), _full(n, flag, np.int32), _full(n, tpl.sflag, np.int32),
+                    _full(n, 0, np.int32), _full(n, 0, np.int64), _full(n, tpl.advances, np.bool_))
+            if len(tpl.columns) < 64:
+                tpl.columns[n] = cols
         return PreparedBatch(
-            n=n, topics=[tpl.traw] * n, queue_ids=_full(n, queue_id, np.int32), bodies=body_list,
-            properties=props, flags=_full(n, flag, np.int32), sys_flags=_full(n, tpl.sflag, np.int32),
+            n=n, topics=[tpl.traw] * n, queue_ids=cols[0], bodies=body_list,
+            properties=props, flags=cols[1], sys_flags=cols[2],
             born_timestamps=[born_timestamp or int(time.time() * 1000)] * n,
-            born_hosts=[tpl.braw] * n, store_hosts=[store_raw] * n, reconsume_times=_full(n, 0, np.int32),
-            prepared_offsets=_full(n, 0, np.int64), lengths=lengths, advances=_full(n, tpl.advances, np.bool_),
+            born_hosts=[tpl.braw] * n, store_hosts=[store_raw] * n, reconsume_times=cols[3],
+            prepared_offsets=cols[4], lengths=lengths, advances=cols[5],
             queue_keys=[tpl.queue_key] * n, wait_store=tpl.wait_store,
             uniform=True, props_stem=stem, uniq_first=uniq_first, longest=longest, fixed_len=tpl.fixed_len,
         )
@@ -390,6 +397,8 @@ class _Template:
     advances: bool
     queue_key: str
     wait_store: bool
+    # The shared columns of a batch, by batch size (read-only arrays).
+    columns: dict[int, tuple[np.ndarray, ...]] = field(default_factory=dict)
 
 
 def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[np.ndarray, dict[str, int]]:
