@@ -24,10 +24,20 @@ from typing import Any, NamedTuple, TypeVar, overload
 
 import numpy as np
 
+from dledger.api import (
+    AppendRequest,
+    AppendResponse,
+    GetRequest,
+    GetResponse,
+    LeaderHint,
+    MetadataResponse,
+    TransferRequest,
+    TransferResponse,
+)
 from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response, RpcClient
-from dledger.packed import SIZE_DTYPE, PackedBodies
+from dledger.packed import SIZE_DTYPE
 from dledger.peers import parse_peers
 from dledger.sequences import checked_index
 from dledger.store.entry import Entry
@@ -231,8 +241,11 @@ class AsyncClient:
         groups: dict[str, list[str]] = {}
         failures: list[str] = []
         for member, resp in zip(self.peers, answers, strict=True):
-            if resp.code == ResponseCode.SUCCESS and isinstance(resp.body.get("group"), str):
-                groups.setdefault(resp.body["group"], []).append(member)
+            if resp.code == ResponseCode.SUCCESS:
+                try:
+                    groups.setdefault(MetadataResponse.from_wire(resp.body).group, []).append(member)
+                except DLedgerError as exc:
+                    failures.append(f"{member} ({self.peers[member]}): unreadable metadata: {exc.message}")
             elif resp.code == ResponseCode.UNKNOWN_GROUP:
                 raise DLedgerError(ResponseCode.UNKNOWN_GROUP, f"{member} ({self.peers[member]}): {resp.message}")
             else:
@@ -296,9 +309,8 @@ class AsyncClient:
                     return Response(resp.code, resp.body, f"{target} ({self.peers[target]}): {resp.message}")
                 return resp
             answers[target] = (resp.code, self._explain(resp))
-            hinted = resp.body.get("leader") if isinstance(resp.body, dict) else None
-            if code_enum == ResponseCode.NOT_LEADER and isinstance(hinted, str) and hinted in self.peers \
-                    and hinted != target:
+            hinted = LeaderHint.from_wire(resp.body).leader
+            if code_enum == ResponseCode.NOT_LEADER and hinted in self.peers and hinted != target:
                 self._leader = hinted  # follow the redirect at once
                 continue
             if code_enum in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
@@ -326,8 +338,9 @@ class AsyncClient:
         return Response(last.code, last.body, f"{what} within {self.timeout:g}s: {said}")
 
     async def append(self, body: bytes) -> AppendResult:
-        resp = (await self._leader_call(RequestCode.APPEND, {"bodies": [bytes(body)]})).check()
-        return AppendResult(resp.body["index"], resp.body["pos"])
+        resp = (await self._leader_call(RequestCode.APPEND, AppendRequest([bytes(body)]).to_wire())).check()
+        r = AppendResponse.from_wire(resp.body)
+        return AppendResult(r.index, r.pos)
 
     async def append_batch(self, bodies: Sequence[bytes]) -> AppendResults:
         """Append many bodies, in order; returns the index and position of each.
@@ -359,19 +372,15 @@ class AsyncClient:
 
     async def _append_chunk(self, chunk: list[bytes], sizes: np.ndarray) -> tuple[int, list[int]]:
         """(index of the first entry, position of each) of one append request."""
-        if len(chunk) > 1:
-            # Packed (dledger.packed): joined once here, stored from the received buffer there.
-            raw, packed_sizes = PackedBodies.pack(chunk, sizes)
-            request: dict[str, Any] = {"sizes": packed_sizes, "raw": raw}
-        else:
-            request = {"bodies": chunk}
-        resp = (await self._leader_call(RequestCode.APPEND, request)).check()
-        last = resp.body["index"]
-        positions = resp.body.get("positions") or [resp.body["pos"]]
+        # Several go packed (dledger.packed): joined once here, stored from the received buffer there.
+        request = AppendRequest(chunk, sizes).to_wire()
+        r = AppendResponse.from_wire((await self._leader_call(RequestCode.APPEND, request)).check().body)
+        last = r.index
+        positions = r.positions or [r.pos]
         if len(positions) != len(chunk):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
                                f"the leader answered {len(positions)} positions for {len(chunk)} bodies")
-        return last - len(chunk) + 1, list(positions)
+        return last - len(chunk) + 1, positions
 
     async def get(self, index: int) -> Entry:
         """The committed entry ``index``, read linearizably from the leader."""
@@ -381,12 +390,15 @@ class AsyncClient:
         return entries[0]
 
     async def get_range(self, index: int, count: int) -> list[Entry]:
-        resp = (await self._leader_call(RequestCode.GET, {"index": index, "count": count})).check()
-        return [Entry(index=i, term=t, pos=p, body=b) for i, t, p, b in resp.body["entries"]]
+        resp = (await self._leader_call(RequestCode.GET, GetRequest(index, count).to_wire())).check()
+        return GetResponse.from_wire(resp.body).entries
 
     async def metadata(self) -> dict[str, Any]:
-        """The leader's view (role, term, end and committed index...)."""
-        return (await self._leader_call(RequestCode.METADATA, {})).check().body
+        """The leader's view (role, term, end and committed index...), as the member sent it
+        (``dledger.api.MetadataResponse``'s wire form)."""
+        body = (await self._leader_call(RequestCode.METADATA, {})).check().body
+        MetadataResponse.from_wire(body)  # refuses an answer it cannot read, naming the key
+        return body
 
     async def status(self) -> list[NodeStatus]:
         """Every member's own view; a member that does not answer has ``role`` None."""
@@ -396,11 +408,13 @@ class AsyncClient:
             if resp.code != ResponseCode.SUCCESS:
                 return NodeStatus(member, addr, None, None, None, None, None, None,
                                   error=self._explain(resp), error_code=resp.code)
-            b = resp.body
-            match = b.get("match_index")
-            return NodeStatus(member, addr, b.get("role"), b.get("term"), b.get("leader"), b.get("end_index"),
-                              b.get("committed_index"), b.get("pid"), b.get("group"),
-                              dict(match) if isinstance(match, dict) else None)
+            try:
+                m = MetadataResponse.from_wire(resp.body)
+            except DLedgerError as exc:
+                return NodeStatus(member, addr, None, None, None, None, None, None,
+                                  error=f"unreadable metadata: {exc.message}", error_code=exc.code)
+            return NodeStatus(member, addr, m.role, m.term, m.leader, m.end_index, m.committed_index, m.pid, m.group,
+                              dict(m.match_index) if m.match_index is not None else None)
 
         return list(await asyncio.gather(*(one(m, a) for m, a in self.peers.items())))
 
@@ -416,12 +430,12 @@ class AsyncClient:
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no member {to!r} among {', '.join(self.peers)}")
         # The leader's own TIMEOUT means the transferee did not answer it: asking again would
         # only repeat that, and hide the reason.
-        resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, {"to": to},
+        resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, TransferRequest(to).to_wire(),
                                         final=frozenset({ResponseCode.TIMEOUT}), wait_answer=True)).check()
-        leader = str(resp.body.get("leader") or to)
+        r = TransferResponse.from_wire(resp.body)
+        leader = r.leader or to
         self._leader = leader if leader in self.peers else None
-        term = resp.body.get("term")
-        return TransferResult(leader, term if isinstance(term, int) else None, resp.message or "")
+        return TransferResult(leader, r.term, resp.message or "")
 
 
 class Client:

@@ -33,6 +33,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from dledger.api import (
+    AppendRequest,
+    AppendResponse,
+    GetRequest,
+    GetResponse,
+    LeaderHint,
+    MetadataResponse,
+    TransferRequest,
+    TransferResponse,
+    UnknownGroupResponse,
+)
 from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
@@ -46,7 +57,6 @@ from dledger.metrics import (
     Sample,
 )
 from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks
-from dledger.packed import PackedBodies
 from dledger.peers import parse_addr, parse_peers
 from dledger.raft.effects import AppendDone, Output, ReadDone, RoleChanged, Send, TransferDone
 from dledger.raft.flush_order import FlushOrder, Ready
@@ -551,7 +561,7 @@ class NodeServer:
         so that a client that named the wrong group, or none, can say which to use."""
         served = sorted(self.groups)
         asked = "no group" if request.group is None else f"group {request.group!r}"
-        return Response(ResponseCode.UNKNOWN_GROUP, {"groups": served},
+        return Response(ResponseCode.UNKNOWN_GROUP, UnknownGroupResponse(served).to_wire(),
                         f"{self.self_ids()} does not serve {asked}; it serves {', '.join(served)}")
 
     async def _handle(self, request: Request) -> Response | dict[str, Any] | None:
@@ -565,16 +575,17 @@ class NodeServer:
         if code == RequestCode.APPEND:
             if g.app is not None and g.app.node_store is not None:
                 # Its entries are the application's records: a raw entry would be garbage to it.
-                return Response(ResponseCode.UNSUPPORTED, {"leader": g.node.leader_id},
+                return Response(ResponseCode.UNSUPPORTED, LeaderHint(g.node.leader_id).to_wire(),
                                 f"group {g.config.group!r} runs an application (message store): "
                                 "append through it, not with raw entries")
-            return await self._append(g, body)
+            # A body it cannot read raises DLedgerError: the transport answers with its code.
+            return await self._propose(g, AppendRequest.from_wire(body, g.config.max_body_size).bodies)
         if code == RequestCode.GET:
-            return await self._get(g, body)
+            return await self._get(g, GetRequest.from_wire(body))
         if code == RequestCode.METADATA:
-            return self._metadata(g)
+            return self._metadata(g).to_wire()
         if code == RequestCode.LEADERSHIP_TRANSFER:
-            return await self._transfer(g, body)
+            return await self._transfer(g, TransferRequest.from_wire(body))
         raise DLedgerError(ResponseCode.UNSUPPORTED, f"request code {code} is not a client request")
 
     def _handle_peer(self, request: Request) -> None:
@@ -610,30 +621,6 @@ class NodeServer:
         self._drive(g, run)
         return fut
 
-    async def _append(self, g: _Group, body: dict[str, Any]) -> Response:
-        if "raw" in body:
-            # A packed batch (dledger.packed): checked with array operations, stored in place.
-            try:
-                packed = PackedBodies.from_wire(body["raw"], body.get("sizes"), g.config.max_body_size)
-            except DLedgerError as e:
-                return Response(e.code, message=e.message)
-            return await self._propose(g, packed)
-        bodies = body.get("bodies")
-        if not isinstance(bodies, list):
-            return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="bodies must be a list of bytes")
-        if not bodies:
-            return Response(ResponseCode.REQUEST_WITH_EMPTY_BODYS, message="no bodies")
-        limit = g.config.max_body_size
-        # C loops (map, min, max) rather than a Python one: this runs for every body.
-        if set(map(type, bodies)) != {bytes}:
-            return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="bodies must be bytes")
-        lens = list(map(len, bodies))
-        if min(lens) == 0:
-            return Response(ResponseCode.REQUEST_WITH_EMPTY_BODYS, message="empty body")
-        if max(lens) > limit:
-            return Response(ResponseCode.UNEXPECTED_ARGUMENT, message=f"body over {limit} bytes")
-        return await self._propose(g, bodies)
-
     async def _propose(self, g: _Group, bodies: Sequence[bytes]) -> Response:
         start = time.perf_counter()
         done: AppendDone = await self._call(g, lambda now: g.node.propose(now, bodies))
@@ -645,32 +632,28 @@ class NodeServer:
         else:
             name = _code_name(r.code)
             stats.append_errors[name] = stats.append_errors.get(name, 0) + 1
-        out = {"index": r.index, "pos": r.pos, "positions": list(r.positions), "term": r.term,
-               "leader": r.leader_id}
-        return Response(r.code, out, None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
+        out = AppendResponse(r.index, r.pos, list(r.positions), r.term, r.leader_id)
+        return Response(r.code, out.to_wire(), None if r.code == ResponseCode.SUCCESS else ResponseCode(r.code).name)
 
-    async def _get(self, g: _Group, body: dict[str, Any]) -> Response:
-        index = body.get("index")
-        count = body.get("count", 1)
-        if not isinstance(index, int) or not isinstance(count, int) or index < 0 or count < 1:
-            return Response(ResponseCode.UNEXPECTED_ARGUMENT, message="want index >= 0 and count >= 1")
+    async def _get(self, g: _Group, req: GetRequest) -> Response:
+        index = req.index
         # Linearizable: the leader confirms with a quorum that it still leads, and serves
         # only what was committed when the read arrived (read-index).
         done: ReadDone = await self._call(g, lambda now: g.node.read_index(now))
         if done.code != ResponseCode.SUCCESS:
-            return Response(done.code, {"leader": g.node.leader_id}, ResponseCode(done.code).name)
+            return Response(done.code, LeaderHint(g.node.leader_id).to_wire(), ResponseCode(done.code).name)
         if index > done.read_index:
-            return Response(ResponseCode.INDEX_OUT_OF_RANGE, {"leader": g.node.leader_id},
+            return Response(ResponseCode.INDEX_OUT_OF_RANGE, LeaderHint(g.node.leader_id).to_wire(),
                             f"index {index} is past the committed index {done.read_index}")
-        last = min(index + min(count, GET_MAX_ENTRIES) - 1, done.read_index)
+        last = min(index + min(req.count, GET_MAX_ENTRIES) - 1, done.read_index)
         entries = []
         size = 0
         for e in g.store.get_range(index, last):
-            entries.append([e.index, e.term, e.pos, e.body])
+            entries.append(e)
             size += len(e.body)
             if size >= GET_MAX_BYTES:
                 break
-        return Response(ResponseCode.SUCCESS, {"entries": entries, "committed": done.read_index})
+        return Response(ResponseCode.SUCCESS, GetResponse(entries, done.read_index).to_wire())
 
     def _match_index(self, g: _Group) -> dict[str, int] | None:
         node = g.node
@@ -703,35 +686,23 @@ class NodeServer:
         stats_out = self.rpc_server.stats.bytes_out + self.rpc_client.stats.bytes_out
         return Sample(groups, stats_in, stats_out, self.flush_latency.snapshot(), self.self_ids())
 
-    def _metadata(self, g: _Group) -> dict[str, Any]:
+    def _metadata(self, g: _Group) -> MetadataResponse:
         node = g.node
-        out = {
-            "id": g.config.self_id,
-            "addr": self.address,
-            "group": g.config.group,
-            "role": node.role.name,
-            "term": node.term,
-            "leader": node.leader_id,
-            "end_index": g.store.ledger_end_index,
-            "committed_index": g.store.committed_index,
-            "begin_index": g.store.ledger_begin_index,
-            "pid": os.getpid(),
-            "peers": g.peers,
-        }
-        match = self._match_index(g)
-        if match is not None:
-            # Each member's match index (the leader's own: what it has flushed), for lag.
-            out["match_index"] = match
-        return out
+        # The leader adds each member's match index (its own: what it has flushed), for lag.
+        return MetadataResponse(
+            id=g.config.self_id, addr=self.address, group=g.config.group, role=node.role.name, term=node.term,
+            leader=node.leader_id, end_index=g.store.ledger_end_index, committed_index=g.store.committed_index,
+            begin_index=g.store.ledger_begin_index, pid=os.getpid(), peers=g.peers, match_index=self._match_index(g),
+        )
 
-    async def _transfer(self, g: _Group, body: dict[str, Any]) -> Response:
-        to = body.get("to")
-        if not isinstance(to, str) or to not in g.peers:
-            return Response(ResponseCode.UNKNOWN_MEMBER, {"leader": g.node.leader_id},
+    async def _transfer(self, g: _Group, req: TransferRequest) -> Response:
+        to = req.to
+        if to not in g.peers:
+            return Response(ResponseCode.UNKNOWN_MEMBER, LeaderHint(g.node.leader_id).to_wire(),
                             f"no member {to!r} in group {g.config.group!r} (members: {', '.join(g.peers)})")
         done: TransferDone = await self._call(g, lambda now: g.node.transfer_leadership(now, to))
         r = done.response
-        return Response(r.code, {"leader": r.leader_id, "term": r.term, "reason": r.reason},
+        return Response(r.code, TransferResponse(r.leader_id, r.term, r.reason).to_wire(),
                         r.reason or (None if r.code == ResponseCode.SUCCESS else _code_name(r.code)))
 
 

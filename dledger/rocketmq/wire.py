@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from dledger.api import body_int as _int
+from dledger.api import body_str as _str
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.packed import SIZE_DTYPE, PackedBodies
@@ -41,20 +43,6 @@ class MessageRequestCode(IntEnum):
 
 
 MESSAGE_REQUEST_CODES = frozenset(int(c) for c in MessageRequestCode)
-
-
-def _str(body: dict[str, Any], key: str, default: str | None = None) -> str:
-    v = body.get(key, default)
-    if not isinstance(v, str):
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{key} must be a string")
-    return v
-
-
-def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
-    v = body.get(key, default)
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{key} must be an int")
-    return v
 
 
 def _pack(items: list[bytes]) -> tuple[bytes, bytes]:
