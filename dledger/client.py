@@ -524,8 +524,8 @@ def _chunks(bodies: Sequence[bytes]) -> list[tuple[list[bytes], np.ndarray]]:
     """Split ``bodies`` into requests of at most BATCH_MAX_BODIES / BATCH_MAX_BYTES: each a
     list of bytes and its sizes (the ``sizes`` of a packed request, dledger.packed).
 
-    Per-body work is done by C loops (map, fromiter): at 10^5-10^6 bodies/s a Python loop
-    over them is a visible share of the client's CPU.
+    Per-body work is done by C loops (map, fromiter): at the rates a batching client sends, a
+    Python loop over the bodies is a visible share of its CPU.
     """
     if not isinstance(bodies, list) or set(map(type, bodies)) - {bytes}:
         bodies = [bytes(b) for b in bodies]

@@ -47,18 +47,19 @@ class DLedgerConfig:
     max_pending_requests_num: int = _opt(10000, "appends awaiting quorum before LEADER_PENDING_FULL (503)")
     max_wait_ack_time_ms: int = _opt(2500, "ms an append waits for a quorum before WAIT_QUORUM_ACK_TIMEOUT (502)")
     max_push_time_out_ms: int = _opt(1000, "ms before an unanswered push to a follower is resent")
-    # DLedger defaults to False; batch push is what makes replication fast, and the
-    # replication issue asks for it on by default.
+    # DLedger defaults to False; batch push is what makes replication fast (many entries per
+    # push frame, one copy each side).
     is_enable_batch_push: bool = _opt(True, "push many entries per message (DLedger's default: false)")
     # DLedger's 4 KiB batch carries four 1 KiB entries a push; 1 MiB lets one push frame carry
-    # a client's whole batch (bench/test_bench_cluster.py: 1 KiB bodies 13k -> ~45k entries/s).
+    # a client's whole batch, so a batch is replicated in one round trip rather than one per
+    # four entries (bench/test_bench_cluster.py measures it).
     max_batch_push_size: int = _opt(1024 * 1024, "most bytes of entries in one push (DLedger's default: 4096)")
 
     # election
     enable_leader_elector: bool = _opt(True, "take part in elections (false: never stand, never time out)")
     # DLedger's default is 2000 ms: with max_heart_beat_leak 3 a dead leader goes unnoticed
-    # for 6 s. 400 ms gives failover well under 3 s (bench/test_bench_cluster.py) for a
-    # heartbeat per follower 2.5 times a second, which costs nothing measurable.
+    # for 6 s. 400 ms notices it five times sooner, for a small heartbeat per follower a few
+    # times a second (failover times: bench/test_bench_cluster.py, docs/performance.md).
     heart_beat_time_interval_ms: int = _opt(400, "ms between the leader's heartbeats (DLedger's default: 2000)")
     max_heart_beat_leak: int = _opt(3, "heartbeat intervals a follower waits without one before it stands")
     min_vote_interval_ms: int = _opt(300, "least ms between a candidate's vote rounds")
@@ -81,7 +82,7 @@ class DLedgerConfig:
     # ours: multiplies the intervals DLedger hard-codes (vote-round wait 2000 ms, compare/truncate
     # wait 3000 ms, leak checks 1000 ms...; see dledger.raft.timings). 0.5 halves the wait for a
     # vote round whose votes were lost, the long pole of a failover; the low-latency profile
-    # in the README uses 0.1.
+    # (docs/configuration.md) uses 0.1.
     raft_timing_scale: float = _opt(0.5, "multiplies DLedger's fixed waits (vote round, compare, leak checks)")
 
     # storage
@@ -95,8 +96,8 @@ class DLedgerConfig:
     max_body_size: int = _opt(4 * MB - 48, "largest body an append accepts, in bytes")
     # ours: how much of the data just behind the flushed position stays in the page cache;
     # older pages of the data files are handed back to the kernel (0: never). New appends then
-    # land in recycled pages instead of fresh ones: 0.3 against 1.0-1.3 us of CPU per KiB
-    # written on the test VM (README, "Page cache"). Tailing readers read from the kept window;
+    # land in recycled pages instead of fresh ones, which the kernel must first zero and fault
+    # in (docs/performance.md has the cost). Tailing readers read from the kept window;
     # older reads come from disk, as they would once the kernel evicted them anyway.
     data_cache_window: int = _opt(256 * MB, "bytes behind the flushed position kept in the page cache (0: all)")
 

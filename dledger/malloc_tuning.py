@@ -3,8 +3,8 @@
 Every push and every client batch arrives as a frame of up to a few MiB, received into a buffer
 of its own and copied out by msgpack, then freed. glibc serves blocks that big with a fresh
 mmap, or from a heap top it trims back to the kernel once it is free, so each frame's buffers
-page-fault in zero-filled pages again: on the test machine that was one follower's largest
-single cost (4% of all CPU in page faults at 1 KiB bodies). Fixing the mmap threshold above
+page-fault in zero-filled pages again, which profiles of a follower showed as its largest
+single cost. Fixing the mmap threshold above
 the frames we expect and keeping up to ``TRIM_THRESHOLD`` of free heap lets those buffers reuse
 memory that is already mapped. Library users' processes are left alone: only the server
 entry point calls ``tune_for_server``.

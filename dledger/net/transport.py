@@ -612,7 +612,7 @@ class _ClientConnection(_Connection):
         fut: asyncio.Future[Response] = self._loop.create_future()
         self.pending[rid] = fut
         # Not asyncio.wait_for nor a timer per call: both cost a loop callback per call, which
-        # shows at 10^4-10^5 calls/s.
+        # shows when calls are pipelined.
         self._arm_timeout(rid, timeout)
         try:
             if self._paused:

@@ -67,8 +67,8 @@ except ImportError:  # pragma: no cover - older Spark: no admission control, no 
 log = logging.getLogger(__name__)
 
 # Rows per Arrow batch handed to Spark. Smaller than read_table's default: the JVM turns each
-# batch into rows, and 8 Ki-row batches ran fastest end to end (bench/test_bench_reader.py:
-# 1 Ki 2.8, 4 Ki 3.7, 8 Ki 4.7, 16 Ki 4.3 M rows/s on 2 cores with 100-byte bodies).
+# batch into rows, and batches of this size ran fastest end to end (bench/test_bench_reader.py
+# compares the sizes).
 SPARK_BATCH_ROWS = 8192
 
 _SPARK_TYPES = {
