@@ -28,12 +28,11 @@ from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
+_gather = _load_ext("gather")
 
 BATCH_RECORDS = 8192
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
 _NAMES = (b"TAGS", b"UNIQ_KEY", b"KEYS")
-# Scan columns that are offsets into the buffer scanned.
-_OFFSET_COLUMNS = ("born_host_off", "store_host_off", "body_off", "topic_off", "props_off")
 
 
 def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
@@ -166,15 +165,17 @@ class ReputMessageService:
                             self._dispatch(seg.view, cols, seg.dledger)
                             done += n
                         elif n:
-                            # The DLedger store's lock is the one its appends take: dispatch a copy
-                            # of the records scanned, with the lock released.
-                            data = bytes(seg.view[seg.start:stop])
+                            # The DLedger store's lock is the one its flushes and retention take:
+                            # copy what dispatch reads (topics and properties), then let it go.
+                            topics, topic_at = _gather.gather(seg.view, cols["topic_off"], cols["topic_len"])
+                            props, props_at = _gather.gather(seg.view, cols["props_off"], cols["props_len"])
                     finally:
                         seg.view.release()
                 if n and seg.dledger:
-                    for name in _OFFSET_COLUMNS:
-                        cols[name] -= seg.start
-                    self._dispatch(memoryview(data), cols, seg.dledger)
+                    # The other *_off columns are left pointing into the log file: not read below.
+                    cols["topic_off"] = topic_at[:-1].astype(np.int64)
+                    cols["props_off"] = props_at[:-1].astype(np.int64)
+                    self._dispatch_cols(memoryview(props), cols, memoryview(topics))
                     done += n
                 batches += 1
                 if code == K.STOP_BLANK:
@@ -199,15 +200,19 @@ class ReputMessageService:
     def _dispatch(self, view: memoryview, cols: dict[str, np.ndarray], dledger: bool) -> None:
         self._dispatch_cols(view, cols)
 
-    def _dispatch_cols(self, view: memoryview, cols: dict[str, np.ndarray]) -> None:
+    def _dispatch_cols(self, view: memoryview, cols: dict[str, np.ndarray],
+                       topic_view: memoryview | None = None) -> None:
+        """Units and index items of scanned records: ``props_off`` points into ``view``,
+        ``topic_off`` into ``topic_view`` (default: ``view`` too)."""
+        tview = view if topic_view is None else topic_view
         phys = cols["phys_offset"]
         sizes = cols["size"]
         tran = cols["sys_flag"] & 0xC
         topic_off = cols["topic_off"]
         # Distinct topics numbered by one kernel pass (bytes compared, no hash to collide).
-        topic_id, firsts = K.topic_ids(view, topic_off, cols["topic_len"])
-        topics_raw = [bytes(view[o:o + n]) for o, n in zip(topic_off[firsts].tolist(),
-                                                            cols["topic_len"][firsts].tolist(), strict=True)]
+        topic_id, firsts = K.topic_ids(tview, topic_off, cols["topic_len"])
+        topics_raw = [bytes(tview[o:o + n]) for o, n in zip(topic_off[firsts].tolist(),
+                                                             cols["topic_len"][firsts].tolist(), strict=True)]
         groups = _group_by_queue(topic_id, cols["queue_id"])
         # TAGS, UNIQ_KEY and KEYS found in one pass over the properties.
         spans = K.property_spans_many(view, cols["props_off"], cols["props_len"], _NAMES)
