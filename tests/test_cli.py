@@ -96,7 +96,9 @@ def test_bench_store_quick_json():
     assert names == ["batch_append_1k", "append_100b", "random_get", "batch_lookup", "batch_scan",
                      "recovery_crc", "crc32"]
     for r in rows:
-        assert set(r) == {"name", "value", "unit", "baseline_name", "baseline_value", "ratio"}
+        assert set(r) == {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "spread",
+                          "baseline_spread"}
+        assert r["spread"][0] <= r["value"] <= r["spread"][1]
         assert r["value"] > 0 and r["baseline_value"] > 0
         assert abs(r["ratio"] - r["value"] / r["baseline_value"]) < 0.01 * r["ratio"] + 1e-3
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dledger.config import DLedgerConfig
-from dledger.perf.store_bench import BenchResult, _tmpdir
+from dledger.perf.store_bench import BenchResult, _tmpdir, result
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import BatchPreparer, encode_batch
 from dledger.rocketmq.store import MessageStore
@@ -140,8 +139,7 @@ def run_mq_bench(quick: bool = False, repeats: int | None = None, messages: int 
                 for _ in range(rounds):
                     mine.append(ours())
                     theirs.append(base())
-                results.append(BenchResult(name, statistics.median(mine), "msgs/s", base_name,
-                                           statistics.median(theirs)))
+                results.append(result(name, "msgs/s", mine, base_name, theirs))
             finally:
                 fresh.close()
     return results

@@ -17,7 +17,7 @@ import struct
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +47,9 @@ class BenchResult:
     unit: str
     baseline_name: str
     baseline_value: float
+    # The lowest and highest run of each side: how far one figure moves on this machine.
+    spread: tuple[float, float] = (0.0, 0.0)
+    baseline_spread: tuple[float, float] = (0.0, 0.0)
 
     @property
     def ratio(self) -> float:
@@ -56,8 +59,16 @@ class BenchResult:
         return {
             "name": self.name, "value": round(self.value, 3), "unit": self.unit,
             "baseline_name": self.baseline_name, "baseline_value": round(self.baseline_value, 3),
-            "ratio": round(self.ratio, 3),
+            "ratio": round(self.ratio, 3), "spread": [round(v, 3) for v in self.spread],
+            "baseline_spread": [round(v, 3) for v in self.baseline_spread],
         }
+
+
+def result(name: str, unit: str, ours: Sequence[float], baseline_name: str, baseline: Sequence[float],
+           scale: float = 1.0) -> BenchResult:
+    """Medians and spreads of interleaved runs, in the reported unit."""
+    return BenchResult(name, statistics.median(ours) / scale, unit, baseline_name, statistics.median(baseline) / scale,
+                       (min(ours) / scale, max(ours) / scale), (min(baseline) / scale, max(baseline) / scale))
 
 
 @dataclass(slots=True)
@@ -414,8 +425,7 @@ def run_store_bench(quick: bool = False) -> list[BenchResult]:
                 for _ in range(sizes.repeats):
                     ours_rates.append(_median_rate(case.ours, case.fresh, 1))
                     base_rates.append(_median_rate(case.baseline, case.fresh, 1))
-                results.append(BenchResult(case.name, statistics.median(ours_rates) / case.scale, case.unit,
-                                           case.baseline_name, statistics.median(base_rates) / case.scale))
+                results.append(result(case.name, case.unit, ours_rates, case.baseline_name, base_rates, case.scale))
             finally:
                 for c in case.cleanup:
                     c()
@@ -423,8 +433,17 @@ def run_store_bench(quick: bool = False) -> list[BenchResult]:
 
 
 def format_table(results: list[BenchResult]) -> str:
-    lines = [f"{'figure':<18}{'ours':>14}  {'unit':<10}{'baseline':<28}{'baseline':>14}{'ratio':>9}"]
+    """Medians, each with the range of its runs in brackets."""
+
+    def num(v: float) -> str:
+        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+    def rng(lo_hi: tuple[float, float]) -> str:
+        return f"[{num(lo_hi[0])}-{num(lo_hi[1])}]"
+
+    lines = [f"{'figure':<18}{'ours':>14} {'(runs)':<26} {'unit':<10}{'baseline':<28}{'baseline':>14} {'(runs)':<24}"
+             f"{'ratio':>8}"]
     for r in results:
-        lines.append(f"{r.name:<18}{r.value:>14,.2f}  {r.unit:<10}{r.baseline_name:<28}"
-                     f"{r.baseline_value:>14,.2f}{r.ratio:>8.2f}x")
+        lines.append(f"{r.name:<18}{r.value:>14,.2f} {rng(r.spread):<26} {r.unit:<10}{r.baseline_name:<28}"
+                     f"{r.baseline_value:>14,.2f} {rng(r.baseline_spread):<24}{r.ratio:>7.2f}x")
     return "\n".join(lines)
