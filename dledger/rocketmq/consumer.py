@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger.client import AsyncClient
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
-from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.message import MessageExt
 from dledger.rocketmq.producer import Blocking
 from dledger.rocketmq.records import decode_record, messages_from_columns
@@ -35,6 +35,8 @@ from dledger.rocketmq.wire import (
     QueryMessageRequest,
     QueueRequest,
 )
+
+K = _load_ext("message")
 
 LEADER = "leader"
 FOLLOWER = "follower"

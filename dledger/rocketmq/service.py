@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
 from dledger.packed import PackedBodies
 from dledger.raft.member_state import Role
-from dledger.rocketmq import _kernels as K
 from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
 from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
 from dledger.rocketmq.encode import (
@@ -67,6 +67,8 @@ from dledger.rocketmq.wire import (
     SendRequest,
     SendResponse,
 )
+
+K = _load_ext("message")
 
 if TYPE_CHECKING:
     from dledger.rocketmq.store import MessageStore
