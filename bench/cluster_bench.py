@@ -30,10 +30,14 @@ PEER_SCRIPT = str(Path(__file__).with_name("pysyncobj_peer.py"))
 # The documented low-latency profile: 50 ms heartbeats (a dead leader is noticed after
 # 150 ms), 20-80 ms vote intervals, DLedger's hard-coded waits scaled to a tenth.
 LOW_LATENCY = [
-    "--heart-beat-time-interval-ms", "50",
-    "--min-vote-interval-ms", "20",
-    "--max-vote-interval-ms", "80",
-    "--raft-timing-scale", "0.1",
+    "--heart-beat-time-interval-ms",
+    "50",
+    "--min-vote-interval-ms",
+    "20",
+    "--max-vote-interval-ms",
+    "80",
+    "--raft-timing-scale",
+    "0.1",
 ]
 
 
@@ -55,8 +59,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def dledger_throughput(body_size: int, count: int, chunk: int = 2000, window: int = 16,
-                       extra: list[str] | None = None) -> Throughput:
+def dledger_throughput(
+    body_size: int, count: int, chunk: int = 2000, window: int = 16, extra: list[str] | None = None
+) -> Throughput:
     root = Path(tempfile.mkdtemp(prefix="dledger-bench-cluster-"))
     cluster = TestCluster(root, extra=list(extra or []), proxied=False)
     try:
@@ -116,12 +121,20 @@ def _pysyncobj_run(driver_args: list[str], member_args: list[str] | None = None)
     try:
         for k in (1, 2):
             partners = ",".join(a for j, a in enumerate(addrs) if j != k)
-            procs.append(subprocess.Popen([sys.executable, PEER_SCRIPT, addrs[k], partners,
-                                           "--seconds", "600", *common], stdout=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, PEER_SCRIPT, addrs[k], partners, "--seconds", "600", *common],
+                    stdout=subprocess.DEVNULL,
+                )
+            )
         partners = ",".join(addrs[1:])
-        out = subprocess.run([sys.executable, PEER_SCRIPT, addrs[0], partners,
-                              *driver_args, *common, "--seconds", "300"],
-                             capture_output=True, text=True, timeout=400, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, PEER_SCRIPT, addrs[0], partners, *driver_args, *common, "--seconds", "300"],
+            capture_output=True,
+            text=True,
+            timeout=400,
+            check=True,
+        ).stdout
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
     finally:

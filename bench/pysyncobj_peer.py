@@ -72,8 +72,9 @@ def main() -> int:
     p.add_argument("--latency", type=int, default=0)
     p.add_argument("--unbatched", action="store_true")
     args = p.parse_args()
-    log = Log(args.self_addr, args.partners.split(","), driver=bool(args.drive or args.latency),
-              batch=not args.unbatched)
+    log = Log(
+        args.self_addr, args.partners.split(","), driver=bool(args.drive or args.latency), batch=not args.unbatched
+    )
     if not (args.drive or args.latency):
         # Serve; on SIGTERM report what this member applied (to compare replicas).
         stop = threading.Event()
@@ -114,8 +115,9 @@ def main() -> int:
         log.append(body, callback=cb)
     done.wait(args.seconds)
     elapsed = time.monotonic() - t0
-    print(json.dumps({"committed": state["ok"], "failed": state["failed"], "seconds": elapsed, "leader": led}),
-          flush=True)
+    print(
+        json.dumps({"committed": state["ok"], "failed": state["failed"], "seconds": elapsed, "leader": led}), flush=True
+    )
     return 0
 
 

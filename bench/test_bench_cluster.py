@@ -50,12 +50,17 @@ def test_committed_throughput(benchmark, size: int) -> None:
     benchmark.pedantic(rounds, rounds=1, iterations=1)
     mine = statistics.median(t.entries_per_s for t in ours)
     theirs = statistics.median(t.entries_per_s for t in base)
-    benchmark.extra_info.update(ours_entries_per_s=[t.entries_per_s for t in ours],
-                                pysyncobj_entries_per_s=[t.entries_per_s for t in base],
-                                pysyncobj_runs=[t.note for t in base], ratio_of_medians=mine / theirs)
-    print(f"\n{size} B, {ROUNDS} round(s): dledger median {mine:,.0f}/s ({mine * size / 1e6:.1f} MB/s) "
-          f"{[round(t.entries_per_s) for t in ours]}; PySyncObj median {theirs:,.0f}/s "
-          f"{[(round(t.entries_per_s), t.note) for t in base]}; ratio {mine / theirs:.2f}x")
+    benchmark.extra_info.update(
+        ours_entries_per_s=[t.entries_per_s for t in ours],
+        pysyncobj_entries_per_s=[t.entries_per_s for t in base],
+        pysyncobj_runs=[t.note for t in base],
+        ratio_of_medians=mine / theirs,
+    )
+    print(
+        f"\n{size} B, {ROUNDS} round(s): dledger median {mine:,.0f}/s ({mine * size / 1e6:.1f} MB/s) "
+        f"{[round(t.entries_per_s) for t in ours]}; PySyncObj median {theirs:,.0f}/s "
+        f"{[(round(t.entries_per_s), t.note) for t in base]}; ratio {mine / theirs:.2f}x"
+    )
     assert mine > 0 and theirs > 0
 
 
@@ -79,11 +84,18 @@ def test_sync_append_latency(benchmark) -> None:
     p99 = statistics.median(r[1] for r in runs)
     b50 = statistics.median(r[0] for r in base)
     b99 = statistics.median(r[1] for r in base)
-    benchmark.extra_info.update(p50_ms=p50 * 1000, p99_ms=p99 * 1000, runs_ms=[(a * 1e3, b * 1e3) for a, b in runs],
-                                pysyncobj_p50_ms=b50 * 1000, pysyncobj_p99_ms=b99 * 1000)
-    print(f"\nsync append, {ROUNDS} round(s): dledger median p50 {p50 * 1000:.2f} ms, median p99 {p99 * 1000:.2f} ms "
-          f"{_ms(runs)}; PySyncObj (unbatched, log in memory) p50 {b50 * 1000:.2f} ms, p99 {b99 * 1000:.2f} ms "
-          f"{_ms(base)}")
+    benchmark.extra_info.update(
+        p50_ms=p50 * 1000,
+        p99_ms=p99 * 1000,
+        runs_ms=[(a * 1e3, b * 1e3) for a, b in runs],
+        pysyncobj_p50_ms=b50 * 1000,
+        pysyncobj_p99_ms=b99 * 1000,
+    )
+    print(
+        f"\nsync append, {ROUNDS} round(s): dledger median p50 {p50 * 1000:.2f} ms, median p99 {p99 * 1000:.2f} ms "
+        f"{_ms(runs)}; PySyncObj (unbatched, log in memory) p50 {b50 * 1000:.2f} ms, p99 {b99 * 1000:.2f} ms "
+        f"{_ms(base)}"
+    )
     assert 0 < p50 <= p99 and 0 < b50 <= b99
 
 

@@ -37,9 +37,7 @@ def func(request: pytest.FixtureRequest) -> Iterator[Callable[[bytes], int]]:
         crc._force_impl("auto")
 
 
-def test_crc32(
-    benchmark: BenchmarkFixture, sized_buf: tuple[str, bytes], func: Callable[[bytes], int]
-) -> None:
+def test_crc32(benchmark: BenchmarkFixture, sized_buf: tuple[str, bytes], func: Callable[[bytes], int]) -> None:
     label, buf = sized_buf
     benchmark.group = f"crc32-{label}"
     benchmark.extra_info["implementation"] = crc.implementation() if func is crc.crc32 else "zlib"

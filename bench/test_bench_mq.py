@@ -43,8 +43,9 @@ def root() -> Iterator[Path]:
 
 
 def store_config(mode: str, **kw: Any) -> MessageStoreConfig:
-    return MessageStoreConfig(enable_dledger_commit_log=mode == "dledger", mapped_file_size_commit_log=1 << 30,
-                              store_host="10.0.0.1:10911").replace(**kw)
+    return MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger", mapped_file_size_commit_log=1 << 30, store_host="10.0.0.1:10911"
+    ).replace(**kw)
 
 
 def encoded_batches(size: int, n: int, batch: int) -> list[list[bytes]]:
@@ -53,7 +54,7 @@ def encoded_batches(size: int, n: int, batch: int) -> list[list[bytes]]:
     body = os.urandom(size)
     b = prep.prepare_columns("TopicA", [body] * batch, tags="TagA")
     buf, starts = encode_batch(b, np.arange(batch, dtype=np.int64), np.zeros(batch, dtype=np.int64), 1)
-    recs = [buf[int(starts[i]):int(starts[i + 1])] for i in range(batch)]
+    recs = [buf[int(starts[i]) : int(starts[i + 1])] for i in range(batch)]
     return [recs] * (n // batch)
 
 
@@ -79,8 +80,15 @@ class Round:
         return path
 
 
-def run(benchmark: Any, group: str, name: str, setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]],
-        fn: Callable[..., int], messages: int, rounds: Round | None = None) -> None:
+def run(
+    benchmark: Any,
+    group: str,
+    name: str,
+    setup: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]],
+    fn: Callable[..., int],
+    messages: int,
+    rounds: Round | None = None,
+) -> None:
     benchmark.group = group
     benchmark.name = name
     try:
@@ -128,6 +136,7 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
         return
     batches = encoded_batches(size, n, batch)
     if side == "raw_append":
+
         def setup_a() -> tuple[tuple[Any, ...], dict[str, Any]]:
             d = MmapFileStore(r.fresh() / "dledger-n0", DLedgerConfig(mapped_file_size_for_entry_data=1 << 30))
             r.opened.append(d)
@@ -159,6 +168,7 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
 
 # -- dispatch alone ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["classic", "dledger"])
 @pytest.mark.parametrize("side", ["ours", "raw_scan"])
 def test_dispatch_alone(benchmark: Any, root: Path, mode: str, side: str) -> None:
@@ -182,11 +192,19 @@ def test_dispatch_alone(benchmark: Any, root: Path, mode: str, side: str) -> Non
     def scan(s: MessageStore) -> int:
         return sum(len(cols["size"]) for _buf, cols in s.iter_batches())
 
-    run(benchmark, group, f"{group} [{'ReputMessageService' if side == 'ours' else 'scan only'}]", setup,
-        work if side == "ours" else scan, N, r)
+    run(
+        benchmark,
+        group,
+        f"{group} [{'ReputMessageService' if side == 'ours' else 'scan only'}]",
+        setup,
+        work if side == "ours" else scan,
+        N,
+        r,
+    )
 
 
 # -- pull --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", ["classic", "dledger"])
 @pytest.mark.parametrize("side", ["ours", "raw_read"])
@@ -219,13 +237,20 @@ def test_pull_by_offset(benchmark: Any, root: Path, mode: str, side: str) -> Non
         return n
 
     try:
-        run(benchmark, group, f"{group} [{'pull_arrow' if side == 'ours' else 'read the log files'}]",
-            lambda: ((), {}), pull if side == "ours" else read, n)
+        run(
+            benchmark,
+            group,
+            f"{group} [{'pull_arrow' if side == 'ours' else 'read the log files'}]",
+            lambda: ((), {}),
+            pull if side == "ours" else read,
+            n,
+        )
     finally:
         s.close()
 
 
 # -- query by key ------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def keyed_store(root: Path) -> Iterator[MessageStore]:

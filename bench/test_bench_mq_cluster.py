@@ -50,8 +50,7 @@ def mq_cluster(extra: list[str] | None = None) -> TestCluster:
     return TestCluster(root, extra=["--message-store", *(extra or [])], proxied=False, member_dirs=True)
 
 
-def mq_throughput(body_size: int, count: int, chunk: int = CHUNK, window: int = WINDOW,
-                  objects: bool = False) -> float:
+def mq_throughput(body_size: int, count: int, chunk: int = CHUNK, window: int = WINDOW, objects: bool = False) -> float:
     """Messages/s acknowledged SEND_OK by a batching producer: ``send_bodies`` (a MessageBatch
     of bodies), or ``send_batch`` of Message objects with ``objects``."""
     cluster = mq_cluster()
@@ -100,12 +99,18 @@ def test_replicated_produce(benchmark, size: int) -> None:
     benchmark.pedantic(run, rounds=1, iterations=1)
     med = {k: statistics.median(v) for k, v in got.items()}
     ratio = med["messages"] / med["entries"]
-    benchmark.extra_info.update(messages_per_s=got["messages"], entries_per_s=got["entries"],
-                                message_objects_per_s=got["objects"], ratio_of_medians=ratio)
-    print(f"\n{size} B, {ROUNDS} rounds: message service median {med['messages']:,.0f} msg/s (send_bodies) "
-          f"{[round(x) for x in got['messages']]}, {med['objects']:,.0f} msg/s (send_batch of Message objects "
-          f"with tags); entry-level append median {med['entries']:,.0f} entries/s "
-          f"{[round(x) for x in got['entries']]}; ratio {ratio:.2f}x")
+    benchmark.extra_info.update(
+        messages_per_s=got["messages"],
+        entries_per_s=got["entries"],
+        message_objects_per_s=got["objects"],
+        ratio_of_medians=ratio,
+    )
+    print(
+        f"\n{size} B, {ROUNDS} rounds: message service median {med['messages']:,.0f} msg/s (send_bodies) "
+        f"{[round(x) for x in got['messages']]}, {med['objects']:,.0f} msg/s (send_batch of Message objects "
+        f"with tags); entry-level append median {med['entries']:,.0f} entries/s "
+        f"{[round(x) for x in got['entries']]}; ratio {ratio:.2f}x"
+    )
     assert med["messages"] > 0
 
 
@@ -157,10 +162,13 @@ def test_end_to_end_latency(benchmark) -> None:
     assert len(e2e) == LATENCY_COUNT
     p50, p99 = statistics.median(e2e), _pct(e2e, 0.99)
     a50, a99 = statistics.median(after_ack), _pct(after_ack, 0.99)
-    benchmark.extra_info.update(p50_ms=p50 * 1e3, p99_ms=p99 * 1e3, after_ack_p50_ms=a50 * 1e3,
-                                after_ack_p99_ms=a99 * 1e3)
-    print(f"\nsend -> consumed: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms; producer's ack -> consumed: "
-          f"p50 {a50 * 1e3:.2f} ms, p99 {a99 * 1e3:.2f} ms ({LATENCY_COUNT} messages)")
+    benchmark.extra_info.update(
+        p50_ms=p50 * 1e3, p99_ms=p99 * 1e3, after_ack_p50_ms=a50 * 1e3, after_ack_p99_ms=a99 * 1e3
+    )
+    print(
+        f"\nsend -> consumed: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms; producer's ack -> consumed: "
+        f"p50 {a50 * 1e3:.2f} ms, p99 {a99 * 1e3:.2f} ms ({LATENCY_COUNT} messages)"
+    )
 
 
 def mq_failover(kills: int) -> list[float]:
@@ -198,6 +206,8 @@ def test_failover(benchmark) -> None:
     benchmark.pedantic(run, rounds=1, iterations=1)
     m99, e99 = _pct(got["messages"], 0.99), _pct(got["entries"], 0.99)
     benchmark.extra_info.update(messages_s=got["messages"], entries_s=got["entries"])
-    print(f"\nfailover ({KILLS} kills each): message service p50 {statistics.median(got['messages']):.2f} s, "
-          f"p99 {m99:.2f} s; entry-level p50 {statistics.median(got['entries']):.2f} s, p99 {e99:.2f} s; "
-          f"difference of p99s {m99 - e99:+.2f} s")
+    print(
+        f"\nfailover ({KILLS} kills each): message service p50 {statistics.median(got['messages']):.2f} s, "
+        f"p99 {m99:.2f} s; entry-level p50 {statistics.median(got['entries']):.2f} s, p99 {e99:.2f} s; "
+        f"difference of p99s {m99 - e99:+.2f} s"
+    )

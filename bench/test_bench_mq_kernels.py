@@ -31,8 +31,10 @@ BATCH = 2000  # records per encode call
 SCAN_BYTES = 4 << 20  # bytes of records per scan call
 TOPIC = b"TopicA"
 HOST = bytes([192, 168, 0, 10]) + struct.pack(">i", 10911)
-PROPS = (b"KEYS\x01order-12345\x02UNIQ_KEY\x01FD00000000000000000000000000000260954E0E2F2A7314EC5B0000"
-         b"\x02CLUSTER\x01DefaultCluster\x02TAGS\x01TagA")
+PROPS = (
+    b"KEYS\x01order-12345\x02UNIQ_KEY\x01FD00000000000000000000000000000260954E0E2F2A7314EC5B0000"
+    b"\x02CLUSTER\x01DefaultCluster\x02TAGS\x01TagA"
+)
 
 HEAD = struct.Struct(">iiiiiqqiq")
 HOST_TS = struct.Struct(">q")
@@ -46,8 +48,9 @@ def bodies_of(size: int, n: int) -> list[bytes]:
 
 def encode_ours(bodies: list[bytes], base: int = 0) -> tuple[bytes, np.ndarray]:
     n = len(bodies)
-    return mk.encode_records(bodies, TOPIC, PROPS, 1, 0, np.arange(n), base, 0, 1_700_000_000_000, HOST,
-                             1_700_000_000_001, HOST, 0, 0)
+    return mk.encode_records(
+        bodies, TOPIC, PROPS, 1, 0, np.arange(n), base, 0, 1_700_000_000_000, HOST, 1_700_000_000_001, HOST, 0, 0
+    )
 
 
 def split(buf: bytes, offs: np.ndarray) -> list[bytes]:
@@ -59,10 +62,18 @@ def encode_struct(bodies: list[bytes]) -> bytes:
     out = []
     for k, body in enumerate(bodies):
         size = 91 + len(body) + len(TOPIC) + len(PROPS)
-        out.append(HEAD.pack(size, mk.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, 1, 0, k, 0, 0,
-                             1_700_000_000_000) + HOST + HOST_TS.pack(1_700_000_000_001) + HOST
-                   + TAIL.pack(0, 0, len(body)) + body + bytes([len(TOPIC)]) + TOPIC
-                   + struct.pack(">h", len(PROPS)) + PROPS)
+        out.append(
+            HEAD.pack(size, mk.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, 1, 0, k, 0, 0, 1_700_000_000_000)
+            + HOST
+            + HOST_TS.pack(1_700_000_000_001)
+            + HOST
+            + TAIL.pack(0, 0, len(body))
+            + body
+            + bytes([len(TOPIC)])
+            + TOPIC
+            + struct.pack(">h", len(PROPS))
+            + PROPS
+        )
     return b"".join(out)
 
 
@@ -163,7 +174,7 @@ def test_tags_codes(benchmark, sized, side: str) -> None:
     def python() -> list[int]:
         out = []
         for o, n in zip(cols["props_off"].tolist(), cols["props_len"].tolist(), strict=True):
-            props = dict(item.split("\x01", 1) for item in classic[o:o + n].decode().split("\x02") if "\x01" in item)
+            props = dict(item.split("\x01", 1) for item in classic[o : o + n].decode().split("\x02") if "\x01" in item)
             tags = props.get("TAGS")
             out.append(mk.java_hash(tags) if tags else 0)
         return out
@@ -194,8 +205,9 @@ def test_append_batch_with_hook(benchmark, sized, store_root: Path, hook: str) -
         if "store" in state:
             state.pop("store").close()
         path = store_root / f"{label}-{hook}-{next(counter)}"
-        state["store"] = MmapFileStore(path, cfg, start_services=False,
-                                       body_pos_patch=mk.PHY_POS_POSITION if hook != "none" else None)
+        state["store"] = MmapFileStore(
+            path, cfg, start_services=False, body_pos_patch=mk.PHY_POS_POSITION if hook != "none" else None
+        )
         state["store"].append_batch(records[:1], 1)  # files created outside the timing
 
     def run() -> None:

@@ -106,7 +106,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     while done < ROWS:
         n = min(chunk, ROWS - done)
         raw = rng.integers(0, 256, n * BODY, dtype=np.uint8).tobytes()
-        s.append_batch([raw[k * BODY:(k + 1) * BODY] for k in range(n)], 1 + done // 1_000_000)
+        s.append_batch([raw[k * BODY : (k + 1) * BODY] for k in range(n)], 1 + done // 1_000_000)
         done += n
     s.update_committed_index(s.ledger_end_term, ROWS - 1)
     s.close()

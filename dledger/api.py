@@ -169,15 +169,24 @@ class AppendResponse:
     leader: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"index": self.index, "pos": self.pos, "positions": self.positions, "term": self.term,
-                "leader": self.leader}
+        return {
+            "index": self.index,
+            "pos": self.pos,
+            "positions": self.positions,
+            "term": self.term,
+            "leader": self.leader,
+        }
 
     @staticmethod
     def from_wire(body: dict[str, Any]) -> AppendResponse:
         positions = body.get("positions")
-        return AppendResponse(body_int(body, "index"), body_int(body, "pos"),
-                              [] if positions is None else _int_list(positions, "positions"),
-                              body_int(body, "term", -1), body_opt_str(body, "leader"))
+        return AppendResponse(
+            body_int(body, "index"),
+            body_int(body, "pos"),
+            [] if positions is None else _int_list(positions, "positions"),
+            body_int(body, "term", -1),
+            body_opt_str(body, "leader"),
+        )
 
 
 @dataclass(slots=True)
@@ -216,8 +225,14 @@ class GetResponse:
             raise unexpected(f"entries must be a list, not {_type_name(raw)}")
         entries = []
         for e in raw:
-            if type(e) is not list or len(e) != 4 or type(e[0]) is not int or type(e[1]) is not int \
-                    or type(e[2]) is not int or type(e[3]) is not bytes:
+            if (
+                type(e) is not list
+                or len(e) != 4
+                or type(e[0]) is not int
+                or type(e[1]) is not int
+                or type(e[2]) is not int
+                or type(e[3]) is not bytes
+            ):
                 raise unexpected("each of entries must be [index, term, pos, body]")
             entries.append(Entry(index=e[0], term=e[1], pos=e[2], body=e[3]))
         return GetResponse(entries, body_int(body, "committed"))
@@ -266,13 +281,23 @@ class MetadataResponse:
         if type(peers) is not dict or not all(type(k) is str and type(v) is str for k, v in peers.items()):
             raise unexpected(f"peers must be a map of member id to address, not {_type_name(peers)}")
         match = body.get("match_index")
-        if match is not None and (type(match) is not dict
-                                  or not all(type(k) is str and type(v) is int for k, v in match.items())):
+        if match is not None and (
+            type(match) is not dict or not all(type(k) is str and type(v) is int for k, v in match.items())
+        ):
             raise unexpected(f"match_index must be a map of member id to index, not {_type_name(match)}")
         return MetadataResponse(
-            body_str(body, "id"), body_str(body, "addr"), body_str(body, "group"), body_str(body, "role"),
-            body_int(body, "term"), body_opt_str(body, "leader"), body_int(body, "end_index"),
-            body_int(body, "committed_index"), body_int(body, "begin_index"), body_int(body, "pid"), peers, match,
+            body_str(body, "id"),
+            body_str(body, "addr"),
+            body_str(body, "group"),
+            body_str(body, "role"),
+            body_int(body, "term"),
+            body_opt_str(body, "leader"),
+            body_int(body, "end_index"),
+            body_int(body, "committed_index"),
+            body_int(body, "begin_index"),
+            body_int(body, "pid"),
+            peers,
+            match,
         )
 
 
@@ -305,8 +330,9 @@ class TransferResponse:
     @staticmethod
     def from_wire(body: dict[str, Any]) -> TransferResponse:
         reason = body.get("reason")
-        return TransferResponse(body_opt_str(body, "leader"), body_opt_int(body, "term"),
-                                reason if type(reason) is str else "")
+        return TransferResponse(
+            body_opt_str(body, "leader"), body_opt_int(body, "term"), reason if type(reason) is str else ""
+        )
 
 
 __all__ = [

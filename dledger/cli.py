@@ -55,11 +55,21 @@ def cmd_dump(args: argparse.Namespace) -> int:
             if args.digest:
                 out.write(f"{e.index} {e.term} {e.pos} {len(e.body)} {hashlib.sha256(e.body).hexdigest()[:16]}\n")
             elif args.json:
-                out.write(json.dumps({
-                    "index": e.index, "term": e.term, "pos": e.pos, "size": e.size, "magic": e.magic,
-                    "body_crc": e.body_crc, "body_len": len(e.body),
-                    "body_base64": base64.b64encode(e.body).decode("ascii"),
-                }) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "index": e.index,
+                            "term": e.term,
+                            "pos": e.pos,
+                            "size": e.size,
+                            "magic": e.magic,
+                            "body_crc": e.body_crc,
+                            "body_len": len(e.body),
+                            "body_base64": base64.b64encode(e.body).decode("ascii"),
+                        }
+                    )
+                    + "\n"
+                )
             else:
                 out.write(f"{e.index} {e.term} {e.pos} {len(e.body)} {_preview(e.body)}\n")
             if i % 4096 == 0:
@@ -127,8 +137,17 @@ def cmd_get(args: argparse.Namespace) -> int:
     finally:
         store.close()  # type: ignore[attr-defined]
     if args.json:
-        print(json.dumps({"index": e.index, "term": e.term, "pos": e.pos, "body_crc": e.body_crc,
-                          "body_base64": base64.b64encode(e.body).decode("ascii")}))
+        print(
+            json.dumps(
+                {
+                    "index": e.index,
+                    "term": e.term,
+                    "pos": e.pos,
+                    "body_crc": e.body_crc,
+                    "body_base64": base64.b64encode(e.body).decode("ascii"),
+                }
+            )
+        )
     else:
         sys.stdout.buffer.write(e.body + b"\n")
     return 0
@@ -165,8 +184,16 @@ def _remote(what: str, args: argparse.Namespace) -> int:
         else:
             e = client.get(args.index)
             if args.json:
-                print(json.dumps({"index": e.index, "term": e.term, "pos": e.pos,
-                                  "body_base64": base64.b64encode(e.body).decode("ascii")}))
+                print(
+                    json.dumps(
+                        {
+                            "index": e.index,
+                            "term": e.term,
+                            "pos": e.pos,
+                            "body_base64": base64.b64encode(e.body).decode("ascii"),
+                        }
+                    )
+                )
             else:
                 sys.stdout.buffer.write(e.body + b"\n")
     return 0
@@ -189,14 +216,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dict(r.as_dict(), lag=lag.get(r.id)) for r in rows]))
     else:
+
         def show(v: object) -> str:
             return "-" if v is None else str(v)
 
-        print(f"{'id':<6}{'addr':<22}{'group':<10}{'role':<11}{'term':>6}  {'leader':<8}{'end':>10}"
-              f"{'committed':>11}{'lag':>8}{'pid':>9}")
+        print(
+            f"{'id':<6}{'addr':<22}{'group':<10}{'role':<11}{'term':>6}  {'leader':<8}{'end':>10}"
+            f"{'committed':>11}{'lag':>8}{'pid':>9}"
+        )
         for r in rows:
-            print(f"{r.id:<6}{r.addr:<22}{show(r.group):<10}{show(r.role):<11}{show(r.term):>6}  {show(r.leader):<8}"
-                  f"{show(r.end_index):>10}{show(r.committed_index):>11}{show(lag.get(r.id)):>8}{show(r.pid):>9}")
+            print(
+                f"{r.id:<6}{r.addr:<22}{show(r.group):<10}{show(r.role):<11}{show(r.term):>6}  {show(r.leader):<8}"
+                f"{show(r.end_index):>10}{show(r.committed_index):>11}{show(lag.get(r.id)):>8}{show(r.pid):>9}"
+            )
         for r in rows:
             if r.error is not None:
                 print(f"{r.id} ({r.addr}) did not answer: {r.error}", file=sys.stderr)
@@ -240,13 +272,17 @@ def cmd_server(args: argparse.Namespace) -> int:
         from dledger.net.tls import make_server_context
 
         server_ssl = make_server_context(args.tls_cert, args.tls_key, args.tls_ca)
-    server = NodeServer(config, host=args.host, secret=kwargs.get("secret"),
-                        server_ssl=server_ssl, client_ssl=kwargs.get("ssl"))
+    server = NodeServer(
+        config, host=args.host, secret=kwargs.get("secret"), server_ssl=server_ssl, client_ssl=kwargs.get("ssl")
+    )
 
     def ready(s: NodeServer) -> None:
         # The line a supervisor (and `dledger cluster`) waits for.
-        print(f"dledger node {s.self_ids()} group {config.group} listening on {s.host}:{s.port} "
-              f"pid {os.getpid()} dir {config.default_path}", flush=True)
+        print(
+            f"dledger node {s.self_ids()} group {config.group} listening on {s.host}:{s.port} "
+            f"pid {os.getpid()} dir {config.default_path}",
+            flush=True,
+        )
 
     return asyncio.run(run_server(server, ready))
 
@@ -293,8 +329,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i in range(max(store.ledger_begin_index, store.ledger_end_index - 2), store.ledger_end_index + 1):
             e = store.get(i)
             print(f"  index {e.index} term {e.term} pos {e.pos}: {e.body.decode()}")
-        print(f"begin {store.ledger_begin_index} end {store.ledger_end_index} "
-              f"committed {store.committed_index}")
+        print(f"begin {store.ledger_begin_index} end {store.ledger_end_index} committed {store.committed_index}")
     print(f"inspect it with: dledger dump {node} --digest")
     return 0
 
@@ -302,10 +337,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _add_remote_options(p: argparse.ArgumentParser, peers: bool = True) -> None:
     if peers:
         p.add_argument("--peers", required=True, help='"n0-host:port;n1-host:port;..."')
-    p.add_argument("--group", default=None,
-                   help="the Raft group (default: the one group the members serve; needed when they serve several)")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to find the leader and get an answer (default: %(default)s)")
+    p.add_argument(
+        "--group",
+        default=None,
+        help="the Raft group (default: the one group the members serve; needed when they serve several)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds to find the leader and get an answer (default: %(default)s)",
+    )
     p.add_argument("--secret-file", default=None, help="file holding the group's shared secret")
     p.add_argument("--tls-ca", default=None, help="CA file to verify the nodes (enables TLS)")
     p.add_argument("--tls-cert", default=None, help="client certificate (mutual TLS)")
@@ -354,8 +396,16 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
         text = f"{DLedgerConfig.help_of(f.name)} (default: {shown})".replace("%", "%%")
         # A bool flag alone means true (--message-store), as well as --sync true / false.
         switch: dict[str, Any] = {"nargs": "?", "const": True} if kind is _parse_bool else {}
-        opts.add_argument(*_FLAG_NAMES.get(f.name, []), kebab, dest="cfg_" + f.name, default=None, type=kind,
-                          metavar=metavar, help=text, **switch)
+        opts.add_argument(
+            *_FLAG_NAMES.get(f.name, []),
+            kebab,
+            dest="cfg_" + f.name,
+            default=None,
+            type=kind,
+            metavar=metavar,
+            help=text,
+            **switch,
+        )
         hidden = [camel] if camel != kebab else []
         hidden += _HIDDEN_NAMES.get(f.name, [])
         if hidden:
@@ -365,8 +415,15 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from dledger.cluster import run_local_cluster
 
-    return run_local_cluster(args.nodes, args.dir, args.base_port, args.group, args.writes, args.exit_after_writes,
-                             message_store=args.message_store)
+    return run_local_cluster(
+        args.nodes,
+        args.dir,
+        args.base_port,
+        args.group,
+        args.writes,
+        args.exit_after_writes,
+        message_store=args.message_store,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -437,8 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--group", default="default")
     cl.add_argument("--writes", type=int, default=3, help="entries to append once a leader is up")
     cl.add_argument("--exit-after-writes", action="store_true", help="stop the group after the writes")
-    cl.add_argument("--message-store", action="store_true",
-                    help="members run RocketMQ's message store; produce and consume --writes messages")
+    cl.add_argument(
+        "--message-store",
+        action="store_true",
+        help="members run RocketMQ's message store; produce and consume --writes messages",
+    )
     cl.set_defaults(func=cmd_cluster)
 
     m = sub.add_parser("demo", help="write to an embedded store and read it back")
@@ -453,15 +513,17 @@ def build_parser() -> argparse.ArgumentParser:
         if "-v" in command._option_string_actions:
             continue
         # Also after the command (`dledger server -v ...`), where operators put it.
-        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                             help="log at INFO level")
+        command.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at INFO level"
+        )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return int(args.func(args))
     except DLedgerError as exc:

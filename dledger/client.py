@@ -151,10 +151,20 @@ class NodeStatus:
     error_code: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "addr": self.addr, "role": self.role, "term": self.term, "leader": self.leader,
-                "end_index": self.end_index, "committed_index": self.committed_index, "pid": self.pid,
-                "group": self.group, "match_index": self.match_index, "error": self.error,
-                "error_code": self.error_code}
+        return {
+            "id": self.id,
+            "addr": self.addr,
+            "role": self.role,
+            "term": self.term,
+            "leader": self.leader,
+            "end_index": self.end_index,
+            "committed_index": self.committed_index,
+            "pid": self.pid,
+            "group": self.group,
+            "match_index": self.match_index,
+            "error": self.error,
+            "error_code": self.error_code,
+        }
 
 
 @dataclass(slots=True, frozen=True)
@@ -263,13 +273,15 @@ class AsyncClient:
 
     async def _metadata_of(self, addr: str, group: str | None) -> Response:
         try:
-            return await self._rpc.call(addr, RequestCode.METADATA, {}, group=group,
-                                        timeout=min(self.request_timeout, 2.0))
+            return await self._rpc.call(
+                addr, RequestCode.METADATA, {}, group=group, timeout=min(self.request_timeout, 2.0)
+            )
         except DLedgerError as exc:
             return Response(exc.code, {}, exc.message)
 
-    async def _leader_call(self, code: RequestCode, body: dict[str, Any], *, final: frozenset[int] = frozenset(),
-                           wait_answer: bool = False) -> Response:
+    async def _leader_call(
+        self, code: RequestCode, body: dict[str, Any], *, final: frozenset[int] = frozenset(), wait_answer: bool = False
+    ) -> Response:
         """Call the leader, following redirects and retrying until ``timeout``. When no
         leader answers in time, the response's message gives each member's last answer.
 
@@ -331,8 +343,7 @@ class AsyncClient:
         silent = (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT)
         if last.code not in (*silent, ResponseCode.NOT_LEADER):
             return last
-        said = "; ".join(f"{m} ({self.peers[m]}): {answers[m][1] if m in answers else 'not asked'}"
-                         for m in self.peers)
+        said = "; ".join(f"{m} ({self.peers[m]}): {answers[m][1] if m in answers else 'not asked'}" for m in self.peers)
         none = all(m in answers and answers[m][0] in silent for m in self.peers)
         what = "no member answered" if none else "no leader found"
         return Response(last.code, last.body, f"{what} within {self.timeout:g}s: {said}")
@@ -378,8 +389,10 @@ class AsyncClient:
         last = r.index
         positions = r.positions or [r.pos]
         if len(positions) != len(chunk):
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                               f"the leader answered {len(positions)} positions for {len(chunk)} bodies")
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"the leader answered {len(positions)} positions for {len(chunk)} bodies",
+            )
         return last - len(chunk) + 1, positions
 
     async def get(self, index: int) -> Entry:
@@ -406,15 +419,36 @@ class AsyncClient:
         async def one(member: str, addr: str) -> NodeStatus:
             resp = await self._metadata_of(addr, self.group)
             if resp.code != ResponseCode.SUCCESS:
-                return NodeStatus(member, addr, None, None, None, None, None, None,
-                                  error=self._explain(resp), error_code=resp.code)
+                return NodeStatus(
+                    member, addr, None, None, None, None, None, None, error=self._explain(resp), error_code=resp.code
+                )
             try:
                 m = MetadataResponse.from_wire(resp.body)
             except DLedgerError as exc:
-                return NodeStatus(member, addr, None, None, None, None, None, None,
-                                  error=f"unreadable metadata: {exc.message}", error_code=exc.code)
-            return NodeStatus(member, addr, m.role, m.term, m.leader, m.end_index, m.committed_index, m.pid, m.group,
-                              dict(m.match_index) if m.match_index is not None else None)
+                return NodeStatus(
+                    member,
+                    addr,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    error=f"unreadable metadata: {exc.message}",
+                    error_code=exc.code,
+                )
+            return NodeStatus(
+                member,
+                addr,
+                m.role,
+                m.term,
+                m.leader,
+                m.end_index,
+                m.committed_index,
+                m.pid,
+                m.group,
+                dict(m.match_index) if m.match_index is not None else None,
+            )
 
         return list(await asyncio.gather(*(one(m, a) for m, a in self.peers.items())))
 
@@ -430,8 +464,14 @@ class AsyncClient:
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no member {to!r} among {', '.join(self.peers)}")
         # The leader's own TIMEOUT means the transferee did not answer it: asking again would
         # only repeat that, and hide the reason.
-        resp = (await self._leader_call(RequestCode.LEADERSHIP_TRANSFER, TransferRequest(to).to_wire(),
-                                        final=frozenset({ResponseCode.TIMEOUT}), wait_answer=True)).check()
+        resp = (
+            await self._leader_call(
+                RequestCode.LEADERSHIP_TRANSFER,
+                TransferRequest(to).to_wire(),
+                final=frozenset({ResponseCode.TIMEOUT}),
+                wait_answer=True,
+            )
+        ).check()
         r = TransferResponse.from_wire(resp.body)
         leader = r.leader or to
         self._leader = leader if leader in self.peers else None

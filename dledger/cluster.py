@@ -32,12 +32,27 @@ def peers_string(nodes: int, base_port: int, host: str = "127.0.0.1") -> str:
     return ";".join(f"n{k}-{host}:{base_port + k}" for k in range(nodes))
 
 
-def start_member(member_id: str, peers: str, store_dir: Path, group: str, extra: list[str] | None = None,
-                 log: IO[str] | None = None) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", group, "--id", member_id, "--peers", peers,
-           "--store-dir", str(store_dir), *(extra or [])]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log if log is not None else None, text=True,
-                            start_new_session=True)
+def start_member(
+    member_id: str, peers: str, store_dir: Path, group: str, extra: list[str] | None = None, log: IO[str] | None = None
+) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "dledger.cli",
+        "server",
+        "--group",
+        group,
+        "--id",
+        member_id,
+        "--peers",
+        peers,
+        "--store-dir",
+        str(store_dir),
+        *(extra or []),
+    ]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=log if log is not None else None, text=True, start_new_session=True
+    )
 
 
 def wait_ready(proc: subprocess.Popen[str], timeout: float = STARTUP_TIMEOUT_S) -> str:
@@ -73,8 +88,15 @@ def stop_members(procs: list[subprocess.Popen[str]], timeout: float = STOP_TIMEO
             p.wait()
 
 
-def run_local_cluster(nodes: int, directory: str | None, base_port: int, group: str, writes: int,
-                      exit_after_writes: bool, message_store: bool = False) -> int:
+def run_local_cluster(
+    nodes: int,
+    directory: str | None,
+    base_port: int,
+    group: str,
+    writes: int,
+    exit_after_writes: bool,
+    message_store: bool = False,
+) -> int:
     """``message_store``: members run RocketMQ's message store (each member's store root is
     ``<dir>/<id>/``); the supervisor produces and consumes ``writes`` messages instead of entries."""
     from dledger.client import Client
@@ -149,8 +171,9 @@ def _show_messages(peers: str, group: str, count: int) -> None:
     with Producer(peers, group, timeout=30.0) as producer:
         first = None
         for i in range(count):
-            r = producer.send(Message("TopicTest", f"hello from dledger cluster, message {i}".encode(), tags="TagA"),
-                              queue_id=0)
+            r = producer.send(
+                Message("TopicTest", f"hello from dledger cluster, message {i}".encode(), tags="TagA"), queue_id=0
+            )
             print(f"sent {r.status} msgId {r.msg_id} queue {r.queue_id} offset {r.queue_offset}")
             if first is None and r.ok:
                 first = r.queue_offset
@@ -170,4 +193,3 @@ def _show_messages(peers: str, group: str, count: int) -> None:
 
 
 __all__ = ["peers_string", "run_local_cluster", "start_member", "stop_members", "wait_ready"]
-

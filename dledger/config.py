@@ -108,7 +108,8 @@ class DLedgerConfig:
     message_store: bool = _opt(False, "run RocketMQ's message store on this group (RocketMQ's enableDLegerCommitLog)")
     store_path_root_dir: str | None = _opt(None, "message store root (RocketMQ's storePathRootDir; unset: --store-dir)")
     mapped_file_size_commit_log: int | None = _opt(
-        None, "bytes of a commit-log (data) file in message-store mode (unset: --mapped-file-size-for-entry-data)")
+        None, "bytes of a commit-log (data) file in message-store mode (unset: --mapped-file-size-for-entry-data)"
+    )
     max_message_size: int = _opt(4 * MB, "largest message record in message-store mode (RocketMQ's maxMessageSize)")
     flush_disk_type: str = _opt("ASYNC_FLUSH", "ASYNC_FLUSH or SYNC_FLUSH (every put msynced before its answer)")
     default_topic_queue_nums: int = _opt(8, "write queues of every topic; a put to a queue id past them is refused")
@@ -185,5 +186,3 @@ def snake_case(name: str) -> str:
         else:
             out.append(ch)
     return "".join(out).lstrip("_")
-
-

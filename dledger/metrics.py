@@ -131,8 +131,9 @@ class MetricsCollector:
             loop.call_soon_threadsafe(take)
             got = fut.result(timeout=SAMPLE_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
-            log.warning("metrics: the event loop did not answer within %.1f s; serving the last sample",
-                        SAMPLE_TIMEOUT_S)
+            log.warning(
+                "metrics: the event loop did not answer within %.1f s; serving the last sample", SAMPLE_TIMEOUT_S
+            )
             return self._last
         except RuntimeError:  # the loop is stopping
             return self._last
@@ -156,21 +157,23 @@ class MetricsCollector:
 
         role = gauge("dledger_role", "1 for the member's current Raft role, 0 for the others", ["role"])
         term = gauge("dledger_term", "the member's current term")
-        leader_changes = CounterMetricFamily("dledger_leader_changes", "times this member saw a new leader",
-                                             labels=gl)
+        leader_changes = CounterMetricFamily("dledger_leader_changes", "times this member saw a new leader", labels=gl)
         begin = gauge("dledger_ledger_begin_index", "first index of the log (-1: empty)")
         end = gauge("dledger_ledger_end_index", "last index of the log (-1: empty)")
         committed = gauge("dledger_committed_index", "last committed index")
-        match = gauge("dledger_peer_match_index", "leader only: index up to which each member's log matches",
-                      ["peer"])
-        lag = gauge("dledger_peer_lag_entries", "leader only: entries each member lacks (end index - match index)",
-                    ["peer"])
-        appended = CounterMetricFamily("dledger_appended_entries", "entries appended through this member as leader",
-                                       labels=gl)
-        errors = CounterMetricFamily("dledger_append_errors", "append requests answered with an error, by code",
-                                     labels=[*gl, "code"])
-        latency = HistogramMetricFamily("dledger_append_latency_seconds",
-                                        "from an append request's arrival to its answer", labels=gl)
+        match = gauge("dledger_peer_match_index", "leader only: index up to which each member's log matches", ["peer"])
+        lag = gauge(
+            "dledger_peer_lag_entries", "leader only: entries each member lacks (end index - match index)", ["peer"]
+        )
+        appended = CounterMetricFamily(
+            "dledger_appended_entries", "entries appended through this member as leader", labels=gl
+        )
+        errors = CounterMetricFamily(
+            "dledger_append_errors", "append requests answered with an error, by code", labels=[*gl, "code"]
+        )
+        latency = HistogramMetricFamily(
+            "dledger_append_latency_seconds", "from an append request's arrival to its answer", labels=gl
+        )
         pending_appends = gauge("dledger_pending_appends", "leader only: appends waiting for a quorum")
         pending_requests = gauge("dledger_pending_requests", "client requests in progress on this member")
         disk_ratio = gauge("dledger_disk_used_ratio", "used share of the data directory's file system")
@@ -198,18 +201,36 @@ class MetricsCollector:
             if g.disk_used_ratio is not None:
                 disk_ratio.add_metric(lv, g.disk_used_ratio)
             disk_full.add_metric(lv, 1.0 if g.disk_full else 0.0)
-        yield from (role, term, leader_changes, begin, end, committed, match, lag, appended, errors, latency,
-                    pending_appends, pending_requests, disk_ratio, disk_full)
-        flush = HistogramMetricFamily("dledger_flush_latency_seconds",
-                                      "one flush (msync) of every store this member serves", labels=["member"])
+        yield from (
+            role,
+            term,
+            leader_changes,
+            begin,
+            end,
+            committed,
+            match,
+            lag,
+            appended,
+            errors,
+            latency,
+            pending_appends,
+            pending_requests,
+            disk_ratio,
+            disk_full,
+        )
+        flush = HistogramMetricFamily(
+            "dledger_flush_latency_seconds", "one flush (msync) of every store this member serves", labels=["member"]
+        )
         buckets, total = s.flush_latency
         flush.add_metric([s.member], buckets, total)
         yield flush
-        received = CounterMetricFamily("dledger_transport_received_bytes", "bytes read from peers and clients",
-                                       labels=["member"])
+        received = CounterMetricFamily(
+            "dledger_transport_received_bytes", "bytes read from peers and clients", labels=["member"]
+        )
         received.add_metric([s.member], s.bytes_in)
-        sent = CounterMetricFamily("dledger_transport_sent_bytes", "bytes written to peers and clients",
-                                   labels=["member"])
+        sent = CounterMetricFamily(
+            "dledger_transport_sent_bytes", "bytes written to peers and clients", labels=["member"]
+        )
         sent.add_metric([s.member], s.bytes_out)
         yield received
         yield sent

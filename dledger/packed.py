@@ -49,8 +49,9 @@ class PackedBodies(Sequence[bytes]):
         if not isinstance(raw, bytes | bytearray | memoryview) or not isinstance(sizes, bytes):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "raw and sizes must be bytes")
         if len(sizes) % SIZE_DTYPE.itemsize:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                               f"sizes of {len(sizes)} bytes is not an array of uint32")
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"sizes of {len(sizes)} bytes is not an array of uint32"
+            )
         n = np.frombuffer(sizes, dtype=SIZE_DTYPE)
         if not len(n):
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies")
@@ -61,8 +62,9 @@ class PackedBodies(Sequence[bytes]):
         offsets = np.zeros(len(n) + 1, dtype=np.int64)
         np.cumsum(n, dtype=np.int64, out=offsets[1:])  # 64-bit: 32-bit sizes cannot wrap the sum
         if int(offsets[-1]) != len(raw):
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                               f"sizes add up to {int(offsets[-1])}, raw holds {len(raw)} bytes")
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"sizes add up to {int(offsets[-1])}, raw holds {len(raw)} bytes"
+            )
         return cls(raw, offsets)
 
     @property
@@ -83,7 +85,7 @@ class PackedBodies(Sequence[bytes]):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         i = checked_index(i, len(self), "body")
-        return bytes(self.raw[int(self.offsets[i]):int(self.offsets[i + 1])])
+        return bytes(self.raw[int(self.offsets[i]) : int(self.offsets[i + 1])])
 
     def __iter__(self) -> Iterator[bytes]:
         for k in range(len(self)):

@@ -104,6 +104,7 @@ class GroupApplication(Protocol):
 
     # Request codes the application answers (they must not collide with DLedger's).
     request_codes: frozenset[int]
+
     @property
     def node_store(self) -> DLedgerStore | None:
         """The store the group's node must use (the application reads it too); None: the node's own."""
@@ -245,12 +246,14 @@ class NodeServer:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"group {cfg.group!r} given twice")
             peers = parse_peers(cfg.peers)
             if cfg.self_id not in peers:
-                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                                   f"self id {cfg.self_id!r} is not among the peers {sorted(peers)}")
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT, f"self id {cfg.self_id!r} is not among the peers {sorted(peers)}"
+                )
             mine = peers[cfg.self_id]
             if addr is not None and mine != addr:
-                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                                   f"groups of one process must share its address ({addr} != {mine})")
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT, f"groups of one process must share its address ({addr} != {mine})"
+                )
             addr = mine
             if cfg.message_store and cfg.store_path_root_dir:
                 # The message store root holds the node directory (RocketMQ's storePathRootDir).
@@ -259,12 +262,19 @@ class NodeServer:
             store = app.node_store if app is not None and app.node_store is not None else self._open_store(cfg)
             term_store = FileTermStore(cfg.default_path)
             # DLedger paces pushes to a lagging follower only when its entries come off disk.
-            node_timings = replace(timings or RaftTimings().scaled(cfg.raft_timing_scale),
-                                   push_throttle=not isinstance(store, MemoryStore))
+            node_timings = replace(
+                timings or RaftTimings().scaled(cfg.raft_timing_scale), push_throttle=not isinstance(store, MemoryStore)
+            )
             # Request ids must never repeat across restarts (the replay fence): the wall clock at
             # start grows across restarts and reboots, where the monotonic clock does not.
-            node = RaftNode(cfg, store, term_store, random.Random(rng.random()), timings=node_timings,
-                            incarnation=int(time.time() * 1000))
+            node = RaftNode(
+                cfg,
+                store,
+                term_store,
+                random.Random(rng.random()),
+                timings=node_timings,
+                incarnation=int(time.time() * 1000),
+            )
             self.groups[cfg.group] = _Group(cfg, node, store, peers, app=app)
         assert addr is not None
         self._stores = [g.store for g in self.groups.values()]
@@ -272,8 +282,9 @@ class NodeServer:
         _bind_host, port = parse_addr(addr)
         self.host = host if host is not None else "127.0.0.1"
         self.port = port
-        self.rpc_server = RpcServer(self._handle, self.host, port, secret=secret, ssl=server_ssl,
-                                    oneway_handler=self._handle_peer)
+        self.rpc_server = RpcServer(
+            self._handle, self.host, port, secret=secret, ssl=server_ssl, oneway_handler=self._handle_peer
+        )
         self.rpc_client = RpcClient(secret=secret, ssl=client_ssl)
         self._peer_queues: dict[str, asyncio.Queue[tuple[str, Message]]] = {}
         self._peer_busy: set[str] = set()
@@ -294,8 +305,9 @@ class NodeServer:
         )
 
     @staticmethod
-    def _open_application(cfg: DLedgerConfig, address: str,
-                          factory: ApplicationFactory | None) -> GroupApplication | None:
+    def _open_application(
+        cfg: DLedgerConfig, address: str, factory: ApplicationFactory | None
+    ) -> GroupApplication | None:
         if factory is not None:
             return factory(cfg, address)
         if cfg.message_store:
@@ -482,8 +494,14 @@ class NodeServer:
                 fut.set_result(out)
         elif isinstance(out, RoleChanged):
             g.stats.leader_seen(out.leader_id)
-            log.info("group %s: %s is %s in term %d (leader %s)", g.config.group, g.config.self_id,
-                     out.role.name, out.term, out.leader_id)
+            log.info(
+                "group %s: %s is %s in term %d (leader %s)",
+                g.config.group,
+                g.config.self_id,
+                out.role.name,
+                out.term,
+                out.leader_id,
+            )
             if g.app is not None:
                 try:
                     g.app.on_role_change(out.role, out.term, out.leader_id)
@@ -561,8 +579,11 @@ class NodeServer:
         so that a client that named the wrong group, or none, can say which to use."""
         served = sorted(self.groups)
         asked = "no group" if request.group is None else f"group {request.group!r}"
-        return Response(ResponseCode.UNKNOWN_GROUP, UnknownGroupResponse(served).to_wire(),
-                        f"{self.self_ids()} does not serve {asked}; it serves {', '.join(served)}")
+        return Response(
+            ResponseCode.UNKNOWN_GROUP,
+            UnknownGroupResponse(served).to_wire(),
+            f"{self.self_ids()} does not serve {asked}; it serves {', '.join(served)}",
+        )
 
     async def _handle(self, request: Request) -> Response | dict[str, Any] | None:
         body = request.body
@@ -575,9 +596,12 @@ class NodeServer:
         if code == RequestCode.APPEND:
             if g.app is not None and g.app.node_store is not None:
                 # Its entries are the application's records: a raw entry would be garbage to it.
-                return Response(ResponseCode.UNSUPPORTED, LeaderHint(g.node.leader_id).to_wire(),
-                                f"group {g.config.group!r} runs an application (message store): "
-                                "append through it, not with raw entries")
+                return Response(
+                    ResponseCode.UNSUPPORTED,
+                    LeaderHint(g.node.leader_id).to_wire(),
+                    f"group {g.config.group!r} runs an application (message store): "
+                    "append through it, not with raw entries",
+                )
             # A body it cannot read raises DLedgerError: the transport answers with its code.
             return await self._propose(g, AppendRequest.from_wire(body, g.config.max_body_size).bodies)
         if code == RequestCode.GET:
@@ -643,8 +667,11 @@ class NodeServer:
         if done.code != ResponseCode.SUCCESS:
             return Response(done.code, LeaderHint(g.node.leader_id).to_wire(), ResponseCode(done.code).name)
         if index > done.read_index:
-            return Response(ResponseCode.INDEX_OUT_OF_RANGE, LeaderHint(g.node.leader_id).to_wire(),
-                            f"index {index} is past the committed index {done.read_index}")
+            return Response(
+                ResponseCode.INDEX_OUT_OF_RANGE,
+                LeaderHint(g.node.leader_id).to_wire(),
+                f"index {index} is past the committed index {done.read_index}",
+            )
         last = min(index + min(req.count, GET_MAX_ENTRIES) - 1, done.read_index)
         entries = []
         size = 0
@@ -672,16 +699,27 @@ class NodeServer:
                 ratio = float(used()) if callable(used) else None
             except OSError:
                 ratio = None
-            groups.append(GroupSample(
-                group=g.config.group, member=g.config.self_id, role=node.role.name, term=node.term,
-                leader=node.leader_id, begin_index=store.ledger_begin_index, end_index=store.ledger_end_index,
-                committed_index=store.committed_index, match_index=self._match_index(g),
-                pending_appends=len(node.replicator.pending) if node.is_leader else 0,
-                pending_requests=len(g.waiters), disk_used_ratio=ratio,
-                disk_full=bool(getattr(store, "disk_full", False)),
-                appended_entries=stats.appended_entries, append_errors=dict(stats.append_errors),
-                leader_changes=stats.leader_changes, append_latency=stats.append_latency.snapshot(),
-            ))
+            groups.append(
+                GroupSample(
+                    group=g.config.group,
+                    member=g.config.self_id,
+                    role=node.role.name,
+                    term=node.term,
+                    leader=node.leader_id,
+                    begin_index=store.ledger_begin_index,
+                    end_index=store.ledger_end_index,
+                    committed_index=store.committed_index,
+                    match_index=self._match_index(g),
+                    pending_appends=len(node.replicator.pending) if node.is_leader else 0,
+                    pending_requests=len(g.waiters),
+                    disk_used_ratio=ratio,
+                    disk_full=bool(getattr(store, "disk_full", False)),
+                    appended_entries=stats.appended_entries,
+                    append_errors=dict(stats.append_errors),
+                    leader_changes=stats.leader_changes,
+                    append_latency=stats.append_latency.snapshot(),
+                )
+            )
         stats_in = self.rpc_server.stats.bytes_in + self.rpc_client.stats.bytes_in
         stats_out = self.rpc_server.stats.bytes_out + self.rpc_client.stats.bytes_out
         return Sample(groups, stats_in, stats_out, self.flush_latency.snapshot(), self.self_ids())
@@ -690,20 +728,35 @@ class NodeServer:
         node = g.node
         # The leader adds each member's match index (its own: what it has flushed), for lag.
         return MetadataResponse(
-            id=g.config.self_id, addr=self.address, group=g.config.group, role=node.role.name, term=node.term,
-            leader=node.leader_id, end_index=g.store.ledger_end_index, committed_index=g.store.committed_index,
-            begin_index=g.store.ledger_begin_index, pid=os.getpid(), peers=g.peers, match_index=self._match_index(g),
+            id=g.config.self_id,
+            addr=self.address,
+            group=g.config.group,
+            role=node.role.name,
+            term=node.term,
+            leader=node.leader_id,
+            end_index=g.store.ledger_end_index,
+            committed_index=g.store.committed_index,
+            begin_index=g.store.ledger_begin_index,
+            pid=os.getpid(),
+            peers=g.peers,
+            match_index=self._match_index(g),
         )
 
     async def _transfer(self, g: _Group, req: TransferRequest) -> Response:
         to = req.to
         if to not in g.peers:
-            return Response(ResponseCode.UNKNOWN_MEMBER, LeaderHint(g.node.leader_id).to_wire(),
-                            f"no member {to!r} in group {g.config.group!r} (members: {', '.join(g.peers)})")
+            return Response(
+                ResponseCode.UNKNOWN_MEMBER,
+                LeaderHint(g.node.leader_id).to_wire(),
+                f"no member {to!r} in group {g.config.group!r} (members: {', '.join(g.peers)})",
+            )
         done: TransferDone = await self._call(g, lambda now: g.node.transfer_leadership(now, to))
         r = done.response
-        return Response(r.code, TransferResponse(r.leader_id, r.term, r.reason).to_wire(),
-                        r.reason or (None if r.code == ResponseCode.SUCCESS else _code_name(r.code)))
+        return Response(
+            r.code,
+            TransferResponse(r.leader_id, r.term, r.reason).to_wire(),
+            r.reason or (None if r.code == ResponseCode.SUCCESS else _code_name(r.code)),
+        )
 
 
 def _code_name(code: int) -> str:
@@ -743,5 +796,4 @@ async def run_server(server: NodeServer, on_ready: Callable[[NodeServer], None] 
     return 0
 
 
-__all__ = ["ApplicationFactory", "GroupApplication", "GroupHandle", "NodeServer", "Role", "parse_peers",
-           "run_server"]
+__all__ = ["ApplicationFactory", "GroupApplication", "GroupHandle", "NodeServer", "Role", "parse_peers", "run_server"]

@@ -29,11 +29,16 @@ if TYPE_CHECKING:
     from dledger.store.file import MmapFileStore
 
 FAST = [
-    "--heart-beat-time-interval-ms", "100",
-    "--max-heart-beat-leak", "3",
-    "--min-vote-interval-ms", "50",
-    "--max-vote-interval-ms", "150",
-    "--max-wait-ack-time-ms", "2000",
+    "--heart-beat-time-interval-ms",
+    "100",
+    "--max-heart-beat-leak",
+    "3",
+    "--min-vote-interval-ms",
+    "50",
+    "--max-vote-interval-ms",
+    "150",
+    "--max-wait-ack-time-ms",
+    "2000",
 ]
 
 
@@ -47,7 +52,6 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
-
 
 
 @contextmanager
@@ -189,8 +193,21 @@ class TestCluster:
     def start(self, member: str) -> None:
         log = self.root / f"{member}.log"
         self.logs[member] = log
-        cmd = [sys.executable, "-m", "dledger.cli", "server", "--group", self.group, "--id", member,
-               "--peers", self.view(member), "--store-dir", str(self.store_dir(member)), *self.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dledger.cli",
+            "server",
+            "--group",
+            self.group,
+            "--id",
+            member,
+            "--peers",
+            self.view(member),
+            "--store-dir",
+            str(self.store_dir(member)),
+            *self.extra,
+        ]
         with open(log, "a") as f:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=f, text=True, start_new_session=True)
         self.procs[member] = proc

@@ -22,11 +22,20 @@ BLANK_MAGIC_CODE = -1
 END, BLANK_RECORD, ZERO, BAD, CRC, LIMIT = range(6)
 
 
-def encode_entry(index: int, term: int, pos: int, body: bytes, magic: int = 1, channel: int = 0,
-                 chain_crc: int = 0, body_crc: int | None = None) -> bytes:
+def encode_entry(
+    index: int,
+    term: int,
+    pos: int,
+    body: bytes,
+    magic: int = 1,
+    channel: int = 0,
+    chain_crc: int = 0,
+    body_crc: int | None = None,
+) -> bytes:
     crc = zlib.crc32(body) if body_crc is None else body_crc & 0xFFFFFFFF
-    return HEADER.pack(magic, BODY_OFFSET + len(body), index, term, pos, channel, chain_crc & 0xFFFFFFFF,
-                       crc, len(body)) + bytes(body)
+    return HEADER.pack(
+        magic, BODY_OFFSET + len(body), index, term, pos, channel, chain_crc & 0xFFFFFFFF, crc, len(body)
+    ) + bytes(body)
 
 
 def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[int, ...]:
@@ -48,9 +57,16 @@ def encode_batch(bodies: Sequence[bytes], first_index: int, term: int, first_pos
     return bytes(out)
 
 
-def scan(buf: bytes | memoryview, base_pos: int, start: int = 0, end: int = -1, expect_index: int = -1,
-         prev_term: int = -1, check_crc: bool = False, max_entries: int = -1
-         ) -> tuple[list[tuple[int, int, int, int, int, int, int, int]], int, int]:
+def scan(
+    buf: bytes | memoryview,
+    base_pos: int,
+    start: int = 0,
+    end: int = -1,
+    expect_index: int = -1,
+    prev_term: int = -1,
+    check_crc: bool = False,
+    max_entries: int = -1,
+) -> tuple[list[tuple[int, int, int, int, int, int, int, int]], int, int]:
     """Entries as tuples (index, term, pos, size, magic, body_offset, body_len, body_crc),
     the stop offset and the stop code, with the kernel's rules."""
     n = len(buf)
@@ -72,14 +88,21 @@ def scan(buf: bytes | memoryview, base_pos: int, start: int = 0, end: int = -1, 
         if end - off < BODY_OFFSET:
             return out, off, BAD
         magic, size, index, term, pos, _ch, _cc, body_crc, body_size = HEADER.unpack_from(buf, off)
-        if not (magic == CURRENT_MAGIC and size > HEADER_SIZE and body_size >= 0 and body_size + BODY_OFFSET == size
-                and size <= end - off and pos == base_pos + off
-                and (expect_index < 0 or index == expect_index) and index >= 0 and term >= prev_term):
+        if not (
+            magic == CURRENT_MAGIC
+            and size > HEADER_SIZE
+            and body_size >= 0
+            and body_size + BODY_OFFSET == size
+            and size <= end - off
+            and pos == base_pos + off
+            and (expect_index < 0 or index == expect_index)
+            and index >= 0
+            and term >= prev_term
+        ):
             return out, off, BAD
         if check_crc and body_crc != 0:
-            if zlib.crc32(bytes(buf[off + BODY_OFFSET:off + size])) != body_crc:
+            if zlib.crc32(bytes(buf[off + BODY_OFFSET : off + size])) != body_crc:
                 return out, off, CRC
         out.append((index, term, pos, size, magic, off + BODY_OFFSET, body_size, body_crc))
         expect_index, prev_term = index + 1, term
         off += size
-

@@ -43,9 +43,19 @@ def refused(fn: Any, *args: Any, code: ResponseCode = ResponseCode.UNEXPECTED_AR
 
 
 def metadata(**change: Any) -> MetadataResponse:
-    m = MetadataResponse(id="n0", addr="127.0.0.1:20911", group="g", role="LEADER", term=3, leader="n0",
-                         end_index=9, committed_index=8, begin_index=0, pid=1234,
-                         peers={"n0": "127.0.0.1:20911", "n1": "127.0.0.1:20912"})
+    m = MetadataResponse(
+        id="n0",
+        addr="127.0.0.1:20911",
+        group="g",
+        role="LEADER",
+        term=3,
+        leader="n0",
+        end_index=9,
+        committed_index=8,
+        begin_index=0,
+        pid=1234,
+        peers={"n0": "127.0.0.1:20911", "n1": "127.0.0.1:20912"},
+    )
     for k, v in change.items():
         setattr(m, k, v)
     return m
@@ -63,10 +73,17 @@ def test_an_append_of_one_body_is_a_list_and_of_several_is_packed():
 
 def test_responses_write_the_maps_of_before():
     assert AppendResponse(7, 300, [100, 200, 300], 2, "n1").to_wire() == {
-        "index": 7, "pos": 300, "positions": [100, 200, 300], "term": 2, "leader": "n1"}
+        "index": 7,
+        "pos": 300,
+        "positions": [100, 200, 300],
+        "term": 2,
+        "leader": "n1",
+    }
     assert GetRequest(5, 3).to_wire() == {"index": 5, "count": 3}
     assert GetResponse([Entry(index=5, term=1, pos=480, body=b"x")], 9).to_wire() == {
-        "entries": [[5, 1, 480, b"x"]], "committed": 9}
+        "entries": [[5, 1, 480, b"x"]],
+        "committed": 9,
+    }
     assert TransferRequest("n2").to_wire() == {"to": "n2"}
     assert TransferResponse("n2", 4, "").to_wire() == {"leader": "n2", "term": 4, "reason": ""}
     assert LeaderHint(None).to_wire() == {"leader": None}
@@ -75,8 +92,19 @@ def test_responses_write_the_maps_of_before():
 
 def test_metadata_writes_the_map_of_before_and_match_index_only_from_a_leader():
     peers = {"n0": "127.0.0.1:20911", "n1": "127.0.0.1:20912"}
-    follower = {"id": "n0", "addr": "127.0.0.1:20911", "group": "g", "role": "LEADER", "term": 3, "leader": "n0",
-                "end_index": 9, "committed_index": 8, "begin_index": 0, "pid": 1234, "peers": peers}
+    follower = {
+        "id": "n0",
+        "addr": "127.0.0.1:20911",
+        "group": "g",
+        "role": "LEADER",
+        "term": 3,
+        "leader": "n0",
+        "end_index": 9,
+        "committed_index": 8,
+        "begin_index": 0,
+        "pid": 1234,
+        "peers": peers,
+    }
     assert metadata().to_wire() == follower
     assert list(metadata().to_wire()) == list(follower)
     assert metadata(match_index={"n0": 9, "n1": 7}).to_wire() == {**follower, "match_index": {"n0": 9, "n1": 7}}
@@ -86,13 +114,20 @@ def test_metadata_writes_the_map_of_before_and_match_index_only_from_a_leader():
 
 
 def test_bodies_read_back_what_they_write():
-    for msg in (AppendResponse(7, 300, [100, 200, 300], 2, "n1"), AppendResponse(0, 0, [0], 1, None),
-                GetRequest(5, 3), GetRequest(0),
-                GetResponse([Entry(index=5, term=1, pos=480, body=b"x"), Entry(index=6, term=1, pos=529, body=b"yz")],
-                            9),
-                GetResponse([], -1), TransferRequest("n2"), TransferResponse("n2", 4, "already the leader"),
-                TransferResponse(None, None, ""), metadata(), metadata(leader=None, match_index={"n0": 9}),
-                UnknownGroupResponse(["a"])):
+    for msg in (
+        AppendResponse(7, 300, [100, 200, 300], 2, "n1"),
+        AppendResponse(0, 0, [0], 1, None),
+        GetRequest(5, 3),
+        GetRequest(0),
+        GetResponse([Entry(index=5, term=1, pos=480, body=b"x"), Entry(index=6, term=1, pos=529, body=b"yz")], 9),
+        GetResponse([], -1),
+        TransferRequest("n2"),
+        TransferResponse("n2", 4, "already the leader"),
+        TransferResponse(None, None, ""),
+        metadata(),
+        metadata(leader=None, match_index={"n0": 9}),
+        UnknownGroupResponse(["a"]),
+    ):
         assert type(msg).from_wire(over_the_wire(msg.to_wire())) == msg
     assert LeaderHint.from_wire(over_the_wire(LeaderHint("n1").to_wire())) == LeaderHint("n1")
 
@@ -120,45 +155,51 @@ def test_a_leader_hint_is_lenient():
 # -- what is refused -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "code", "says"), [
-    ({}, ResponseCode.UNEXPECTED_ARGUMENT, "bodies"),
-    ({"bodies": "not a list"}, ResponseCode.UNEXPECTED_ARGUMENT, "bodies must be a list"),
-    ({"bodies": [b"x", "y"]}, ResponseCode.UNEXPECTED_ARGUMENT, "bodies must be bytes"),
-    ({"bodies": []}, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies"),
-    ({"bodies": [b"x", b""]}, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body"),
-    ({"bodies": [b"x" * 11]}, ResponseCode.UNEXPECTED_ARGUMENT, "over 10 bytes"),
-    ({"raw": b"xxxxx", "sizes": struct.pack("<3I", 2, 2, 2)}, ResponseCode.UNEXPECTED_ARGUMENT, "add up"),
-    ({"raw": b"x", "sizes": "1"}, ResponseCode.UNEXPECTED_ARGUMENT, "must be bytes"),
-    ({"raw": b"x"}, ResponseCode.UNEXPECTED_ARGUMENT, "must be bytes"),
-    ({"raw": b"", "sizes": b""}, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies"),
-])
+@pytest.mark.parametrize(
+    ("body", "code", "says"),
+    [
+        ({}, ResponseCode.UNEXPECTED_ARGUMENT, "bodies"),
+        ({"bodies": "not a list"}, ResponseCode.UNEXPECTED_ARGUMENT, "bodies must be a list"),
+        ({"bodies": [b"x", "y"]}, ResponseCode.UNEXPECTED_ARGUMENT, "bodies must be bytes"),
+        ({"bodies": []}, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies"),
+        ({"bodies": [b"x", b""]}, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body"),
+        ({"bodies": [b"x" * 11]}, ResponseCode.UNEXPECTED_ARGUMENT, "over 10 bytes"),
+        ({"raw": b"xxxxx", "sizes": struct.pack("<3I", 2, 2, 2)}, ResponseCode.UNEXPECTED_ARGUMENT, "add up"),
+        ({"raw": b"x", "sizes": "1"}, ResponseCode.UNEXPECTED_ARGUMENT, "must be bytes"),
+        ({"raw": b"x"}, ResponseCode.UNEXPECTED_ARGUMENT, "must be bytes"),
+        ({"raw": b"", "sizes": b""}, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies"),
+    ],
+)
 def test_a_bad_append_is_refused(body: dict[str, Any], code: ResponseCode, says: str):
     assert says in refused(AppendRequest.from_wire, body, 10, code=code)
 
 
-@pytest.mark.parametrize(("cls", "body", "says"), [
-    (GetRequest, {}, "index is missing"),
-    (GetRequest, {"index": "3"}, "index must be an int, not str"),
-    (GetRequest, {"index": True}, "index must be an int, not bool"),
-    (GetRequest, {"index": 3, "count": None}, "count must be an int, not nil"),
-    (GetRequest, {"index": -5}, "want index >= 0"),
-    (GetRequest, {"index": 0, "count": 0}, "count >= 1"),
-    (TransferRequest, {}, "to is missing"),
-    (TransferRequest, {"to": 2}, "to must be a string, not int"),
-    (AppendResponse, {"pos": 3}, "index is missing"),
-    (AppendResponse, {"index": 3, "pos": 3, "positions": [1, "2"]}, "positions must be a list of ints"),
-    (AppendResponse, {"index": 3, "pos": 3, "leader": 1}, "leader must be a string or nil"),
-    (GetResponse, {"committed": 1}, "entries must be a list, not nil"),
-    (GetResponse, {"entries": [[1, 1, 0]], "committed": 1}, "[index, term, pos, body]"),
-    (GetResponse, {"entries": [[1, 1, 0, "text"]], "committed": 1}, "[index, term, pos, body]"),
-    (GetResponse, {"entries": []}, "committed is missing"),
-    (MetadataResponse, {**metadata().to_wire(), "peers": ["n0"]}, "peers must be a map"),
-    (MetadataResponse, {**metadata().to_wire(), "match_index": {"n0": "9"}}, "match_index must be a map"),
-    (MetadataResponse, {k: v for k, v in metadata().to_wire().items() if k != "role"}, "role is missing"),
-    (MetadataResponse, {**metadata().to_wire(), "term": 1.5}, "term must be an int, not float"),
-    (TransferResponse, {"leader": "n1", "term": "4"}, "term must be an int or nil"),
-    (UnknownGroupResponse, {"groups": [1]}, "groups must be a list of strings"),
-])
+@pytest.mark.parametrize(
+    ("cls", "body", "says"),
+    [
+        (GetRequest, {}, "index is missing"),
+        (GetRequest, {"index": "3"}, "index must be an int, not str"),
+        (GetRequest, {"index": True}, "index must be an int, not bool"),
+        (GetRequest, {"index": 3, "count": None}, "count must be an int, not nil"),
+        (GetRequest, {"index": -5}, "want index >= 0"),
+        (GetRequest, {"index": 0, "count": 0}, "count >= 1"),
+        (TransferRequest, {}, "to is missing"),
+        (TransferRequest, {"to": 2}, "to must be a string, not int"),
+        (AppendResponse, {"pos": 3}, "index is missing"),
+        (AppendResponse, {"index": 3, "pos": 3, "positions": [1, "2"]}, "positions must be a list of ints"),
+        (AppendResponse, {"index": 3, "pos": 3, "leader": 1}, "leader must be a string or nil"),
+        (GetResponse, {"committed": 1}, "entries must be a list, not nil"),
+        (GetResponse, {"entries": [[1, 1, 0]], "committed": 1}, "[index, term, pos, body]"),
+        (GetResponse, {"entries": [[1, 1, 0, "text"]], "committed": 1}, "[index, term, pos, body]"),
+        (GetResponse, {"entries": []}, "committed is missing"),
+        (MetadataResponse, {**metadata().to_wire(), "peers": ["n0"]}, "peers must be a map"),
+        (MetadataResponse, {**metadata().to_wire(), "match_index": {"n0": "9"}}, "match_index must be a map"),
+        (MetadataResponse, {k: v for k, v in metadata().to_wire().items() if k != "role"}, "role is missing"),
+        (MetadataResponse, {**metadata().to_wire(), "term": 1.5}, "term must be an int, not float"),
+        (TransferResponse, {"leader": "n1", "term": "4"}, "term must be an int or nil"),
+        (UnknownGroupResponse, {"groups": [1]}, "groups must be a list of strings"),
+    ],
+)
 def test_a_bad_body_is_refused_naming_what_is_wrong(cls: Any, body: dict[str, Any], says: str):
     assert says in refused(cls.from_wire, body)
 

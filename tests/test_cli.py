@@ -20,8 +20,14 @@ from dledger.testing import TestCluster, free_ports
 
 
 def dledger(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dledger.cli", *args], input=stdin, capture_output=True,
-                          text=True, check=check, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "dledger.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=120,
+    )
 
 
 def test_append_get_dump_round_trip(tmp_path: Path):
@@ -93,17 +99,33 @@ def test_bench_store_quick_json():
     res = dledger("bench", "store", "--quick", "--json")
     rows = json.loads(res.stdout)
     names = [r["name"] for r in rows]
-    assert names == ["batch_append_1k", "append_100b", "random_get", "batch_lookup", "batch_scan",
-                     "recovery_crc", "crc32"]
+    assert names == [
+        "batch_append_1k",
+        "append_100b",
+        "random_get",
+        "batch_lookup",
+        "batch_scan",
+        "recovery_crc",
+        "crc32",
+    ]
     for r in rows:
-        assert set(r) == {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "spread",
-                          "baseline_spread"}
+        assert set(r) == {
+            "name",
+            "value",
+            "unit",
+            "baseline_name",
+            "baseline_value",
+            "ratio",
+            "spread",
+            "baseline_spread",
+        }
         assert r["spread"][0] <= r["value"] <= r["spread"][1]
         assert r["value"] > 0 and r["baseline_value"] > 0
         assert abs(r["ratio"] - r["value"] / r["baseline_value"]) < 0.01 * r["ratio"] + 1e-3
 
 
 # --- a running group: what the CLI says when something is wrong ---------------------------------
+
 
 @pytest.fixture(scope="module")
 def group_g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
@@ -153,8 +175,9 @@ def test_status_shows_each_followers_lag(group_g: TestCluster):
         rows = json.loads(dledger("status", "--peers", group_g.peers, "--json").stdout)
         return {r["id"]: r["lag"] for r in rows}
 
-    group_g.wait_for(lambda: lags() == {m: (None if m == leader else 0) for m in group_g.ids},
-                     what="followers caught up, lag 0")
+    group_g.wait_for(
+        lambda: lags() == {m: (None if m == leader else 0) for m in group_g.ids}, what="followers caught up, lag 0"
+    )
     rows = json.loads(dledger("status", "--peers", group_g.peers, "--json").stdout)
     ld = next(r for r in rows if r["id"] == leader)
     assert set(ld["match_index"]) == set(group_g.ids)
@@ -207,8 +230,9 @@ def test_shared_secret_mismatch_is_named(secret_member: tuple[TestCluster, Path]
     assert "this client has none" in res.stderr
     wrong = tmp_path / "wrong"
     wrong.write_text("other")
-    res = dledger("append", "--peers", c.peers, "--secret-file", str(wrong), "--data", "x", "--timeout", "1",
-                  check=False)
+    res = dledger(
+        "append", "--peers", c.peers, "--secret-file", str(wrong), "--data", "x", "--timeout", "1", check=False
+    )
     assert res.returncode == 2 and "shared-secret mismatch" in res.stderr and "wrong secret" in res.stderr
     assert dledger("status", "--peers", c.peers, "--secret-file", str(secret)).returncode == 0
 
@@ -235,13 +259,20 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     def build(cn: str, issuer: Any, signer: Any, ca: bool) -> tuple[Any, Any]:
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-        b = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer or name).public_key(key.public_key())
-             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-             .not_valid_after(now + datetime.timedelta(days=1))
-             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer or name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
         if not ca:
-            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                critical=False)
+            b = b.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+            )
         return key, b.sign(signer or key, hashes.SHA256())
 
     pem = serialization.Encoding.PEM
@@ -263,14 +294,14 @@ def test_tls_client_against_a_plain_member(secret_member: tuple[TestCluster, Pat
 
 
 def test_tls_member_against_a_plain_client_or_a_wrong_ca(pki: Pki, tmp_path: Path):
-    c = TestCluster(tmp_path, size=1, group="g", proxied=False,
-                    extra=["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)])
+    c = TestCluster(
+        tmp_path, size=1, group="g", proxied=False, extra=["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
+    )
     try:
         c.start_all()
         res = dledger("status", "--peers", c.peers, check=False)
         assert res.returncode == 1
-        assert "did not answer: the member closed the connection without answering (does it expect TLS?" \
-            in res.stderr
+        assert "did not answer: the member closed the connection without answering (does it expect TLS?" in res.stderr
         res = dledger("status", "--peers", c.peers, "--tls-ca", str(pki.other_ca), check=False)
         assert res.returncode == 1 and "did not answer: TLS failed" in res.stderr
         assert "CERTIFICATE_VERIFY_FAILED" in res.stderr
@@ -291,7 +322,7 @@ def test_server_help_lists_every_option_with_its_default():
         assert flag in text, flag
         assert DLedgerConfig.help_of(f.name), f.name
     assert "--heart-beat-time-interval-ms N ms between the leader's heartbeats" in text
-    assert "(default: 400)" in text and f"(default: {1024 ** 3})" in text
+    assert "(default: 400)" in text and f"(default: {1024**3})" in text
     assert "--metrics-port N" in text
     # DLedger's camelCase spellings still work, unlisted.
     assert "--heartBeatTimeIntervalMs" not in text
@@ -339,7 +370,13 @@ def test_bench_mq_figures_have_same_run_baselines():
     from dledger.perf.mq_bench import run_mq_bench
 
     rows = run_mq_bench(repeats=1, messages=4096)
-    assert [r.name for r in rows] == ["put_classic_100B", "put_classic_1024B", "put_dledger_100B",
-                                      "put_dledger_1024B", "dispatch_classic", "dispatch_dledger"]
+    assert [r.name for r in rows] == [
+        "put_classic_100B",
+        "put_classic_1024B",
+        "put_dledger_100B",
+        "put_dledger_1024B",
+        "dispatch_classic",
+        "dispatch_dledger",
+    ]
     assert all(r.value > 0 and r.baseline_value > 0 for r in rows)
     assert "mq" in dledger("bench", "--help").stdout

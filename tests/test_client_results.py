@@ -10,8 +10,13 @@ from dledger.client import AppendResult, AppendResults
 def test_behaves_like_the_list_of_results() -> None:
     # Two requests of one batch: entries 10-12, then 20-21 (another client wrote between).
     rs = AppendResults([(10, [0, 48, 96]), (20, [500, 548])])
-    expected = [AppendResult(10, 0), AppendResult(11, 48), AppendResult(12, 96),
-                AppendResult(20, 500), AppendResult(21, 548)]
+    expected = [
+        AppendResult(10, 0),
+        AppendResult(11, 48),
+        AppendResult(12, 96),
+        AppendResult(20, 500),
+        AppendResult(21, 548),
+    ]
     assert len(rs) == 5
     assert list(rs) == expected and rs == expected and rs == tuple(expected)
     assert [rs[k] for k in range(5)] == expected

@@ -176,8 +176,9 @@ def test_verify_reports_each_problem(store_dir, small_config):
     raw = bytearray(path.read_bytes())
     raw[off + 51] ^= 0x10
     path.write_bytes(bytes(raw))
-    res = subprocess.run([sys.executable, "-m", "dledger.cli", "verify", str(store_dir)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "dledger.cli", "verify", str(store_dir)], capture_output=True, text=True
+    )
     assert res.returncode == 1
     lines = res.stdout.splitlines()
     assert any(str(path) in ln and f"offset {off}" in ln and "index 100" in ln for ln in lines), lines

@@ -25,7 +25,8 @@ def _node_dir(fixture: Path) -> Path:
 def _snapshot(root: Path) -> dict[str, tuple[int, float, str]]:
     return {
         str(p): (p.stat().st_size, p.stat().st_mtime, hashlib.sha256(p.read_bytes()).hexdigest())
-        for p in sorted(root.rglob("*")) if p.is_file()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -43,15 +44,18 @@ def test_cli_dump_digest_is_expected_and_changes_nothing(java_fixture: Path):
     before = _snapshot(node)
     out = subprocess.run(
         [sys.executable, "-m", "dledger.cli", "dump", str(node), "--digest"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert out == (java_fixture / "expected.txt").read_text()
     assert _snapshot(node) == before
 
 
 def test_cli_verify_fixture_clean(java_fixture: Path):
-    res = subprocess.run([sys.executable, "-m", "dledger.cli", "verify", str(_node_dir(java_fixture))],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "dledger.cli", "verify", str(_node_dir(java_fixture))], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.startswith("ok:")
 

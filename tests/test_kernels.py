@@ -17,8 +17,16 @@ i32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 bodies = st.binary(min_size=1, max_size=300)
 
 
-@given(index=i64, term=i64, pos=i64, body=st.binary(max_size=500), magic=i32, channel=i32, chain=u32,
-       crc=st.one_of(st.none(), u32))
+@given(
+    index=i64,
+    term=i64,
+    pos=i64,
+    body=st.binary(max_size=500),
+    magic=i32,
+    channel=i32,
+    chain=u32,
+    crc=st.one_of(st.none(), u32),
+)
 def test_encode_entry_matches_oracle(index, term, pos, body, magic, channel, chain, crc):
     got = codec.encode_entry(index, term, pos, body, magic, channel, chain, crc)
     assert got == oracle.encode_entry(index, term, pos, body, magic, channel, chain, crc)
@@ -48,8 +56,12 @@ def test_decode_index_units_matches_oracle(units):
     assert got == units
 
 
-@given(bs=st.lists(bodies, min_size=1, max_size=30), first=st.integers(0, 2**40), term=st.integers(0, 2**40),
-       pos=st.integers(0, 2**40))
+@given(
+    bs=st.lists(bodies, min_size=1, max_size=30),
+    first=st.integers(0, 2**40),
+    term=st.integers(0, 2**40),
+    pos=st.integers(0, 2**40),
+)
 def test_encode_batch_matches_oracle(bs, first, term, pos):
     buf, offsets = codec.encode_batch(bs, first, term, pos)
     assert buf == oracle.encode_batch(bs, first, term, pos)
@@ -86,7 +98,7 @@ def segments(draw):
         bit = draw(st.integers(0, len(buf) * 8 - 1))
         buf[bit // 8] ^= 1 << (bit % 8)
     elif ending == "cut" and buf:
-        del buf[draw(st.integers(0, len(buf) - 1)):]
+        del buf[draw(st.integers(0, len(buf) - 1)) :]
     return bytes(buf), base, first
 
 

@@ -31,8 +31,9 @@ print((faults() - start) / 200)
 
 
 def _faults_per_frame(mode: str) -> float | None:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.strip()
     return None if out == "untunable" else float(out)
 
 

@@ -85,8 +85,10 @@ def test_metrics_move_as_entries_are_appended(cluster: tuple[TestCluster, dict[s
 
     def caught_up() -> bool:
         s, _ = scrape(ports[leader])
-        return all(value(s, "dledger_peer_lag_entries", peer=p, **lab) == 0 for p in c.ids) and \
-            value(s, "dledger_committed_index", **lab) == 99
+        return (
+            all(value(s, "dledger_peer_lag_entries", peer=p, **lab) == 0 for p in c.ids)
+            and value(s, "dledger_committed_index", **lab) == 99
+        )
 
     wait_until(caught_up, "followers caught up on the leader's metrics")
     after, _ = scrape(ports[leader])
@@ -100,7 +102,8 @@ def test_metrics_move_as_entries_are_appended(cluster: tuple[TestCluster, dict[s
     assert value(after, "dledger_pending_appends", **lab) == 0
     me = {"member": leader}
     assert value(after, "dledger_flush_latency_seconds_count", **me) > value(
-        before, "dledger_flush_latency_seconds_count", **me)
+        before, "dledger_flush_latency_seconds_count", **me
+    )
     for name in ("dledger_transport_sent_bytes_total", "dledger_transport_received_bytes_total"):
         # 100 bodies of ~40 bytes went in from the client and out to two followers.
         assert value(after, name, **me) - value(before, name, **me) > 4000

@@ -22,7 +22,11 @@ def test_cibuildwheel_targets():
     for platform, want in expected.items():
         out = subprocess.run(
             [sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform", platform],
-            cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
         ).stdout.split()
         assert set(out) == want, (platform, out)
 
@@ -63,13 +67,19 @@ def test_every_module_imports():
 
 
 def test_import_without_extension_says_how_to_build(tmp_path: Path):
-    shutil.copytree(REPO / "dledger", tmp_path / "dledger",
-                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    shutil.copytree(
+        REPO / "dledger", tmp_path / "dledger", ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__")
+    )
 
     def run(code: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path,
-                              env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-P", "-c", code],
+            cwd=tmp_path,
+            env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     # Every store needs the kernels, the memory store too: the entry layout (sizes, magic
     # numbers) comes from them, so the consensus layer above it does as well.
@@ -85,14 +95,17 @@ def test_import_without_extension_says_how_to_build(tmp_path: Path):
 @pytest.mark.timeout(900)
 def test_sdist_installs_and_works(tmp_path: Path):
     pytest.importorskip("build", reason="build is in the dev extra")
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path / "dist"), str(REPO)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(tmp_path / "dist"), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (sdist,) = (tmp_path / "dist").glob("dledger-*.tar.gz")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(sdist)], check=True, capture_output=True,
-                   timeout=800)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(sdist)], check=True, capture_output=True, timeout=800)
     script = (
         "import tempfile; from dledger.store.file import MmapFileStore\n"
         "d = tempfile.mkdtemp()\n"

@@ -33,17 +33,20 @@ def test_a_packed_batch_is_the_sequence_of_its_bodies(bodies):
     assert packed[-1] == bodies[-1] and packed[1:3] == bodies[1:3]
 
 
-@pytest.mark.parametrize(("raw", "sizes", "code"), [
-    (b"abc", b"", ResponseCode.REQUEST_WITH_EMPTY_BODYS),
-    (b"abc", np.array([3, 0], "<u4").tobytes(), ResponseCode.REQUEST_WITH_EMPTY_BODYS),
-    (b"abc", np.array([2], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),
-    (b"abc", np.array([3], "<u4").tobytes()[:3], ResponseCode.UNEXPECTED_ARGUMENT),
-    (b"a" * 20, np.array([20], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),  # over the limit
-    ("abc", np.array([3], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),
-    (b"abc", [3], ResponseCode.UNEXPECTED_ARGUMENT),
-    # sizes that wrap around in 32 bits must not add up to the buffer
-    (b"abcd", np.array([0xFFFFFFFF, 5], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),
-])
+@pytest.mark.parametrize(
+    ("raw", "sizes", "code"),
+    [
+        (b"abc", b"", ResponseCode.REQUEST_WITH_EMPTY_BODYS),
+        (b"abc", np.array([3, 0], "<u4").tobytes(), ResponseCode.REQUEST_WITH_EMPTY_BODYS),
+        (b"abc", np.array([2], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),
+        (b"abc", np.array([3], "<u4").tobytes()[:3], ResponseCode.UNEXPECTED_ARGUMENT),
+        (b"a" * 20, np.array([20], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),  # over the limit
+        ("abc", np.array([3], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),
+        (b"abc", [3], ResponseCode.UNEXPECTED_ARGUMENT),
+        # sizes that wrap around in 32 bits must not add up to the buffer
+        (b"abcd", np.array([0xFFFFFFFF, 5], "<u4").tobytes(), ResponseCode.UNEXPECTED_ARGUMENT),
+    ],
+)
 def test_sizes_that_do_not_describe_the_buffer_are_refused(raw, sizes, code):
     with pytest.raises(DLedgerError) as err:
         PackedBodies.from_wire(raw, sizes, 10)

@@ -43,8 +43,15 @@ def body_of(index: int) -> bytes:
     return (b"%010d:" % index) * (2 + index % 5) + b"x" * (index % 7)
 
 
-def make_store(node_dir: Path, config: DLedgerConfig, count: int, committed: int | None,
-               terms: int = 3, checkpoint: bool = True, start: int = 0) -> None:
+def make_store(
+    node_dir: Path,
+    config: DLedgerConfig,
+    count: int,
+    committed: int | None,
+    terms: int = 3,
+    checkpoint: bool = True,
+    start: int = 0,
+) -> None:
     """Append entries ``start..start+count-1`` (bodies from :func:`body_of`) in ``terms`` terms,
     commit up to ``committed`` and write the checkpoint (or remove it). Closes the store."""
     store = MmapFileStore(node_dir, config, start_services=False)
@@ -72,8 +79,13 @@ def expected_rows(first: int, last: int) -> tuple[int, int, int]:
 def fixture_lines(table: pa.Table) -> list[str]:
     return [
         f"{i} {t} {p} {len(b)} {hashlib.sha256(b).hexdigest()[:16]}"
-        for i, t, p, b in zip(table["index"].to_pylist(), table["term"].to_pylist(),
-                              table["pos"].to_pylist(), table["body"].to_pylist(), strict=True)
+        for i, t, p, b in zip(
+            table["index"].to_pylist(),
+            table["term"].to_pylist(),
+            table["pos"].to_pylist(),
+            table["body"].to_pylist(),
+            strict=True,
+        )
     ]
 
 

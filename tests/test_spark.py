@@ -70,16 +70,18 @@ def test_fixture_through_spark_is_expected(spark: SparkSession) -> None:
     expected = (fixture / "expected.txt").read_text().splitlines()[1:]
     df = spark.read.format("dledger").load(str(node_dir_of(fixture)))
     assert [f.name for f in df.schema.fields] == ["index", "term", "pos", "magic", "body_crc", "body"]
-    rows = df.selectExpr("index", "term", "pos", "length(body) AS n", "substr(sha2(body, 256), 1, 16) AS h") \
-        .orderBy("index").collect()
+    rows = (
+        df.selectExpr("index", "term", "pos", "length(body) AS n", "substr(sha2(body, 256), 1, 16) AS h")
+        .orderBy("index")
+        .collect()
+    )
     assert [f"{r['index']} {r.term} {r.pos} {r.n} {r.h}" for r in rows] == expected
     # Bodies come through as bytes, byte for byte.
     first = df.where("index = 0").select("body").collect()[0].body
     assert hashlib.sha256(first).hexdigest()[:16] == expected[0].split()[4]
 
 
-def test_multi_segment_store_count_sums_partitions(spark: SparkSession, tmp_path: Path,
-                                                   cfg: DLedgerConfig) -> None:
+def test_multi_segment_store_count_sums_partitions(spark: SparkSession, tmp_path: Path, cfg: DLedgerConfig) -> None:
     node = tmp_path / "dledger-n0"
     make_store(node, cfg, 1500, committed=1399)
     df = spark.read.format("dledger").option("batchSize", "100").load(str(node))
@@ -115,8 +117,9 @@ def test_several_nodes_and_user_schema(spark: SparkSession, tmp_path: Path, cfg:
     assert [r["index"] for r in rows] == list(range(150)) and rows[7].body == body_of(7)
 
 
-def test_index_filter_reads_only_partitions_that_hold_them(pushdown: SparkSession, tmp_path: Path,
-                                                           cfg: DLedgerConfig) -> None:
+def test_index_filter_reads_only_partitions_that_hold_them(
+    pushdown: SparkSession, tmp_path: Path, cfg: DLedgerConfig
+) -> None:
     spark = pushdown
     node = tmp_path / "dledger-n0"
     make_store(node, cfg, 2000, committed=1999)
@@ -141,8 +144,9 @@ def test_index_filter_reads_only_partitions_that_hold_them(pushdown: SparkSessio
     assert spark.read.format("dledger").load(str(node)).where("index > 5 AND index < 3").count() == 0
 
 
-def test_without_pushdown_setting_the_source_still_works(spark: SparkSession, tmp_path: Path,
-                                                          cfg: DLedgerConfig) -> None:
+def test_without_pushdown_setting_the_source_still_works(
+    spark: SparkSession, tmp_path: Path, cfg: DLedgerConfig
+) -> None:
     assert spark.conf.get(PUSHDOWN) == "false"
     node = tmp_path / "dledger-n0"
     make_store(node, cfg, 500, committed=499)
@@ -187,8 +191,9 @@ def test_corrupt_entry_failfast_and_dropmalformed(spark: SparkSession, tmp_path:
     ]
 
 
-def test_stream_picks_up_new_commits_and_never_uncommitted(spark: SparkSession, tmp_path: Path,
-                                                           cfg: DLedgerConfig) -> None:
+def test_stream_picks_up_new_commits_and_never_uncommitted(
+    spark: SparkSession, tmp_path: Path, cfg: DLedgerConfig
+) -> None:
     node = tmp_path / "dledger-n0"
     store = MmapFileStore(node, cfg, start_services=False)
     try:
@@ -196,8 +201,13 @@ def test_stream_picks_up_new_commits_and_never_uncommitted(spark: SparkSession, 
         store.update_committed_index(1, 39)
         store.checkpoint()
         stream = spark.readStream.format("dledger").load(str(node))
-        query = stream.selectExpr("index", "term", "body").writeStream.format("memory") \
-            .queryName("dl_stream").outputMode("append").start()
+        query = (
+            stream.selectExpr("index", "term", "body")
+            .writeStream.format("memory")
+            .queryName("dl_stream")
+            .outputMode("append")
+            .start()
+        )
         try:
             query.processAllAvailable()
             assert sorted(r["index"] for r in spark.sql("SELECT index FROM dl_stream").collect()) == list(range(40))
@@ -223,9 +233,17 @@ def test_stream_restart_resumes_from_checkpoint(spark: SparkSession, tmp_path: P
     store = MmapFileStore(node, cfg, start_services=False)
 
     def run_once() -> None:
-        q = spark.readStream.format("dledger").option("maxEntriesPerTrigger", "70").load(str(node)) \
-            .select("index", "body").writeStream.format("parquet").option("path", str(out)) \
-            .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
+        q = (
+            spark.readStream.format("dledger")
+            .option("maxEntriesPerTrigger", "70")
+            .load(str(node))
+            .select("index", "body")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination(120)
         assert q.exception() is None
 

@@ -159,7 +159,7 @@ def test_files_are_byte_compatible_with_dledger(tmp_path, small_config):
         raw = (node / "data" / f"{s:020d}").read_bytes()
         assert len(raw) == data_size
         assert raw[: len(content)] == bytes(content)
-        assert raw[len(content):] == bytes(data_size - len(content))
+        assert raw[len(content) :] == bytes(data_size - len(content))
     index_raw = b"".join((node / "index" / n).read_bytes() for n in sorted(os.listdir(node / "index")))
     assert all(os.path.getsize(node / "index" / n) == index_size for n in os.listdir(node / "index"))
     assert index_raw[: len(units)] == bytes(units)
@@ -332,8 +332,9 @@ def test_follower_keeps_leader_crc_and_refuses_damaged_bodies(tmp_path, small_co
     assert follower.get(0).body_crc == 0  # kept as the leader wrote it: replicas are byte-identical
     sent = leader.append_as_leader(b"payload", 1)
     # The body changed on the way; the CRC the leader recorded gives it away.
-    damaged = Entry(index=1, term=1, pos=follower.get(0).size, body=b"pAyload",
-                    body_crc=leader.get(sent.index).body_crc)
+    damaged = Entry(
+        index=1, term=1, pos=follower.get(0).size, body=b"pAyload", body_crc=leader.get(sent.index).body_crc
+    )
     with pytest.raises(DLedgerError) as exc:
         follower.append_as_follower(damaged)
     assert exc.value.code == ResponseCode.UNEXPECTED_ARGUMENT

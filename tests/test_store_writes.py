@@ -136,8 +136,9 @@ def _resident_pages(path: Path, start: int, end: int) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and fadvise semantics of Linux")
 def test_flushed_data_behind_the_window_leaves_the_page_cache_and_still_reads(tmp_path):
     node = tmp_path / "dledger-n0"
-    cfg = DLedgerConfig(mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20,
-                        data_cache_window=1 << 20)
+    cfg = DLedgerConfig(
+        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
+    )
     store = _open(node, cfg)
     bodies = [os.urandom(1000) for _ in range(8000)]  # ~8 MiB
     store.append_batch_as_leader(bodies, 1)
@@ -177,7 +178,7 @@ def test_a_segment_creation_cut_short_by_a_crash_leaves_nothing_in_the_way(tmp_p
     store.close()
     names = sorted(p.name for p in (node / "data").iterdir())
     assert not [n for n in names if n.startswith(".")]
-    next_start = (int(names[-1]) + (64 << 10))
+    next_start = int(names[-1]) + (64 << 10)
     leftover = node / "data" / f".{next_start:020d}.creating"
     leftover.write_bytes(b"")
     with _open(node, cfg) as again:

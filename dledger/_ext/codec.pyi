@@ -24,7 +24,13 @@ STOP_NAMES: dict[int, str]
 COLUMNS: tuple[str, ...]
 
 def encode_entry(
-    index: int, term: int, pos: int, body: Buffer, magic: int = 1, channel: int = 0, chain_crc: int = 0,
+    index: int,
+    term: int,
+    pos: int,
+    body: Buffer,
+    magic: int = 1,
+    channel: int = 0,
+    chain_crc: int = 0,
     body_crc: int | None = None,
 ) -> bytes: ...
 def decode_header(buf: Buffer, offset: int = 0) -> tuple[int, int, int, int, int, int, int, int, int]: ...
@@ -34,10 +40,20 @@ def encode_batch(
     bodies: Sequence[Buffer], first_index: int, term: int, first_pos: int, magic: int = 1, with_crc: bool = True
 ) -> tuple[bytes, NDArray[np.int64]]: ...
 def scan(
-    buf: Buffer, base_pos: int, start: int = 0, end: int = -1, expect_index: int = -1, prev_term: int = -1,
-    check_crc: bool = False, max_entries: int = -1,
+    buf: Buffer,
+    base_pos: int,
+    start: int = 0,
+    end: int = -1,
+    expect_index: int = -1,
+    prev_term: int = -1,
+    check_crc: bool = False,
+    max_entries: int = -1,
 ) -> tuple[dict[str, np.ndarray], int, int]: ...
 def check_run(
-    buf: Buffer, base_pos: int, expect_index: int = -1, prev_term: int = -1, check_crc: bool = False,
+    buf: Buffer,
+    base_pos: int,
+    expect_index: int = -1,
+    prev_term: int = -1,
+    check_crc: bool = False,
 ) -> tuple[int, int, int, int, int]: ...
 def decode_index_units(buf: Buffer, start: int = 0, count: int = -1) -> dict[str, np.ndarray]: ...

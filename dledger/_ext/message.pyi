@@ -54,20 +54,52 @@ def record_lengths(
     sys_flags: _Ints, body_lens: ArrayLike, topic_lens: _Ints, props_lens: _Ints
 ) -> NDArray[np.int64]: ...
 def encode_records(
-    bodies: Sequence[Buffer], topics: _Fields, properties: _Fields, queue_ids: _Ints, flags: _Ints,
-    queue_offsets: _Ints, phys_offsets: _Ints, sys_flags: _Ints, born_timestamps: _Ints, born_hosts: _Fields,
-    store_timestamps: _Ints, store_hosts: _Fields, reconsume_times: _Ints, prepared_offsets: _Ints,
+    bodies: Sequence[Buffer],
+    topics: _Fields,
+    properties: _Fields,
+    queue_ids: _Ints,
+    flags: _Ints,
+    queue_offsets: _Ints,
+    phys_offsets: _Ints,
+    sys_flags: _Ints,
+    born_timestamps: _Ints,
+    born_hosts: _Fields,
+    store_timestamps: _Ints,
+    store_hosts: _Fields,
+    reconsume_times: _Ints,
+    prepared_offsets: _Ints,
 ) -> tuple[bytes, NDArray[np.int64]]: ...
 def encode_uniform(
-    bodies: Sequence[Buffer], topic: bytes, properties: Sequence[Buffer] | bytes, uniq_first: int, queue_id: int,
-    flag: int, sys_flag: int, born_timestamp: int, born_host: bytes, store_timestamp: int, store_host: bytes,
-    queue_offset: int, advance: bool, phys_offset: int,
+    bodies: Sequence[Buffer],
+    topic: bytes,
+    properties: Sequence[Buffer] | bytes,
+    uniq_first: int,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    queue_offset: int,
+    advance: bool,
+    phys_offset: int,
 ) -> tuple[bytes, NDArray[np.int64]]: ...
 def scan_records(
-    buf: Buffer, base_offset: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1,
+    buf: Buffer,
+    base_offset: int,
+    start: int = 0,
+    end: int = -1,
+    check_crc: bool = False,
+    max_records: int = -1,
 ) -> tuple[dict[str, NDArray[Any]], int, int]: ...
 def scan_dledger_records(
-    buf: Buffer, base_pos: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1,
+    buf: Buffer,
+    base_pos: int,
+    start: int = 0,
+    end: int = -1,
+    check_crc: bool = False,
+    max_records: int = -1,
 ) -> tuple[dict[str, NDArray[Any]], int, int]: ...
 def property_spans(
     buf: Buffer, props_off: ArrayLike, props_len: ArrayLike, name: bytes
@@ -79,7 +111,11 @@ def topic_ids(
     buf: Buffer, topic_off: ArrayLike, topic_len: ArrayLike
 ) -> tuple[NDArray[np.int32], NDArray[np.int64]]: ...
 def index_key_hashes(
-    buf: Buffer, prefix_hashes: ArrayLike, uniq_off: ArrayLike, uniq_len: ArrayLike, keys_off: ArrayLike,
+    buf: Buffer,
+    prefix_hashes: ArrayLike,
+    uniq_off: ArrayLike,
+    uniq_len: ArrayLike,
+    keys_off: ArrayLike,
     keys_len: ArrayLike,
 ) -> tuple[NDArray[np.int32], NDArray[np.int64]]: ...
 def java_hash(s: str) -> int: ...
@@ -87,9 +123,20 @@ def java_hash_bytes(raw: Buffer) -> int: ...
 def java_hash_many(buf: Buffer, offs: ArrayLike, lens: ArrayLike) -> NDArray[np.int32]: ...
 def consume_queue_units(phys_offsets: ArrayLike, sizes: _Ints, tags_codes: _Ints) -> bytes: ...
 def index_put_many(
-    buf: Buffer, hash_slot_num: int, index_num: int, key_hashes: ArrayLike, phys_offsets: _Ints, time_diffs: _Ints,
+    buf: Buffer,
+    hash_slot_num: int,
+    index_num: int,
+    key_hashes: ArrayLike,
+    phys_offsets: _Ints,
+    time_diffs: _Ints,
 ) -> int: ...
 def index_lookup(
-    buf: Buffer, hash_slot_num: int, index_num: int, key_hash: int, max_num: int, begin_ts: int, end_ts: int,
+    buf: Buffer,
+    hash_slot_num: int,
+    index_num: int,
+    key_hash: int,
+    max_num: int,
+    begin_ts: int,
+    end_ts: int,
     file_begin_ts: int,
 ) -> list[int]: ...

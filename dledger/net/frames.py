@@ -106,9 +106,7 @@ TAIL_FIELD = "raw"
 TAIL_FLAG = 0x80000000
 
 
-def encode_parts(
-    frame: Frame, packer: msgpack.Packer | None = None, max_frame: int = DEFAULT_MAX_FRAME
-) -> list[bytes]:
+def encode_parts(frame: Frame, packer: msgpack.Packer | None = None, max_frame: int = DEFAULT_MAX_FRAME) -> list[bytes]:
     """The frame as buffers to write in order: ``[header, payload]``, or, when the body holds
     a big ``raw`` bytes value, the tailed form ``[header, map length + map, value]``, so that
     megabytes of entries go to the socket without being copied into a payload first.
@@ -189,8 +187,18 @@ class FrameDecoder:
     authenticated); it applies to the next length prefix read.
     """
 
-    __slots__ = ("_big", "_big_fill", "_big_tailed", "_big_view", "_buf", "_end", "_need", "_start", "_view",
-                 "max_frame")
+    __slots__ = (
+        "_big",
+        "_big_fill",
+        "_big_tailed",
+        "_big_view",
+        "_buf",
+        "_end",
+        "_need",
+        "_start",
+        "_view",
+        "max_frame",
+    )
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, scratch_size: int = SCRATCH_SIZE) -> None:
         if not 0 < max_frame < TAIL_FLAG:

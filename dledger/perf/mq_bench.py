@@ -33,9 +33,11 @@ STORE_HOST = ("10.0.0.1", 10911)
 
 
 def _config(mode: str) -> MessageStoreConfig:
-    return MessageStoreConfig(enable_dledger_commit_log=mode == "dledger", mapped_file_size_commit_log=1 << 30,
-                              store_host=f"{STORE_HOST[0]}:{STORE_HOST[1]}")
-
+    return MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger",
+        mapped_file_size_commit_log=1 << 30,
+        store_host=f"{STORE_HOST[0]}:{STORE_HOST[1]}",
+    )
 
 
 def _records(size: int) -> list[bytes]:
@@ -43,7 +45,7 @@ def _records(size: int) -> list[bytes]:
     prep = BatchPreparer(_config("classic"), STORE_HOST)
     batch = prep.prepare_columns(TOPIC, [os.urandom(size)] * BATCH, tags="TagA")
     buf, starts = encode_batch(batch, np.arange(BATCH, dtype=np.int64), np.zeros(BATCH, dtype=np.int64), 1)
-    return [buf[int(starts[i]):int(starts[i + 1])] for i in range(BATCH)]
+    return [buf[int(starts[i]) : int(starts[i + 1])] for i in range(BATCH)]
 
 
 class _Fresh:
@@ -127,8 +129,13 @@ def run_mq_bench(quick: bool = False, repeats: int | None = None, messages: int 
         pairs: list[tuple[str, str, Callable[[], tuple[Callable[[], int], Callable[[], int], _Fresh]]]] = []
         for mode in ("classic", "dledger"):
             for size in (100, 1024):
-                pairs.append((f"put_{mode}_{size}B", "append_batch, same records",
-                              functools.partial(_put_pair, root, mode, size, n)))
+                pairs.append(
+                    (
+                        f"put_{mode}_{size}B",
+                        "append_batch, same records",
+                        functools.partial(_put_pair, root, mode, size, n),
+                    )
+                )
         for mode in ("classic", "dledger"):
             pairs.append((f"dispatch_{mode}", "kernel scan alone", functools.partial(_dispatch_pair, root, mode, n)))
         for name, base_name, make in pairs:

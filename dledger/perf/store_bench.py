@@ -57,18 +57,30 @@ class BenchResult:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "name": self.name, "value": round(self.value, 3), "unit": self.unit,
-            "baseline_name": self.baseline_name, "baseline_value": round(self.baseline_value, 3),
-            "ratio": round(self.ratio, 3), "spread": [round(v, 3) for v in self.spread],
+            "name": self.name,
+            "value": round(self.value, 3),
+            "unit": self.unit,
+            "baseline_name": self.baseline_name,
+            "baseline_value": round(self.baseline_value, 3),
+            "ratio": round(self.ratio, 3),
+            "spread": [round(v, 3) for v in self.spread],
             "baseline_spread": [round(v, 3) for v in self.baseline_spread],
         }
 
 
-def result(name: str, unit: str, ours: Sequence[float], baseline_name: str, baseline: Sequence[float],
-           scale: float = 1.0) -> BenchResult:
+def result(
+    name: str, unit: str, ours: Sequence[float], baseline_name: str, baseline: Sequence[float], scale: float = 1.0
+) -> BenchResult:
     """Medians and spreads of interleaved runs, in the reported unit."""
-    return BenchResult(name, statistics.median(ours) / scale, unit, baseline_name, statistics.median(baseline) / scale,
-                       (min(ours) / scale, max(ours) / scale), (min(baseline) / scale, max(baseline) / scale))
+    return BenchResult(
+        name,
+        statistics.median(ours) / scale,
+        unit,
+        baseline_name,
+        statistics.median(baseline) / scale,
+        (min(ours) / scale, max(ours) / scale),
+        (min(baseline) / scale, max(baseline) / scale),
+    )
 
 
 @dataclass(slots=True)
@@ -113,8 +125,7 @@ def _tmpdir() -> Iterator[Path]:
 
 
 def _bench_config(data_size: int = 256 << 20) -> DLedgerConfig:
-    return DLedgerConfig(mapped_file_size_for_entry_data=data_size,
-                         mapped_file_size_for_entry_index=32 * (1 << 20))
+    return DLedgerConfig(mapped_file_size_for_entry_data=data_size, mapped_file_size_for_entry_index=32 * (1 << 20))
 
 
 def _fill(store: MmapFileStore, count: int, body_size: int, batch: int = 10_000) -> None:
@@ -146,12 +157,13 @@ def _preallocated(path: Path, size: int) -> int:
 
 # -- cases --------------------------------------------------------------------------------
 
+
 def case_batch_append_1k(root: Path, sizes: Sizes) -> Case:
     """append_batch of 1 KiB bodies vs os.write of the same entry bytes into a preallocated file."""
     bodies = [os.urandom(1024) for _ in range(256)]
     work = [bodies[i % 256] for i in range(sizes.batch_entries)]
     encoded, offsets = _codec.encode_batch(work, 0, 1, 0)
-    chunks = [encoded[offsets[i]:offsets[i] + 48 + 1024] for i in range(len(work))]
+    chunks = [encoded[offsets[i] : offsets[i] + 48 + 1024] for i in range(len(work))]
     total = len(encoded)
     state: dict[str, object] = {}
 
@@ -199,9 +211,17 @@ def _struct_scan(buf: bytes, base_pos: int) -> list[tuple[int, int, int, int, in
         if magic in (-1, 0):
             break
         magic, size, index, term, pos, _ch, _cc, body_crc, body_size = _HEADER.unpack_from(buf, off)
-        if not (magic == 1 and size > 44 and body_size >= 0 and body_size + 48 == size and size <= end - off
-                and pos == base_pos + off and (expect_index < 0 or index == expect_index) and index >= 0
-                and term >= prev_term):
+        if not (
+            magic == 1
+            and size > 44
+            and body_size >= 0
+            and body_size + 48 == size
+            and size <= end - off
+            and pos == base_pos + off
+            and (expect_index < 0 or index == expect_index)
+            and index >= 0
+            and term >= prev_term
+        ):
             break
         out.append((index, term, pos, size, magic, off + 48, body_size, body_crc))
         expect_index, prev_term = index + 1, term
@@ -233,7 +253,7 @@ class _PyTwinLog:
         pos = self.wrote
         size = 48 + len(body)
         _h.pack_into(self.data, pos, 1, size, index, term, pos, 0, 0, zlib.crc32(body), len(body))
-        self.data[pos + 48:pos + size] = body
+        self.data[pos + 48 : pos + size] = body
         _u.pack_into(self.index, index * 32, 1, pos, size, index, term)
         self.wrote = pos + size
         self.end = index
@@ -242,7 +262,7 @@ class _PyTwinLog:
     def get(self, index: int, _h: struct.Struct = _HEADER, _u: struct.Struct = _INDEX_UNIT) -> _PyEntry:
         _m, pos, size, _i, _t = _u.unpack_from(self.index, index * 32)
         magic, _s, idx, term, p, ch, cc, crc, _n = _h.unpack_from(self.data, pos)
-        return _PyEntry(idx, term, p, self.data[pos + 48:pos + size], magic, ch, cc, crc)
+        return _PyEntry(idx, term, p, self.data[pos + 48 : pos + size], magic, ch, cc, crc)
 
     def lookup(self, indices: list[int], _u: struct.Struct = _INDEX_UNIT) -> list[tuple[int, ...]]:
         unpack, idx = _u.unpack_from, self.index
@@ -315,8 +335,7 @@ def case_random_get(root: Path, sizes: Sizes) -> Case:
             get(i)
         return count
 
-    return Case("random_get", "gets/s", 1, ours, "python_struct_mmap_get", baseline,
-                cleanup=[store.close, twin.close])
+    return Case("random_get", "gets/s", 1, ours, "python_struct_mmap_get", baseline, cleanup=[store.close, twin.close])
 
 
 def case_batch_lookup(root: Path, sizes: Sizes) -> Case:
@@ -334,8 +353,9 @@ def case_batch_lookup(root: Path, sizes: Sizes) -> Case:
         twin.lookup(want_list)
         return len(want_list)
 
-    return Case("batch_lookup", "lookups/s", 1, ours, "python_struct_unpack_loop", baseline,
-                cleanup=[store.close, twin.close])
+    return Case(
+        "batch_lookup", "lookups/s", 1, ours, "python_struct_unpack_loop", baseline, cleanup=[store.close, twin.close]
+    )
 
 
 def case_batch_scan(root: Path, sizes: Sizes) -> Case:
@@ -399,8 +419,15 @@ def case_crc32(root: Path, sizes: Sizes) -> Case:
     return Case("crc32", "GB/s", 1e9, ours, "zlib.crc32", baseline)
 
 
-CASES = [case_batch_append_1k, case_append_100b, case_random_get, case_batch_lookup, case_batch_scan,
-         case_recovery_crc, case_crc32]
+CASES = [
+    case_batch_append_1k,
+    case_append_100b,
+    case_random_get,
+    case_batch_lookup,
+    case_batch_scan,
+    case_recovery_crc,
+    case_crc32,
+]
 
 
 def _median_rate(fn: Callable[[], int], fresh: Callable[[], None], repeats: int) -> float:
@@ -441,9 +468,13 @@ def format_table(results: list[BenchResult]) -> str:
     def rng(lo_hi: tuple[float, float]) -> str:
         return f"[{num(lo_hi[0])}-{num(lo_hi[1])}]"
 
-    lines = [f"{'figure':<18}{'ours':>14} {'(runs)':<26} {'unit':<10}{'baseline':<28}{'baseline':>14} {'(runs)':<24}"
-             f"{'ratio':>8}"]
+    lines = [
+        f"{'figure':<18}{'ours':>14} {'(runs)':<26} {'unit':<10}{'baseline':<28}{'baseline':>14} {'(runs)':<24}"
+        f"{'ratio':>8}"
+    ]
     for r in results:
-        lines.append(f"{r.name:<18}{r.value:>14,.2f} {rng(r.spread):<26} {r.unit:<10}{r.baseline_name:<28}"
-                     f"{r.baseline_value:>14,.2f} {rng(r.baseline_spread):<24}{r.ratio:>7.2f}x")
+        lines.append(
+            f"{r.name:<18}{r.value:>14,.2f} {rng(r.spread):<26} {r.unit:<10}{r.baseline_name:<28}"
+            f"{r.baseline_value:>14,.2f} {rng(r.baseline_spread):<24}{r.ratio:>7.2f}x"
+        )
     return "\n".join(lines)

@@ -565,13 +565,19 @@ class Elector:
         """Returns an immediate refusal, or None: the answer follows a later role change."""
         ms = self.core.ms
         if ms.curr_term != req.term:
-            r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_TERM,
-                                           reason=f"{ms.self_id} is in term {ms.curr_term}, not {req.term}")
+            r = LeadershipTransferResponse(
+                term=ms.curr_term,
+                code=ResponseCode.INCONSISTENT_TERM,
+                reason=f"{ms.self_id} is in term {ms.curr_term}, not {req.term}",
+            )
             req.base_reply(r)
             return r
         if req.transfer_id != ms.leader_id:
-            r = LeadershipTransferResponse(term=ms.curr_term, code=ResponseCode.INCONSISTENT_LEADER,
-                                           reason=f"{ms.self_id} follows {ms.leader_id}, not {req.transfer_id}")
+            r = LeadershipTransferResponse(
+                term=ms.curr_term,
+                code=ResponseCode.INCONSISTENT_LEADER,
+                reason=f"{ms.self_id} follows {ms.leader_id}, not {req.transfer_id}",
+            )
             req.base_reply(r)
             return r
         behind = req.take_leadership_ledger_index - self.core.store.ledger_end_index
@@ -579,8 +585,12 @@ class Elector:
             # DLedgerServer.handleLeadershipTransfer: wait until we hold every entry the leader
             # had when it asked; standing without them, our vote would be refused on the
             # ledger checks (REJECT_SMALL_LEDGER_END_INDEX). The leader blocks appends meanwhile.
-            log.info("[%s] transferee %d entries behind; waiting up to %d ms to catch up", ms.self_id, behind,
-                     self.core.config.leadership_transfer_wait_timeout)
+            log.info(
+                "[%s] transferee %d entries behind; waiting up to %d ms to catch up",
+                ms.self_id,
+                behind,
+                self.core.config.leadership_transfer_wait_timeout,
+            )
             self.take_leadership_wait = (req, self.core.now + self.core.config.leadership_transfer_wait_timeout)
             return None
         self._take_leadership(req)
@@ -615,14 +625,15 @@ class Elector:
             return
         elif core.now >= deadline:
             code = ResponseCode.TAKE_LEADERSHIP_FAILED
-            reason = (f"{ms.self_id} still {behind} entries behind the leader's {req.take_leadership_ledger_index} "
-                      f"after {core.config.leadership_transfer_wait_timeout} ms (leadership_transfer_wait_timeout)")
+            reason = (
+                f"{ms.self_id} still {behind} entries behind the leader's {req.take_leadership_ledger_index} "
+                f"after {core.config.leadership_transfer_wait_timeout} ms (leadership_transfer_wait_timeout)"
+            )
         if code is None:
             return
         self.take_leadership_wait = None
         log.warning("[%s] not taking leadership: %s", ms.self_id, reason)
-        core.reply(req, LeadershipTransferResponse(term=ms.curr_term, code=code, reason=reason,
-                                                   leader_id=ms.leader_id))
+        core.reply(req, LeadershipTransferResponse(term=ms.curr_term, code=code, reason=reason, leader_id=ms.leader_id))
 
     def _check_take_leadership(self, term: int, role: Role) -> None:
         ms = self.core.ms
@@ -649,8 +660,14 @@ class Elector:
             reason = f"{ms.self_id} became {role.name} in term {term} before standing in term {target}"
         resp = LeadershipTransferResponse(term=term, code=code, leader_id=ms.leader_id, reason=reason)
         self.core.reply(task.request, resp)
-        log.log(logging.INFO if code == ResponseCode.SUCCESS else logging.WARNING,
-                "[%s] TakeLeadershipTask finished code=%s term=%d role=%s: %s", ms.self_id, code.name, term,
-                role.name, reason)
+        log.log(
+            logging.INFO if code == ResponseCode.SUCCESS else logging.WARNING,
+            "[%s] TakeLeadershipTask finished code=%s term=%d role=%s: %s",
+            ms.self_id,
+            code.name,
+            term,
+            role.name,
+            reason,
+        )
         ms.term_to_take_leadership = -1
         self.take_leadership_task = None

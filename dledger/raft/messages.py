@@ -224,8 +224,11 @@ class PushEntryRequest(Message):
         if not self.raw:
             return self.entries
         entries = entries_from_raw(self.raw, self.raw_index, self.raw_pos)
-        check(len(entries) == self.raw_count, ResponseCode.UNEXPECTED_ARGUMENT,
-              f"blob holds {len(entries)} entries, not {self.raw_count}")
+        check(
+            len(entries) == self.raw_count,
+            ResponseCode.UNEXPECTED_ARGUMENT,
+            f"blob holds {len(entries)} entries, not {self.raw_count}",
+        )
         return entries
 
 

@@ -417,21 +417,29 @@ class RaftNode:
             return
         behind = self.replicator.fall_behind(req.transferee_id)
         if behind >= self.config.max_leadership_transfer_wait_index:
-            fail(ResponseCode.FALL_BEHIND_TOO_MUCH,
-                 f"{req.transferee_id} is {behind} entries behind (limit max_leadership_transfer_wait_index "
-                 f"{self.config.max_leadership_transfer_wait_index})")
+            fail(
+                ResponseCode.FALL_BEHIND_TOO_MUCH,
+                f"{req.transferee_id} is {behind} entries behind (limit max_leadership_transfer_wait_index "
+                f"{self.config.max_leadership_transfer_wait_index})",
+            )
             return
         if ms.transferee is not None:
             fail(ResponseCode.LEADER_TRANSFERRING, f"a transfer to {ms.transferee} is in progress")
             return
-        log.info("[%s] transferring leadership of term %d to %s (%d entries behind)", ms.self_id, ms.curr_term,
-                 req.transferee_id, behind)
+        log.info(
+            "[%s] transferring leadership of term %d to %s (%d entries behind)",
+            ms.self_id,
+            ms.curr_term,
+            req.transferee_id,
+            behind,
+        )
         # Appends stop here; the transferee is asked once it holds all of our log and follows
         # us in this term (a member that has not yet heard of this term refuses the request
         # with INCONSISTENT_TERM, and one with a shorter log cannot win the vote).
         ms.transferee = req.transferee_id
-        self._transfer = _Transfer(0, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms,
-                                   req.transferee_id)
+        self._transfer = _Transfer(
+            0, waiter, req.term, self.core.now + self.core.timings.transfer_wait_ms, req.transferee_id
+        )
         self._advance_transfer()
 
     def _transferee_match(self, t: _Transfer) -> int:
@@ -474,8 +482,14 @@ class RaftNode:
             code = ResponseCode.TAKE_LEADERSHIP_FAILED
             reason = f"{t.transferee} answered SUCCESS but {ms.self_id} still leads term {t.term}"
         if code != ResponseCode.SUCCESS:
-            log.warning("[%s] leadership transfer to %s failed: %s(%d): %s; transferee cleared", ms.self_id,
-                        t.transferee, _code_name(code), code, reason or "no reason given")
+            log.warning(
+                "[%s] leadership transfer to %s failed: %s(%d): %s; transferee cleared",
+                ms.self_id,
+                t.transferee,
+                _code_name(code),
+                code,
+                reason or "no reason given",
+            )
             if ms.curr_term == t.term:
                 ms.transferee = None
         else:
@@ -498,19 +512,24 @@ class RaftNode:
             code = ResponseCode.TIMEOUT
             match = self._transferee_match(t)
             if match < 0 and self.store.ledger_end_index >= 0:
-                reason = (f"{t.transferee} did not catch up within {wait} ms: it has not acknowledged any "
-                          f"entry of term {t.term} (down, cut off, or still joining the term?)")
+                reason = (
+                    f"{t.transferee} did not catch up within {wait} ms: it has not acknowledged any "
+                    f"entry of term {t.term} (down, cut off, or still joining the term?)"
+                )
             else:
-                reason = (f"{t.transferee} did not catch up within {wait} ms (it holds up to index {match} of "
-                          f"{self.store.ledger_end_index} in term {t.term})")
+                reason = (
+                    f"{t.transferee} did not catch up within {wait} ms (it holds up to index {match} of "
+                    f"{self.store.ledger_end_index} in term {t.term})"
+                )
         else:
             code = ResponseCode.TIMEOUT
             reason = f"no answer from {t.transferee} within {wait} ms"
         self._transfer = None
         if ms.curr_term == t.term:
             ms.transferee = None
-        log.warning("[%s] leadership transfer to %s failed: %s; transferee cleared", self.ms.self_id, t.transferee,
-                    reason)
+        log.warning(
+            "[%s] leadership transfer to %s failed: %s; transferee cleared", self.ms.self_id, t.transferee, reason
+        )
         resp = LeadershipTransferResponse(term=ms.curr_term, code=code, reason=reason)
         self._complete_transfer(t.waiter, resp)
 
@@ -550,4 +569,3 @@ class RaftNode:
             req = LeadershipTransferRequest(term=ms.curr_term, transfer_id=ms.self_id, transferee_id=peer)
             self._handle_leadership_transfer(req, None)
             return
-

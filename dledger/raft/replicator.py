@@ -304,8 +304,9 @@ class EntryDispatcher:
                 break
             self.write_index += count
 
-    def _drop_acked_front(self, pending: dict[int, Any], last_of: Callable[[Any, Any], int],
-                          below: bool = False) -> None:
+    def _drop_acked_front(
+        self, pending: dict[int, Any], last_of: Callable[[Any, Any], int], below: bool = False
+    ) -> None:
         """A full pending map: drop what the follower has acked. DLedger scans the whole map
         here, on every pass while it is full: with a follower down that is O(max pending) per
         append. Acks clear it from the front (sends go in index order); the timed leak check

@@ -63,12 +63,12 @@ class MalformedEntry:
 
 def _body_array(buf: Any, offsets: np.ndarray, lengths: np.ndarray) -> pa.Array:
     data, value_offsets = _gather.gather(buf, offsets, lengths)
-    return pa.Array.from_buffers(pa.binary(), len(lengths),
-                                 [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
 
 
-def _batch(buf: Any, cols: dict[str, np.ndarray], columns: Sequence[str], schema: pa.Schema,
-           node: str) -> pa.RecordBatch:
+def _batch(
+    buf: Any, cols: dict[str, np.ndarray], columns: Sequence[str], schema: pa.Schema, node: str
+) -> pa.RecordBatch:
     n = len(cols["index"])
     arrays: list[pa.Array] = []
     for name in columns:
@@ -123,8 +123,7 @@ class _SegmentRead:
         expect, pos = seg.first_index, seg.start_pos
         while expect <= seg.last_index:
             want, stop_at = self._batch_range(expect, pos)
-            cols, stop, code = _codec.scan(self.mm, base, pos - base, stop_at - base, expect, -1,
-                                           args.verify_crc, want)
+            cols, stop, code = _codec.scan(self.mm, base, pos - base, stop_at - base, expect, -1, args.verify_crc, want)
             n = len(cols["index"])
             if n:
                 cols = _in_terms(cols, args.term_min, args.term_max)
@@ -169,19 +168,33 @@ class _SegmentRead:
         reason = _codec.STOP_NAMES.get(code, str(code))
         offset = pos - self.base
         if bad > seg.stable_through:
-            log.info("%s: uncommitted entry %d at offset %d is %s (truncated meanwhile?); "
-                     "the read stops there", seg.data_file, bad, offset, reason)
+            log.info(
+                "%s: uncommitted entry %d at offset %d is %s (truncated meanwhile?); the read stops there",
+                seg.data_file,
+                bad,
+                offset,
+                reason,
+            )
             return None
         if self.args.mode == FAILFAST:
             raise CorruptionError(
                 f"{seg.data_file}: corrupt entry {bad} at offset {offset} ({reason}); "
                 "read with mode DROPMALFORMED to skip it",
-                file=seg.data_file, offset=offset, index=bad,
+                file=seg.data_file,
+                offset=offset,
+                index=bad,
             )
         nxt = self._resync(bad + 1, pos)
         count = (nxt if nxt is not None else seg.last_index + 1) - bad
-        log.warning("dropped %d malformed entr%s from %d at %s offset %d (%s)", count,
-                    "y" if count == 1 else "ies", bad, seg.data_file, offset, reason)
+        log.warning(
+            "dropped %d malformed entr%s from %d at %s offset %d (%s)",
+            count,
+            "y" if count == 1 else "ies",
+            bad,
+            seg.data_file,
+            offset,
+            reason,
+        )
         if self.args.malformed is not None:
             self.args.malformed.append(MalformedEntry(seg.node, seg.data_file, offset, bad, reason, count))
         return nxt
@@ -259,8 +272,14 @@ def iter_batches(
     plan = plan_read(path, start_index, end_index, committed_only, columns)
     args = _ReadArgs(plan.columns, batch_size, check_mode(mode), verify_crc, malformed)
     for seg in plan.segments:
-        yield from read_segment(seg, args.columns, batch_size=args.batch_size, mode=args.mode,
-                                verify_crc=args.verify_crc, malformed=args.malformed)
+        yield from read_segment(
+            seg,
+            args.columns,
+            batch_size=args.batch_size,
+            mode=args.mode,
+            verify_crc=args.verify_crc,
+            malformed=args.malformed,
+        )
 
 
 def read_table(
@@ -288,8 +307,9 @@ def read_table(
 
     def one(seg: Segment) -> tuple[list[pa.RecordBatch], list[MalformedEntry]]:
         dropped: list[MalformedEntry] = []
-        batches = list(read_segment(seg, plan.columns, batch_size=batch_size, mode=mode,
-                                    verify_crc=verify_crc, malformed=dropped))
+        batches = list(
+            read_segment(seg, plan.columns, batch_size=batch_size, mode=mode, verify_crc=verify_crc, malformed=dropped)
+        )
         return batches, dropped
 
     workers = min(threads if threads is not None else min(os.cpu_count() or 1, 8), len(plan.segments))

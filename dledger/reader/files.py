@@ -68,8 +68,13 @@ class SegmentFiles:
         # A file being created is shorter than the segment size, never longer.
         size = max(f.size for f in files)
         while files and files[-1].size != size:
-            log.debug("%s: leaving out %s (%d bytes, segment size %d): being created", directory,
-                      files[-1].path, files[-1].size, size)
+            log.debug(
+                "%s: leaving out %s (%d bytes, segment size %d): being created",
+                directory,
+                files[-1].path,
+                files[-1].size,
+                size,
+            )
             files.pop()
         if size == 0:
             return
@@ -104,8 +109,9 @@ class SegmentFiles:
             try:
                 mapped = map_file(self.paths[k])
             except FileNotFoundError as exc:
-                raise DLedgerError(ResponseCode.DISK_ERROR,
-                                   f"{self.paths[k]}: deleted while being read (retention?)") from exc
+                raise DLedgerError(
+                    ResponseCode.DISK_ERROR, f"{self.paths[k]}: deleted while being read (retention?)"
+                ) from exc
             if mapped is None:
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.paths[k]}: empty segment file")
             mm = self._maps[k] = mapped
@@ -142,7 +148,9 @@ class IndexFiles(SegmentFiles):
             raise CorruptionError(
                 f"{self.directory}: index unit of entry {i} is missing or corrupt ({u}); open the store "
                 "read-write once (dledger verify / a node start) to rebuild the index from the data",
-                file=str(self.directory), offset=i * INDEX_UNIT_SIZE, index=i,
+                file=str(self.directory),
+                offset=i * INDEX_UNIT_SIZE,
+                index=i,
             )
         return u
 

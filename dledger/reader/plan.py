@@ -70,7 +70,6 @@ class Segment:
         return self.end_pos - self.start_pos
 
 
-
 def _pos_at_least(index: IndexFiles, bound: int) -> Callable[[int], bool]:
     return lambda i: index.sound(i).pos >= bound
 
@@ -120,12 +119,19 @@ class NodeSnapshot:
             if written_end - end >= _TAIL_WALK_LIMIT:
                 raise CorruptionError(
                     f"{self.path}: none of the last {_TAIL_WALK_LIMIT} entries the index names is valid",
-                    file=str(self.path / DATA_DIR), offset=-1, index=end,
+                    file=str(self.path / DATA_DIR),
+                    offset=-1,
+                    index=end,
                 )
             end -= 1
         if end < written_end:
-            log.warning("%s: entries %d..%d named by the index are torn or unwritten; reading up to %d",
-                        self.path, end + 1, written_end, end)
+            log.warning(
+                "%s: entries %d..%d named by the index are torn or unwritten; reading up to %d",
+                self.path,
+                end + 1,
+                written_end,
+                end,
+            )
         self.begin, self.end = begin, end
 
     def _begin(self) -> int:
@@ -169,8 +175,9 @@ class NodeSnapshot:
             return self.committed
         return self.end
 
-    def segments(self, first: int, last: int, max_bytes: int = 0,
-                 term_min: int | None = None, term_max: int | None = None) -> list[Segment]:
+    def segments(
+        self, first: int, last: int, max_bytes: int = 0, term_min: int | None = None, term_max: int | None = None
+    ) -> list[Segment]:
         """Cut entries ``first..last`` (clamped to the store) into segments, one per data file,
         or per ``max_bytes`` of a file when that is positive. Only the index is read."""
         first = max(first, self.begin)
@@ -188,9 +195,11 @@ class NodeSnapshot:
             u = idx.sound(i)
             k = self.data.locate(u.pos)
             if k < 0:
-                raise DLedgerError(ResponseCode.DISK_ERROR,
-                                   f"{self.path}: entry {i} is at position {u.pos}, which no data file holds "
-                                   "(deleted by retention while planning?)")
+                raise DLedgerError(
+                    ResponseCode.DISK_ERROR,
+                    f"{self.path}: entry {i} is at position {u.pos}, which no data file holds "
+                    "(deleted by retention while planning?)",
+                )
             file_end = self.data.starts[k] + self.data.file_size
             bound = file_end if max_bytes <= 0 else min(file_end, u.pos + max_bytes)
             j = first_true(i + 1, last + 1, _pos_at_least(idx, bound)) - 1
@@ -199,14 +208,25 @@ class NodeSnapshot:
                 raise CorruptionError(
                     f"{self.path}: index unit of entry {j} (pos {v.pos}, size {v.size}) runs past the end "
                     f"of data file {self.data.paths[k]}",
-                    file=self.data.paths[k], offset=v.pos - self.data.starts[k], index=j,
+                    file=self.data.paths[k],
+                    offset=v.pos - self.data.starts[k],
+                    index=j,
                 )
-            out.append(Segment(
-                node=self.name, node_dir=str(self.path), data_file=self.data.paths[k],
-                file_from_offset=self.data.starts[k], first_index=i, last_index=j, start_pos=u.pos,
-                end_pos=v.pos + v.size, first_term=u.term, last_term=v.term,
-                stable_through=self.stable_through,
-            ))
+            out.append(
+                Segment(
+                    node=self.name,
+                    node_dir=str(self.path),
+                    data_file=self.data.paths[k],
+                    file_from_offset=self.data.starts[k],
+                    first_index=i,
+                    last_index=j,
+                    start_pos=u.pos,
+                    end_pos=v.pos + v.size,
+                    first_term=u.term,
+                    last_term=v.term,
+                    stable_through=self.stable_through,
+                )
+            )
             i = j + 1
         return out
 
@@ -223,7 +243,7 @@ class NodeSnapshot:
 
 def _node_name(path: Path) -> str:
     name = path.name
-    return name[len(NODE_DIR_PREFIX):] if name.startswith(NODE_DIR_PREFIX) else name
+    return name[len(NODE_DIR_PREFIX) :] if name.startswith(NODE_DIR_PREFIX) else name
 
 
 PathArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -249,14 +269,17 @@ def _nodes_at(raw: object) -> list[tuple[str, Path]]:
     if not p.exists():
         raise StoreNotFoundError(f"{p}: no such file or directory")
     if not p.is_dir():
-        raise NotAStoreError(f"{p} is a file; point at a dledger-<id> node directory or the store "
-                             "base directory that holds them")
+        raise NotAStoreError(
+            f"{p} is a file; point at a dledger-<id> node directory or the store base directory that holds them"
+        )
     if is_store_dir(p):
         return [(_node_name(p), p)]
     nodes = sorted(c for c in p.iterdir() if c.is_dir() and is_store_dir(c))
     if not nodes:
-        raise NotAStoreError(f"{p} is not a dledger store: it has no data/ or index/ directory and no "
-                             "dledger-<id> node directories under it")
+        raise NotAStoreError(
+            f"{p} is not a dledger store: it has no data/ or index/ directory and no "
+            "dledger-<id> node directories under it"
+        )
     return [(_node_name(c), c) for c in nodes]
 
 
@@ -272,8 +295,7 @@ def _unique(nodes: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
     names = [n for n, _ in unique]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise arg_error(f"node name(s) {', '.join(dup)} appear in more than one directory; "
-                        "read them separately")
+        raise arg_error(f"node name(s) {', '.join(dup)} appear in more than one directory; read them separately")
     return unique
 
 

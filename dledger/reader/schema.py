@@ -59,8 +59,7 @@ def check_columns(columns: Iterable[str] | None, node_column: bool) -> tuple[str
     unknown = [c for c in cols if c not in known]
     if unknown:
         hint = " (the node column exists only when several nodes are read)" if NODE_COLUMN in unknown else ""
-        raise arg_error(f"unknown column(s) {', '.join(map(repr, unknown))}; the columns are "
-                        f"{', '.join(known)}{hint}")
+        raise arg_error(f"unknown column(s) {', '.join(map(repr, unknown))}; the columns are {', '.join(known)}{hint}")
     if len(set(cols)) != len(cols):
         raise arg_error(f"column listed twice in {list(cols)}")
     return cols
@@ -69,6 +68,8 @@ def check_columns(columns: Iterable[str] | None, node_column: bool) -> tuple[str
 def check_mode(mode: str) -> str:
     m = str(mode).upper()
     if m not in MODES:
-        raise arg_error(f"unknown mode {mode!r}; use FAILFAST (a corrupt entry fails the read) or "
-                        "DROPMALFORMED (it is skipped and counted)")
+        raise arg_error(
+            f"unknown mode {mode!r}; use FAILFAST (a corrupt entry fails the read) or "
+            "DROPMALFORMED (it is skipped and counted)"
+        )
     return m

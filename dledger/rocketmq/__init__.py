@@ -39,8 +39,14 @@ __all__ = [
 ]
 
 # The clients of a message-store group (dledger.rocketmq.producer / .consumer), imported when used.
-_CLIENTS = {"Producer": "producer", "AsyncProducer": "producer", "SendResult": "producer",
-            "Consumer": "consumer", "AsyncConsumer": "consumer", "PullResult": "consumer"}
+_CLIENTS = {
+    "Producer": "producer",
+    "AsyncProducer": "producer",
+    "SendResult": "producer",
+    "Consumer": "consumer",
+    "AsyncConsumer": "consumer",
+    "PullResult": "consumer",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -33,7 +33,8 @@ class StoreCheckpoint:
                 head = f.read(24)
             if len(head) == 24:
                 self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = struct.unpack(
-                    _FMT, head)
+                    _FMT, head
+                )
 
     @property
     def min_timestamp(self) -> int:
@@ -64,5 +65,7 @@ class StoreCheckpoint:
         self.flush()
 
     def __repr__(self) -> str:
-        return (f"StoreCheckpoint(physic={self.physic_msg_timestamp}, logics={self.logics_msg_timestamp}, "
-                f"index={self.index_msg_timestamp})")
+        return (
+            f"StoreCheckpoint(physic={self.physic_msg_timestamp}, logics={self.logics_msg_timestamp}, "
+            f"index={self.index_msg_timestamp})"
+        )

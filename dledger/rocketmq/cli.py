@@ -44,13 +44,14 @@ class MqCliError(Exception):
 
 # -- the store --------------------------------------------------------------------------------
 
+
 def detect_mode(root: Path) -> tuple[str, str | None]:
     """``("classic", None)`` or ``("dledger", self_id)`` from what the store root holds."""
     if not root.exists():
         raise MqCliError(f"{root}: no such directory")
     if not root.is_dir():
         raise MqCliError(f"{root}: not a directory")
-    nodes = sorted(p.name[len("dledger-"):] for p in root.iterdir() if p.is_dir() and p.name.startswith("dledger-"))
+    nodes = sorted(p.name[len("dledger-") :] for p in root.iterdir() if p.is_dir() and p.name.startswith("dledger-"))
     if nodes:
         if len(nodes) > 1:
             raise MqCliError(f"{root}: several DLedger members ({', '.join(nodes)}); give one member's store root")
@@ -90,8 +91,9 @@ def store_config(root: Path, mode: str, self_id: str | None) -> Any:
             if size:
                 values["mapped_file_size_consume_queue"] = size
                 break
-    index_sizes = [p.stat().st_size for p in sorted((root / "index").glob("[0-9]*"))] if (root / "index").is_dir() \
-        else []
+    index_sizes = (
+        [p.stat().st_size for p in sorted((root / "index").glob("[0-9]*"))] if (root / "index").is_dir() else []
+    )
     if index_sizes and index_sizes[-1] != index_file_size(5_000_000, 20_000_000):
         try:
             slots, items = geometry_of_size(index_sizes[-1])
@@ -121,6 +123,7 @@ def open_store(root: Path, *, readonly: bool = True, create_mode: str | None = N
 
 # -- commands ---------------------------------------------------------------------------------
 
+
 def _where(args: argparse.Namespace) -> bool:
     """True for a group (--peers), False for a directory; exactly one must be given."""
     if bool(args.peers) == bool(args.dir):
@@ -148,8 +151,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     failed = 0
     with open_store(Path(args.dir), readonly=False, create_mode=args.mode) as store:
         for body in bodies:
-            msg = Message(topic=args.topic, body=body, queue_id=args.queue, tags=args.tags or None,
-                          keys=args.keys or None)
+            msg = Message(
+                topic=args.topic, body=body, queue_id=args.queue, tags=args.tags or None, keys=args.keys or None
+            )
             result = store.put_message(msg)
             status = getattr(result.status, "name", str(result.status))
             if not result.ok:
@@ -171,8 +175,10 @@ def _produce_remote(args: argparse.Namespace, bodies: list[bytes]) -> int:
     failed = 0
     with Producer(args.peers, args.group, **_remote_kwargs(args)) as producer:
         for start in range(0, len(bodies), max(args.batch, 1)):
-            msgs = [Message(topic=args.topic, body=b, tags=args.tags or None, keys=args.keys or None)
-                    for b in bodies[start:start + max(args.batch, 1)]]
+            msgs = [
+                Message(topic=args.topic, body=b, tags=args.tags or None, keys=args.keys or None)
+                for b in bodies[start : start + max(args.batch, 1)]
+            ]
             results = producer.send_batch(msgs, args.queue) if len(msgs) > 1 else [producer.send(msgs[0], args.queue)]
             for r in results:
                 if not r.ok:
@@ -211,15 +217,23 @@ _UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 def _print_message(m: Any) -> None:
-    print(f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
-          f"{escape(m.keys if isinstance(m.keys, str) else ' '.join(m.keys or []))}\t{_body_text(m)}")
+    print(
+        f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
+        f"{escape(m.keys if isinstance(m.keys, str) else ' '.join(m.keys or []))}\t{_body_text(m)}"
+    )
 
 
 def _consume_remote(args: argparse.Namespace) -> int:
     from dledger.rocketmq.consumer import Consumer
 
-    with Consumer(args.peers, args.consumer_group, args.topic, dledger_group=args.group, read_from=args.read_from,
-                  **_remote_kwargs(args)) as con:
+    with Consumer(
+        args.peers,
+        args.consumer_group,
+        args.topic,
+        dledger_group=args.group,
+        read_from=args.read_from,
+        **_remote_kwargs(args),
+    ) as con:
         offset = args.offset
         if offset is None:
             offset = con.committed(args.queue)
@@ -289,8 +303,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     if _where(args):
         from dledger.rocketmq.consumer import Consumer
 
-        with Consumer(args.peers, "dledger-cli", args.topic, dledger_group=args.group,
-                      **_remote_kwargs(args)) as con:
+        with Consumer(args.peers, "dledger-cli", args.topic, dledger_group=args.group, **_remote_kwargs(args)) as con:
             offsets = [m.phys_offset for m in con.query(args.key, args.max)]
     else:
         offsets = query_offsets(Path(args.dir), args.topic, args.key, args.max)
@@ -315,8 +328,10 @@ def _stats_remote(args: argparse.Namespace) -> int:
             continue
         if answered is None or st.get("role") == "LEADER":
             answered = st
-        print(f"{member}\t{st['role']}\t{st['term']}\t{st['leader']}\t{st['committed_phys_offset']}\t"
-              f"{st['dispatch_behind_bytes']}\t{str(st['writable']).lower()}")
+        print(
+            f"{member}\t{st['role']}\t{st['term']}\t{st['leader']}\t{st['committed_phys_offset']}\t"
+            f"{st['dispatch_behind_bytes']}\t{str(st['writable']).lower()}"
+        )
     if answered is None:
         raise MqCliError("no member answered")
     print("#topic\tqueueId\tminOffset\tmaxOffset")
@@ -338,8 +353,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"queues\t{len(table)}")
         print("#topic\tqueueId\tminOffset\tmaxOffset\tmessages\tmaxPhysicOffset")
         for topic, qid, cq in table:
-            print(f"{escape(topic)}\t{qid}\t{cq.min_offset}\t{cq.max_offset}\t{cq.message_total}\t"
-                  f"{cq.max_physic_offset}")
+            print(
+                f"{escape(topic)}\t{qid}\t{cq.min_offset}\t{cq.max_offset}\t{cq.message_total}\t{cq.max_physic_offset}"
+            )
     return 0
 
 
@@ -356,8 +372,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 # -- parser -----------------------------------------------------------------------------------
 
+
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """One clear line on standard error and exit status 1 for what a user can fix."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
@@ -383,8 +401,12 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
 
 def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``mq`` and its subcommands to a ``dledger`` subparsers object."""
-    mq = subparsers.add_parser("mq", help="RocketMQ message store: produce, consume, query, stats, dump",
-                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mq = subparsers.add_parser(
+        "mq",
+        help="RocketMQ message store: produce, consume, query, stats, dump",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = mq.add_subparsers(dest="mq_command", required=True)
 
     p = sub.add_parser("produce", help="store messages (creates a store in a missing or empty DIR)")
@@ -395,8 +417,12 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="with --peers: lines sent per request (default 32)")
     p.add_argument("--tags", default=None)
     p.add_argument("--keys", default=None, help='space-separated keys, e.g. "k1 k2"')
-    p.add_argument("--mode", choices=["classic", "dledger"], default="classic",
-                   help="kind of store to create when DIR is new (default classic)")
+    p.add_argument(
+        "--mode",
+        choices=["classic", "dledger"],
+        default="classic",
+        help="kind of store to create when DIR is new (default classic)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="the body of one message")
     src.add_argument("--stdin", action="store_true", help="each line of standard input is one message")
@@ -407,13 +433,21 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     _add_network_options(c)
     c.add_argument("--topic", required=True)
     c.add_argument("--queue", type=int, required=True)
-    c.add_argument("--offset", type=int, default=None,
-                   help="queue offset of the first message (required with DIR; with --peers the consumer group's)")
+    c.add_argument(
+        "--offset",
+        type=int,
+        default=None,
+        help="queue offset of the first message (required with DIR; with --peers the consumer group's)",
+    )
     c.add_argument("--consumer-group", default="dledger-cli", help="with --peers: whose offsets (default %(default)s)")
     c.add_argument("--wait", type=float, default=0.0, help="with --peers: seconds a pull waits for a message")
     c.add_argument("--commit", action="store_true", help="with --peers: commit the offset past what was printed")
-    c.add_argument("--read-from", choices=["leader", "follower"], default="leader",
-                   help="with --peers: read from the leader (default) or a follower")
+    c.add_argument(
+        "--read-from",
+        choices=["leader", "follower"],
+        default="leader",
+        help="with --peers: read from the leader (default) or a follower",
+    )
     c.add_argument("--count", type=int, default=32, help="at most this many messages (default 32)")
     c.set_defaults(func=_guard(cmd_consume))
 

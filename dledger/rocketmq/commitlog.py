@@ -58,8 +58,9 @@ class Segment:
 def segment_size_of(directory: Path) -> int | None:
     if not directory.is_dir():
         return None
-    sizes = {p.stat().st_size for p in directory.iterdir()
-             if p.is_file() and not p.name.startswith(".") and p.name.isdigit()}
+    sizes = {
+        p.stat().st_size for p in directory.iterdir() if p.is_file() and not p.name.startswith(".") and p.name.isdigit()
+    }
     if not sizes:
         return None
     if len(sizes) > 1:
@@ -217,9 +218,11 @@ class CommitLog:
             k = max(len(files) - 3, 0)
         else:
             # The last file whose first message is older than what the checkpoint vouches for.
-            limit = (self.checkpoint.min_timestamp_index
-                     if self.config.message_index_enable and self.config.message_index_safe
-                     else self.checkpoint.min_timestamp)
+            limit = (
+                self.checkpoint.min_timestamp_index
+                if self.config.message_index_enable and self.config.message_index_safe
+                else self.checkpoint.min_timestamp
+            )
             k = 0
             for j in range(len(files) - 1, -1, -1):
                 ts = self._first_store_timestamp(files[j])
@@ -252,8 +255,9 @@ class CommitLog:
                 continue
             if code in (K.STOP_BAD, K.STOP_CRC):
                 torn_at = process
-                log.warning("commit log recovery: %s at %d in %s; the log ends there",
-                            K.STOP_NAMES[code], process, f.path)
+                log.warning(
+                    "commit log recovery: %s at %d in %s; the log ends there", K.STOP_NAMES[code], process, f.path
+                )
             break
         self._truncate(process, torn_at >= 0)
         if last_ts:
@@ -346,15 +350,22 @@ class CommitLog:
                     # The current file must end here: mark the rest as END_OF_FILE.
                     self._end_file(f)
                     f = self.files.last_file(file_from, True)
-                at = f.append(mv[int(starts[first]):int(starts[last])])
+                at = f.append(mv[int(starts[first]) : int(starts[last])])
                 if at < 0:
                     raise OSError(f"{f.path}: records did not fit where they were placed")
             self.topic_queue_table.update(updates)
             self.last_store_timestamp = now
         return AppendMessageResult(
-            AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
-            store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=batch.n,
-            store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+            AppendMessageStatus.PUT_OK,
+            wrote_offset=int(phys[0]),
+            wrote_bytes=int(starts[-1]),
+            store_timestamp=now,
+            logics_offset=int(queue_offsets[0]),
+            msg_num=batch.n,
+            store_host=batch.store_hosts[0],
+            wrote_offsets=phys,
+            queue_offsets=queue_offsets,
+        )
 
     def _put_uniform(self, batch: PreparedBatch, now: int) -> AppendMessageResult | None:
         """``put`` of a uniform batch that fits the current file: one kernel call encodes it with
@@ -374,9 +385,16 @@ class CommitLog:
             self.topic_queue_table[key] = first + n
         self.last_store_timestamp = now
         return AppendMessageResult(
-            AppendMessageStatus.PUT_OK, wrote_offset=pos, wrote_bytes=len(buf), store_timestamp=now,
-            logics_offset=first, msg_num=n, store_host=batch.store_hosts[0], wrote_offsets=offsets[:-1],
-            queue_offsets=np.arange(first, first + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64))
+            AppendMessageStatus.PUT_OK,
+            wrote_offset=pos,
+            wrote_bytes=len(buf),
+            store_timestamp=now,
+            logics_offset=first,
+            msg_num=n,
+            store_host=batch.store_hosts[0],
+            wrote_offsets=offsets[:-1],
+            queue_offsets=np.arange(first, first + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
+        )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
         """``put`` of one message, in plain Python ints (numpy costs more than it saves here)."""
@@ -400,9 +418,15 @@ class CommitLog:
             if advances:
                 self.topic_queue_table[key] = queue_offset + 1
             self.last_store_timestamp = now
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset=pos, wrote_bytes=length,
-                                   store_timestamp=now, logics_offset=queue_offset, msg_num=1,
-                                   store_host=batch.store_hosts[0])
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            wrote_offset=pos,
+            wrote_bytes=length,
+            store_timestamp=now,
+            logics_offset=queue_offset,
+            msg_num=1,
+            store_host=batch.store_hosts[0],
+        )
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]
@@ -479,8 +503,12 @@ class CommitLog:
         if cfg.sync_flush:
             self.flush_service = FlushService(self, 10, 0, 0)
         else:
-            self.flush_service = FlushService(self, cfg.flush_interval_commit_log, cfg.flush_commit_log_least_pages,
-                                              cfg.flush_commit_log_thorough_interval)
+            self.flush_service = FlushService(
+                self,
+                cfg.flush_interval_commit_log,
+                cfg.flush_commit_log_least_pages,
+                cfg.flush_commit_log_thorough_interval,
+            )
         self.flush_service.start()
 
     def wait_flushed(self, offset: int) -> bool:
@@ -492,8 +520,14 @@ class CommitLog:
 
     # -- retention -----------------------------------------------------------------------
 
-    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10,
-                       used_ratio: float | None = None) -> int:
+    def delete_expired(
+        self,
+        expired_ms: float,
+        now_ms: float,
+        clean_immediately: bool,
+        max_files: int = 10,
+        used_ratio: float | None = None,
+    ) -> int:
         """deleteExpiredFileByTime: whole files (never the last) older than ``expired_ms``. The
         caller decided it is time (``used_ratio`` is for the DLedger log, which decides itself)."""
         if self.readonly:

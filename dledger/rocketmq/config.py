@@ -166,4 +166,3 @@ class MessageStoreConfig:
 
     def replace(self, **changes: Any) -> MessageStoreConfig:
         return dataclasses.replace(self, **changes)
-

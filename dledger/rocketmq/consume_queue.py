@@ -62,8 +62,17 @@ def _fsync_dir(path: Path) -> None:
 class MappedFile:
     """One consume-queue file, mapped in full. Positions are relative to the file."""
 
-    __slots__ = ("dirty_from", "dirty_to", "file_from_offset", "file_size", "first_create_in_queue", "mm",
-                 "path", "readonly", "wrote_position")
+    __slots__ = (
+        "dirty_from",
+        "dirty_to",
+        "file_from_offset",
+        "file_size",
+        "first_create_in_queue",
+        "mm",
+        "path",
+        "readonly",
+        "wrote_position",
+    )
 
     def __init__(self, path: Path, file_size: int, *, create: bool = False, readonly: bool = False) -> None:
         self.path = path
@@ -142,8 +151,16 @@ class ConsumeQueue:
     the files), so a store written with another ``mappedFileSizeConsumeQueue`` still opens.
     """
 
-    def __init__(self, root: Path | str, topic: str, queue_id: int, file_size: int = DEFAULT_FILE_SIZE,
-                 readonly: bool = False, *, queue_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        topic: str,
+        queue_id: int,
+        file_size: int = DEFAULT_FILE_SIZE,
+        readonly: bool = False,
+        *,
+        queue_dir: Path | None = None,
+    ) -> None:
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(f"consume queue file size must be a positive multiple of 20, not {file_size}")
         self.topic = topic
@@ -180,8 +197,12 @@ class ConsumeQueue:
         if size != self.file_size:
             if size <= 0 or size % CQ_STORE_UNIT_SIZE:
                 raise ValueError(f"consume queue {self.dir}: file size {size} is not a multiple of 20")
-            log.info("consume queue %s: files are %d bytes (configured %d); using the files' size",
-                     self.dir, size, self.file_size)
+            log.info(
+                "consume queue %s: files are %d bytes (configured %d); using the files' size",
+                self.dir,
+                size,
+                self.file_size,
+            )
             self.file_size = size
         for p in paths:
             f = MappedFile(p, self.file_size, readonly=self.readonly)
@@ -276,8 +297,9 @@ class ConsumeQueue:
             return self.files[i]
         return None
 
-    def get_units(self, start: int, max_count: int = 32) -> tuple[NDArray[np.int64], NDArray[np.int32],
-                                                                   NDArray[np.int64]]:
+    def get_units(
+        self, start: int, max_count: int = 32
+    ) -> tuple[NDArray[np.int64], NDArray[np.int32], NDArray[np.int64]]:
         """Up to ``max_count`` units from queue offset ``start`` (``getIndexBuffer``, continued
         into the next files): commit-log offsets, sizes and tags codes, as native arrays. Empty
         when ``start`` is below ``min_offset`` or at/after ``max_offset``."""
@@ -390,8 +412,9 @@ class ConsumeQueue:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full():
             return last
-        create = (start_offset - start_offset % self.file_size) if last is None \
-            else last.file_from_offset + self.file_size
+        create = (
+            (start_offset - start_offset % self.file_size) if last is None else last.file_from_offset + self.file_size
+        )
         self.dir.mkdir(parents=True, exist_ok=True)
         f = MappedFile(self.dir / offset_to_file_name(create), self.file_size, create=True)
         f.first_create_in_queue = not self.files
@@ -410,8 +433,7 @@ class ConsumeQueue:
         """putMessagePositionInfo for one message."""
         return self.put_units([cq_offset], [phys_offset], [size], [tags_code]) >= 0
 
-    def put_units(self, cq_offsets: ArrayLike, phys_offsets: ArrayLike, sizes: ArrayLike,
-                  tags_codes: ArrayLike) -> int:
+    def put_units(self, cq_offsets: ArrayLike, phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLike) -> int:
         """putMessagePositionInfo for a batch, in order; returns how many units were written.
 
         As RocketMQ: a unit whose message ends at or before ``max_physic_offset`` is a repeated
@@ -433,8 +455,11 @@ class ConsumeQueue:
             # Units that end past every unit before them (and past max_physic_offset): the run
             # that can go in one write when their queue offsets continue the queue.
             if ends[0] <= self.max_physic_offset:
-                log.warning("Maybe try to build consume queue repeatedly maxPhysicOffset=%d phyOffset=%d",
-                            self.max_physic_offset, int(phys[i]))
+                log.warning(
+                    "Maybe try to build consume queue repeatedly maxPhysicOffset=%d phyOffset=%d",
+                    self.max_physic_offset,
+                    int(phys[i]),
+                )
                 i += 1
                 continue
             run = self._contiguous_run(cq[i:], ends)
@@ -442,7 +467,7 @@ class ConsumeQueue:
                 written += self._put_one(int(cq[i]), int(phys[i]), int(size[i]), int(tags[i]))
                 i += 1
                 continue
-            self._append(phys[i:i + run], size[i:i + run], tags[i:i + run])
+            self._append(phys[i : i + run], size[i : i + run], tags[i : i + run])
             self.max_physic_offset = int(ends[run - 1])
             written += run
             i += run
@@ -466,7 +491,7 @@ class ConsumeQueue:
         while pos < len(data):
             f = self._last_file(self.max_offset * CQ_STORE_UNIT_SIZE)
             room = f.file_size - f.wrote_position
-            chunk = data[pos:pos + room]
+            chunk = data[pos : pos + room]
             f.write(f.wrote_position, chunk)
             f.wrote_position += len(chunk)
             pos += len(chunk)
@@ -481,12 +506,23 @@ class ConsumeQueue:
         if cq_offset != 0:
             current = f.wrote_position + f.file_from_offset
             if expect < current:
-                log.warning("Build consume queue repeatedly, expectLogicOffset: %d currentLogicOffset: %d "
-                            "Topic: %s QID: %d", expect, current, self.topic, self.queue_id)
+                log.warning(
+                    "Build consume queue repeatedly, expectLogicOffset: %d currentLogicOffset: %d Topic: %s QID: %d",
+                    expect,
+                    current,
+                    self.topic,
+                    self.queue_id,
+                )
                 return 0
             if expect != current:
-                log.warning("[BUG]logic queue order maybe wrong, expectLogicOffset: %d currentLogicOffset: %d "
-                            "Topic: %s QID: %d", expect, current, self.topic, self.queue_id)
+                log.warning(
+                    "[BUG]logic queue order maybe wrong, expectLogicOffset: %d currentLogicOffset: %d "
+                    "Topic: %s QID: %d",
+                    expect,
+                    current,
+                    self.topic,
+                    self.queue_id,
+                )
         self.max_physic_offset = phys + size
         f.write(f.wrote_position, encode_units([phys], [size], [tags]))
         f.wrote_position += CQ_STORE_UNIT_SIZE
@@ -526,8 +562,11 @@ class ConsumeQueue:
         units = f.units(0, f.wrote_position)
         hit = np.flatnonzero(units["offset"] >= min_phys_offset)
         first = int(hit[0]) if len(hit) else len(units)
-        self.min_logic_offset = max(self.min_logic_offset, f.file_from_offset) if not len(units) \
+        self.min_logic_offset = (
+            max(self.min_logic_offset, f.file_from_offset)
+            if not len(units)
             else f.file_from_offset + first * CQ_STORE_UNIT_SIZE
+        )
 
     def delete_expired(self, min_phys_offset: int) -> int:
         """deleteExpiredFile: delete leading files whose last unit's message is before
@@ -539,8 +578,11 @@ class ConsumeQueue:
             last_unit = f.units(self.file_size - CQ_STORE_UNIT_SIZE, self.file_size)
             if not len(last_unit) or int(last_unit["offset"][0]) >= min_phys_offset:
                 break
-            log.info("physic min offset %d, logics in current mappedFile max offset %d, delete it",
-                     min_phys_offset, int(last_unit["offset"][0]))
+            log.info(
+                "physic min offset %d, logics in current mappedFile max offset %d, delete it",
+                min_phys_offset,
+                int(last_unit["offset"][0]),
+            )
             f.destroy()
             self.files.pop(0)
             count += 1
@@ -576,8 +618,10 @@ class ConsumeQueue:
         self.files = []
 
     def __repr__(self) -> str:
-        return (f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset}, "
-                f"max_physic_offset={self.max_physic_offset})")
+        return (
+            f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset}, "
+            f"max_physic_offset={self.max_physic_offset})"
+        )
 
 
 class ConsumeQueueTable:
@@ -587,8 +631,14 @@ class ConsumeQueueTable:
     ``(topic, queue_id, queue)`` sorted by topic, then queue id.
     """
 
-    def __init__(self, root: Path | str, file_size: int = DEFAULT_FILE_SIZE, readonly: bool = False, *,
-                 store_path: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        file_size: int = DEFAULT_FILE_SIZE,
+        readonly: bool = False,
+        *,
+        store_path: Path | str | None = None,
+    ) -> None:
         self.root = Path(root)
         self.dir = Path(store_path) if store_path is not None else self.root / "consumequeue"
         self.file_size = file_size
@@ -608,8 +658,9 @@ class ConsumeQueueTable:
                 self._open(topic_dir.name, int(qdir.name))
 
     def _open(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.readonly,
-                          queue_dir=self.dir / topic / str(queue_id))
+        cq = ConsumeQueue(
+            self.root, topic, queue_id, self.file_size, self.readonly, queue_dir=self.dir / topic / str(queue_id)
+        )
         self.table.setdefault(topic, {})[queue_id] = cq
         return cq
 
@@ -636,8 +687,15 @@ class ConsumeQueueTable:
     def __len__(self) -> int:
         return sum(len(q) for q in self.table.values())
 
-    def put_batch(self, topics: Sequence[str], queue_ids: ArrayLike, cq_offsets: ArrayLike,
-                  phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLike) -> int:
+    def put_batch(
+        self,
+        topics: Sequence[str],
+        queue_ids: ArrayLike,
+        cq_offsets: ArrayLike,
+        phys_offsets: ArrayLike,
+        sizes: ArrayLike,
+        tags_codes: ArrayLike,
+    ) -> int:
         """Dispatch units of many queues (in commit-log order); returns how many were written."""
         qids = np.asarray(queue_ids, dtype=np.int64)
         cq = np.asarray(cq_offsets, dtype=np.int64)

@@ -79,14 +79,24 @@ class AsyncConsumer:
     """``group`` is the consumer group (whose offsets ``commit`` keeps), ``topic`` the topic read;
     ``dledger_group`` the DLedger group (None: the one the members serve)."""
 
-    def __init__(self, peers: str | dict[str, str], group: str, topic: str, *, dledger_group: str | None = None,
-                 read_from: str = LEADER, secret: str | bytes | None = None,
-                 ssl: ssl_module.SSLContext | None = None, timeout: float = 10.0,
-                 request_timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        peers: str | dict[str, str],
+        group: str,
+        topic: str,
+        *,
+        dledger_group: str | None = None,
+        read_from: str = LEADER,
+        secret: str | bytes | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        timeout: float = 10.0,
+        request_timeout: float = 3.0,
+    ) -> None:
         if read_from not in (LEADER, FOLLOWER):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"read_from {read_from!r}: want leader or follower")
-        self.client = AsyncClient(peers, dledger_group, secret=secret, ssl=ssl, timeout=timeout,
-                                  request_timeout=request_timeout)
+        self.client = AsyncClient(
+            peers, dledger_group, secret=secret, ssl=ssl, timeout=timeout, request_timeout=request_timeout
+        )
         self.group = group
         self.topic = topic
         self.read_from = read_from
@@ -134,8 +144,9 @@ class AsyncConsumer:
             member = self._member
             tries += 1
             try:
-                last = await c._rpc.call(c.peers[member], int(code), body, group=c.group,
-                                         timeout=c.request_timeout + wait)
+                last = await c._rpc.call(
+                    c.peers[member], int(code), body, group=c.group, timeout=c.request_timeout + wait
+                )
                 if last.code == ResponseCode.SUCCESS:
                     return last, member
             except DLedgerError as exc:
@@ -153,14 +164,19 @@ class AsyncConsumer:
         resp, member = await self._read(MessageRequestCode.PULL_MESSAGE, req.to_wire(), wait)
         resp.check()
         pr = PullResponse.from_wire(resp.body)
-        return PullResult(GetMessageStatus(pr.status), pr.next_begin_offset, pr.min_offset, pr.max_offset,
-                          decode_pull(pr), member)
+        return PullResult(
+            GetMessageStatus(pr.status), pr.next_begin_offset, pr.min_offset, pr.max_offset, decode_pull(pr), member
+        )
 
     async def commit(self, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the consumer group's next offset of the queue (through the log)."""
         req = ConsumerOffsetRequest(self.group, self.topic, queue_id, offset)
-        (await self.client._leader_call(MessageRequestCode.UPDATE_CONSUMER_OFFSET,  # type: ignore[arg-type]
-                                        req.to_wire())).check()
+        (
+            await self.client._leader_call(
+                MessageRequestCode.UPDATE_CONSUMER_OFFSET,  # type: ignore[arg-type]
+                req.to_wire(),
+            )
+        ).check()
 
     async def committed(self, queue_id: int) -> int:
         """The group's committed offset of the queue, -1 when it has none."""
@@ -179,12 +195,14 @@ class AsyncConsumer:
         return int(resp.check().body["offset"])
 
     async def offset_for_timestamp(self, queue_id: int, timestamp_ms: int) -> int:
-        resp, _member = await self._read(MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                                         QueueRequest(self.topic, queue_id, timestamp_ms).to_wire())
+        resp, _member = await self._read(
+            MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP, QueueRequest(self.topic, queue_id, timestamp_ms).to_wire()
+        )
         return int(resp.check().body["offset"])
 
-    async def query(self, key: str, max_num: int = 64, begin_ts: int = 0,
-                    end_ts: int = (1 << 63) - 1) -> list[MessageExt]:
+    async def query(
+        self, key: str, max_num: int = 64, begin_ts: int = 0, end_ts: int = (1 << 63) - 1
+    ) -> list[MessageExt]:
         """QUERY_MESSAGE: the topic's messages with ``key`` (a KEYS segment or a UNIQ_KEY), newest first."""
         req = QueryMessageRequest(self.topic, key, max_num, begin_ts, end_ts)
         resp, _member = await self._read(MessageRequestCode.QUERY_MESSAGE, req.to_wire())
@@ -192,8 +210,9 @@ class AsyncConsumer:
 
     async def view(self, msg_id: str) -> MessageExt | None:
         """VIEW_MESSAGE_BY_ID: the message of an offset message id (SendResult.offset_msg_id)."""
-        resp, _member = await self._read(MessageRequestCode.VIEW_MESSAGE_BY_ID,
-                                         QueryMessageRequest(msg_id=msg_id).to_wire())
+        resp, _member = await self._read(
+            MessageRequestCode.VIEW_MESSAGE_BY_ID, QueryMessageRequest(msg_id=msg_id).to_wire()
+        )
         found = _decode_records(resp.check().body)
         return found[0] if found else None
 
@@ -207,8 +226,9 @@ class AsyncConsumer:
 
         async def one(addr: str) -> dict[str, Any]:
             try:
-                resp = await c._rpc.call(addr, int(MessageRequestCode.GET_BROKER_RUNTIME_INFO), {}, group=c.group,
-                                         timeout=c.request_timeout)
+                resp = await c._rpc.call(
+                    addr, int(MessageRequestCode.GET_BROKER_RUNTIME_INFO), {}, group=c.group, timeout=c.request_timeout
+                )
             except DLedgerError as exc:
                 return {"error": exc.message, "code": int(exc.code)}
             if resp.code != ResponseCode.SUCCESS:
@@ -218,8 +238,15 @@ class AsyncConsumer:
         answers = await asyncio.gather(*(one(a) for a in c.peers.values()))
         return dict(zip(c.peers, answers, strict=True))
 
-    async def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
-                       idle_timeout: float | None = None, auto_commit: bool = True) -> AsyncGenerator[MessageExt, None]:
+    async def messages(
+        self,
+        queue_id: int,
+        offset: int | None = None,
+        *,
+        wait: float = DEFAULT_WAIT_S,
+        idle_timeout: float | None = None,
+        auto_commit: bool = True,
+    ) -> AsyncGenerator[MessageExt, None]:
         """Every message of the queue from ``offset`` (default: the group's committed offset, else
         the queue's minimum), waiting for new ones; ends after ``idle_timeout`` seconds without
         one (None: never). With ``auto_commit`` the offset past a batch is committed once the
@@ -241,9 +268,16 @@ class AsyncConsumer:
                 if auto_commit:
                     await self.commit(queue_id, offset)
                 continue
-            if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-                            GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.MESSAGE_WAS_REMOVING) \
-                    and r.next_begin_offset != offset:
+            if (
+                r.status
+                in (
+                    GetMessageStatus.OFFSET_TOO_SMALL,
+                    GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                    GetMessageStatus.OFFSET_FOUND_NULL,
+                    GetMessageStatus.MESSAGE_WAS_REMOVING,
+                )
+                and r.next_begin_offset != offset
+            ):
                 offset = r.next_begin_offset
                 continue
             if idle_timeout is not None and loop.time() - idle_since >= idle_timeout:
@@ -290,8 +324,15 @@ class Consumer(Blocking):
     def view(self, msg_id: str) -> MessageExt | None:
         return self._run(self._async.view(msg_id))
 
-    def messages(self, queue_id: int, offset: int | None = None, *, wait: float = DEFAULT_WAIT_S,
-                 idle_timeout: float | None = None, auto_commit: bool = True) -> Iterator[MessageExt]:
+    def messages(
+        self,
+        queue_id: int,
+        offset: int | None = None,
+        *,
+        wait: float = DEFAULT_WAIT_S,
+        idle_timeout: float | None = None,
+        auto_commit: bool = True,
+    ) -> Iterator[MessageExt]:
         it = self._async.messages(queue_id, offset, wait=wait, idle_timeout=idle_timeout, auto_commit=auto_commit)
         try:
             while True:
@@ -317,8 +358,7 @@ async def _next(it: AsyncGenerator[MessageExt, None]) -> MessageExt:
     return await it.__anext__()
 
 
-async def _make_consumer(peers: str | dict[str, str], group: str, topic: str,
-                         kwargs: dict[str, Any]) -> AsyncConsumer:
+async def _make_consumer(peers: str | dict[str, str], group: str, topic: str, kwargs: dict[str, Any]) -> AsyncConsumer:
     return AsyncConsumer(peers, group, topic, **kwargs)
 
 

@@ -172,8 +172,14 @@ class ConsumerOffsetManager:
         queues = self.offset_table.setdefault(key, {})
         stored = queues.get(queue_id)
         if stored is not None and offset < stored:
-            log.warning("[NOTIFYME]update consumer offset less than store. key=%s, queueId=%d, requestOffset=%d, "
-                        "storeOffset=%d", key, queue_id, offset, stored)
+            log.warning(
+                "[NOTIFYME]update consumer offset less than store. key=%s, queueId=%d, requestOffset=%d, "
+                "storeOffset=%d",
+                key,
+                queue_id,
+                offset,
+                stored,
+            )
         queues[queue_id] = offset
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -200,8 +206,9 @@ class ConsumerOffsetManager:
         return out
 
     def remove_offset(self, group: str) -> None:
-        for key in [k for k in self.offset_table if (p := k.split(TOPIC_GROUP_SEPARATOR)) and len(p) == 2
-                    and p[1] == group]:
+        for key in [
+            k for k in self.offset_table if (p := k.split(TOPIC_GROUP_SEPARATOR)) and len(p) == 2 and p[1] == group
+        ]:
             del self.offset_table[key]
 
 
@@ -211,7 +218,7 @@ def _write_synced(path: Path, data: str | bytes) -> None:
     try:
         view = memoryview(raw)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)

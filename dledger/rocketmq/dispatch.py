@@ -49,8 +49,14 @@ def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[in
 
 
 class ReputMessageService:
-    def __init__(self, commitlog: Any, consume_queues: ConsumeQueueTable, index: IndexService | None,
-                 checkpoint: StoreCheckpoint, config: MessageStoreConfig) -> None:
+    def __init__(
+        self,
+        commitlog: Any,
+        consume_queues: ConsumeQueueTable,
+        index: IndexService | None,
+        checkpoint: StoreCheckpoint,
+        config: MessageStoreConfig,
+    ) -> None:
         self.commitlog = commitlog
         self.consume_queues = consume_queues
         self.index = index
@@ -143,8 +149,11 @@ class ReputMessageService:
                 end = int(cl.readable_end)
                 low = int(cl.min_offset)
                 if low >= 0 and self.reput_from < low:
-                    log.warning("dispatch offset %d is below the commit log's first offset %d (expired): "
-                                "going on from there", self.reput_from, low)
+                    log.warning(
+                        "dispatch offset %d is below the commit log's first offset %d (expired): going on from there",
+                        self.reput_from,
+                        low,
+                    )
                     self.reput_from = low
                 if self.reput_from >= end:
                     break
@@ -187,8 +196,12 @@ class ReputMessageService:
                 else:
                     # A record dispatch cannot read: RocketMQ's master skips the rest of the
                     # segment (its data came through the put path, so this is a bug or damage).
-                    log.error("dispatch: %s record at commit-log offset %d; skipping to %d",
-                              K.STOP_NAMES[code], seg.base + stop, seg.base + seg.end)
+                    log.error(
+                        "dispatch: %s record at commit-log offset %d; skipping to %d",
+                        K.STOP_NAMES[code],
+                        seg.base + stop,
+                        seg.base + seg.end,
+                    )
                     self.reput_from = seg.base + seg.end
         if done:
             with self._cond:
@@ -200,8 +213,9 @@ class ReputMessageService:
     def _dispatch(self, view: memoryview, cols: dict[str, np.ndarray], dledger: bool) -> None:
         self._dispatch_cols(view, cols)
 
-    def _dispatch_cols(self, view: memoryview, cols: dict[str, np.ndarray],
-                       topic_view: memoryview | None = None) -> None:
+    def _dispatch_cols(
+        self, view: memoryview, cols: dict[str, np.ndarray], topic_view: memoryview | None = None
+    ) -> None:
         """Units and index items of scanned records: ``props_off`` points into ``view``,
         ``topic_off`` into ``topic_view`` (default: ``view`` too)."""
         tview = view if topic_view is None else topic_view
@@ -211,8 +225,10 @@ class ReputMessageService:
         topic_off = cols["topic_off"]
         # Distinct topics numbered by one kernel pass (bytes compared, no hash to collide).
         topic_id, firsts = K.topic_ids(tview, topic_off, cols["topic_len"])
-        topics_raw = [bytes(tview[o:o + n]) for o, n in zip(topic_off[firsts].tolist(),
-                                                             cols["topic_len"][firsts].tolist(), strict=True)]
+        topics_raw = [
+            bytes(tview[o : o + n])
+            for o, n in zip(topic_off[firsts].tolist(), cols["topic_len"][firsts].tolist(), strict=True)
+        ]
         groups = _group_by_queue(topic_id, cols["queue_id"])
         # TAGS, UNIQ_KEY and KEYS found in one pass over the properties.
         spans = K.property_spans_many(view, cols["props_off"], cols["props_len"], _NAMES)
@@ -242,8 +258,9 @@ class ReputMessageService:
         self.dispatched_store_timestamp = int(cols["store_timestamp"][-1])
         self.dispatched_messages += len(phys)
 
-    def _deliver_timestamps(self, view: memoryview, rows: np.ndarray, cols: dict[str, np.ndarray],
-                            codes: np.ndarray) -> np.ndarray:
+    def _deliver_timestamps(
+        self, view: memoryview, rows: np.ndarray, cols: dict[str, np.ndarray], codes: np.ndarray
+    ) -> np.ndarray:
         codes = codes.copy()
         offs, lens = K.property_spans(view, cols["props_off"][rows], cols["props_len"][rows], b"DELAY")
         u8 = np.frombuffer(view, dtype=np.uint8)
@@ -252,7 +269,7 @@ class ReputMessageService:
                 if o < 0:
                     continue
                 try:
-                    level = int(bytes(u8[o:o + n]))
+                    level = int(bytes(u8[o : o + n]))
                 except ValueError:
                     continue
                 level = min(level, self.max_delay_level)
@@ -262,8 +279,15 @@ class ReputMessageService:
             del u8
         return codes
 
-    def _build_index(self, view: memoryview, cols: dict[str, np.ndarray], topics_raw: list[bytes],
-                     topic_id: np.ndarray, tran: np.ndarray, spans: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    def _build_index(
+        self,
+        view: memoryview,
+        cols: dict[str, np.ndarray],
+        topics_raw: list[bytes],
+        topic_id: np.ndarray,
+        tran: np.ndarray,
+        spans: list[tuple[np.ndarray, np.ndarray]],
+    ) -> None:
         """IndexService.buildIndex for a batch: one item per UNIQ_KEY, then one per non-empty
         KEYS segment, per message, in log order, keys ``topic#key`` hashed as Java does (one
         kernel pass continues the hash of ``topic#`` over each key's bytes)."""
@@ -279,8 +303,9 @@ class ReputMessageService:
             sel = np.flatnonzero((tran != 0xC) & (phys >= floor))
             if not len(sel):
                 return
-        prefix_of = np.array([K.java_hash(t.decode("utf-8", "replace") + "#") & 0xFFFFFFFF for t in topics_raw],
-                             dtype=np.int64)
+        prefix_of = np.array(
+            [K.java_hash(t.decode("utf-8", "replace") + "#") & 0xFFFFFFFF for t in topics_raw], dtype=np.int64
+        )
         prefix = prefix_of[topic_id]
         (uo, ul), (ko, kl) = spans[1], spans[2]
         if sel is not None:

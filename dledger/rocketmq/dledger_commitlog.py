@@ -60,8 +60,12 @@ def status_of_dledger_code(code: int) -> PutMessageStatus:
     """DLedgerCommitLog's mapping of DLedger response codes to put statuses (§7.3)."""
     if code == ResponseCode.SUCCESS:
         return PutMessageStatus.PUT_OK
-    if code in (ResponseCode.INCONSISTENT_LEADER, ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY,
-                ResponseCode.DISK_FULL):
+    if code in (
+        ResponseCode.INCONSISTENT_LEADER,
+        ResponseCode.NOT_LEADER,
+        ResponseCode.LEADER_NOT_READY,
+        ResponseCode.DISK_FULL,
+    ):
         return PutMessageStatus.SERVICE_NOT_AVAILABLE
     if code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.LEADER_PENDING_FULL):
         # "Do not return flush_slave_timeout to the client, for the ons client will ignore it."
@@ -98,8 +102,10 @@ def open_dledger_store(config: MessageStoreConfig, *, readonly: bool) -> MmapFil
     kwargs: dict[str, Any] = {}
     if not readonly:
         if "body_pos_patch" not in inspect.signature(MmapFileStore.__init__).parameters:
-            raise RuntimeError("this build of dledger has no AppendHook (MmapFileStore(body_pos_patch=...)); "
-                               "the DLedger commit log can only be opened read-only")
+            raise RuntimeError(
+                "this build of dledger has no AppendHook (MmapFileStore(body_pos_patch=...)); "
+                "the DLedger commit log can only be opened read-only"
+            )
         kwargs["body_pos_patch"] = K.PHY_POS_POSITION
     return MmapFileStore(dcfg.default_path, dcfg, readonly=readonly, **kwargs)
 
@@ -130,8 +136,9 @@ class EmbeddedAppender:
 class DLedgerCommitLog:
     dledger = True
 
-    def __init__(self, config: MessageStoreConfig, store: MmapFileStore, appender: Any = None,
-                 *, readonly: bool = False) -> None:
+    def __init__(
+        self, config: MessageStoreConfig, store: MmapFileStore, appender: Any = None, *, readonly: bool = False
+    ) -> None:
         self.config = config
         self.store = store
         self.readonly = readonly
@@ -157,8 +164,11 @@ class DLedgerCommitLog:
         else:
             # A member of a group knows only what its checkpoint says was committed; its log's
             # tail may be cut by the next leader, so none of it is readable before it commits.
-            self._committed_pos = max(int(store.committed_pos), 0) if appender is not None else (
-                store.committed_pos if store.committed_pos >= 0 else self._end_pos())
+            self._committed_pos = (
+                max(int(store.committed_pos), 0)
+                if appender is not None
+                else (store.committed_pos if store.committed_pos >= 0 else self._end_pos())
+            )
         self._role_lock = threading.Lock()
         self.on_role_ready: Callable[[], None] | None = None
         self.wakeup: Callable[[], None] | None = None
@@ -198,16 +208,24 @@ class DLedgerCommitLog:
                         # otherwise leave a table of this term writable in the next.
                         with self._role_lock:
                             self.writable = self.role == LEADER and self.term == term
-                        log.info("leader of term %d takes writes (log committed and dispatched to %d)", term,
-                                 self.committed_pos)
+                        log.info(
+                            "leader of term %d takes writes (log committed and dispatched to %d)",
+                            term,
+                            self.committed_pos,
+                        )
                         return
                 except Exception:
                     # A leader that never takes writes is worse than one more try.
                     log.exception("leader of term %d: getting ready failed; trying again", term)
                 if time.monotonic() > deadline:
-                    log.warning("leader of term %d: not caught up after %.0f s (committed position %d, ledger "
-                                "end %d); still waiting", term, self.config.dledger_leader_ready_timeout,
-                                self.committed_pos, self.ledger_end_pos)
+                    log.warning(
+                        "leader of term %d: not caught up after %.0f s (committed position %d, ledger "
+                        "end %d); still waiting",
+                        term,
+                        self.config.dledger_leader_ready_timeout,
+                        self.committed_pos,
+                        self.ledger_end_pos,
+                    )
                     deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
                 # DLedgerRoleChangeHandler sleeps 100 ms; the check is cheap and each sleep
                 # adds to a failover.
@@ -259,8 +277,10 @@ class DLedgerCommitLog:
         if self.readonly or self.appender is None:
             raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is read-only")
         if not self.writable:
-            raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                             f"this member is {self.role} (term {self.term}) and takes no writes now")
+            raise PutRefused(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                f"this member is {self.role} (term {self.term}) and takes no writes now",
+            )
         n = batch.n
         if n == 1:
             return self._put_one(batch)
@@ -272,8 +292,7 @@ class DLedgerCommitLog:
                 advances = bool(batch.advances[0])
                 q0 = self.topic_queue_table.get(key, 0) if advances else 0
                 buf, starts = batch.encode_uniform(q0, 0, now)
-                queue_offsets = (np.arange(q0, q0 + n, dtype=np.int64) if advances
-                                 else np.zeros(n, dtype=np.int64))
+                queue_offsets = np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64)
                 updates = {key: q0 + n} if advances else {}
             else:
                 queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
@@ -286,9 +305,16 @@ class DLedgerCommitLog:
             self.last_store_timestamp = now
         phys = np.asarray(positions, dtype=np.int64) + BODY_OFFSET
         return AppendMessageResult(
-            AppendMessageStatus.PUT_OK, wrote_offset=int(phys[0]), wrote_bytes=int(starts[-1]),
-            store_timestamp=now, logics_offset=int(queue_offsets[0]), msg_num=n,
-            store_host=batch.store_hosts[0], wrote_offsets=phys, queue_offsets=queue_offsets)
+            AppendMessageStatus.PUT_OK,
+            wrote_offset=int(phys[0]),
+            wrote_bytes=int(starts[-1]),
+            store_timestamp=now,
+            logics_offset=int(queue_offsets[0]),
+            msg_num=n,
+            store_host=batch.store_hosts[0],
+            wrote_offsets=phys,
+            queue_offsets=queue_offsets,
+        )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
         """``put`` of one message without numpy (it costs more than it saves for one record)."""
@@ -306,9 +332,15 @@ class DLedgerCommitLog:
             if advances:
                 self.topic_queue_table[key] = queue_offset + 1
             self.last_store_timestamp = now
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, wrote_offset=int(positions[0]) + BODY_OFFSET,
-                                   wrote_bytes=len(rec), store_timestamp=now, logics_offset=queue_offset, msg_num=1,
-                                   store_host=batch.store_hosts[0])
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            wrote_offset=int(positions[0]) + BODY_OFFSET,
+            wrote_bytes=len(rec),
+            store_timestamp=now,
+            logics_offset=queue_offset,
+            msg_num=1,
+            store_host=batch.store_hosts[0],
+        )
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -368,8 +400,14 @@ class DLedgerCommitLog:
         self.flush()
         return True
 
-    def delete_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, max_files: int = 10,
-                       used_ratio: float | None = None) -> int:
+    def delete_expired(
+        self,
+        expired_ms: float,
+        now_ms: float,
+        clean_immediately: bool,
+        max_files: int = 10,
+        used_ratio: float | None = None,
+    ) -> int:
         """DLedger applies its own retention (fileReservedTime + 1 hours, deleteWhen), as the
         Java store hands it to DLedger; ``clean_immediately`` asks it as a full disk would."""
         if self.readonly:

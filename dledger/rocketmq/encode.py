@@ -105,8 +105,9 @@ class PreparedBatch:
             if self.props_stem is not None and not self.properties:
                 self.lengths = body + (len(self.props_stem) + (4 if self.uniq_first >= 0 else 0) + self.fixed_len)
             else:
-                self.lengths = body + np.fromiter(map(len, self.properties), dtype=np.int64, count=self.n) \
-                    + self.fixed_len
+                self.lengths = (
+                    body + np.fromiter(map(len, self.properties), dtype=np.int64, count=self.n) + self.fixed_len
+                )
         return self.lengths
 
     def longest_record(self) -> int:
@@ -124,8 +125,9 @@ class PreparedBatch:
                 self.properties = [stem + _HEX4[(first + i) & 0xFFFF] for i in range(self.n)]
         return self.properties
 
-    def encode_uniform(self, queue_offset: int, phys_offset: int, store_timestamp: int, first: int = 0,
-                       last: int = -1) -> tuple[bytes, np.ndarray]:
+    def encode_uniform(
+        self, queue_offset: int, phys_offset: int, store_timestamp: int, first: int = 0, last: int = -1
+    ) -> tuple[bytes, np.ndarray]:
         """Messages ``first:last`` of a uniform batch encoded by one kernel call, their queue
         offsets from ``queue_offset`` (the first message's) and physical offsets from
         ``phys_offset``: ``(buffer, offsets)`` as ``K.encode_uniform``."""
@@ -139,10 +141,22 @@ class PreparedBatch:
             props = self.properties if whole else self.properties[first:last]
             uniq = -1
         adv = bool(self.advances[0])
-        return K.encode_uniform(bodies, self.topics[0], props, uniq, int(self.queue_ids[0]), int(self.flags[0]),
-                                int(self.sys_flags[0]), int(self.born_timestamps[0]), self.born_hosts[0],
-                                store_timestamp, self.store_hosts[0], queue_offset + first if adv else 0, adv,
-                                phys_offset)
+        return K.encode_uniform(
+            bodies,
+            self.topics[0],
+            props,
+            uniq,
+            int(self.queue_ids[0]),
+            int(self.flags[0]),
+            int(self.sys_flags[0]),
+            int(self.born_timestamps[0]),
+            self.born_hosts[0],
+            store_timestamp,
+            self.store_hosts[0],
+            queue_offset + first if adv else 0,
+            adv,
+            phys_offset,
+        )
 
     @property
     def total_bytes(self) -> int:
@@ -256,31 +270,71 @@ class BatchPreparer:
             # One message: plain lists (numpy and kernel calls cost more than they save here).
             length = record_length(sys_flags[0], len(bodies[0]), len(topics[0]), len(props[0]))
             if length > cfg.max_message_size:
-                raise IllegalMessage(f"message 0 is {length} bytes as a record, over max_message_size "
-                                     f"{cfg.max_message_size}")
+                raise IllegalMessage(
+                    f"message 0 is {length} bytes as a record, over max_message_size {cfg.max_message_size}"
+                )
             return PreparedBatch(
-                n=1, topics=topics, queue_ids=queue_ids, bodies=bodies, properties=props, flags=flags,
-                sys_flags=sys_flags, born_timestamps=born_ts, born_hosts=born_hosts, store_hosts=[store_raw],
-                reconsume_times=reconsume, prepared_offsets=prepared, lengths=np.array([length], dtype=np.int64),
-                advances=advances, queue_keys=queue_keys, wait_store=wait_store)
+                n=1,
+                topics=topics,
+                queue_ids=queue_ids,
+                bodies=bodies,
+                properties=props,
+                flags=flags,
+                sys_flags=sys_flags,
+                born_timestamps=born_ts,
+                born_hosts=born_hosts,
+                store_hosts=[store_raw],
+                reconsume_times=reconsume,
+                prepared_offsets=prepared,
+                lengths=np.array([length], dtype=np.int64),
+                advances=advances,
+                queue_keys=queue_keys,
+                wait_store=wait_store,
+            )
         sys_arr = np.array(sys_flags, dtype=np.int32)
-        lengths = np.asarray(K.record_lengths(sys_arr, np.array([len(b) for b in bodies], dtype=np.int32),
-                                              np.array([len(t) for t in topics], dtype=np.int32),
-                                              np.array([len(p) for p in props], dtype=np.int32)), dtype=np.int64)
+        lengths = np.asarray(
+            K.record_lengths(
+                sys_arr,
+                np.array([len(b) for b in bodies], dtype=np.int32),
+                np.array([len(t) for t in topics], dtype=np.int32),
+                np.array([len(p) for p in props], dtype=np.int32),
+            ),
+            dtype=np.int64,
+        )
         if int(lengths.max()) > cfg.max_message_size:
             i = int(np.flatnonzero(lengths > cfg.max_message_size)[0])
-            raise IllegalMessage(f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size "
-                                 f"{cfg.max_message_size}")
+            raise IllegalMessage(
+                f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size {cfg.max_message_size}"
+            )
         return PreparedBatch(
-            n=n, topics=topics, queue_ids=np.array(queue_ids, dtype=np.int32), bodies=bodies, properties=props,
-            flags=np.array(flags, dtype=np.int32), sys_flags=sys_arr, born_timestamps=np.array(born_ts, dtype=np.int64),
-            born_hosts=born_hosts, store_hosts=[store_raw] * n, reconsume_times=np.array(reconsume, dtype=np.int32),
-            prepared_offsets=np.array(prepared, dtype=np.int64), lengths=lengths,
-            advances=np.array(advances, dtype=bool), queue_keys=queue_keys, wait_store=wait_store,
+            n=n,
+            topics=topics,
+            queue_ids=np.array(queue_ids, dtype=np.int32),
+            bodies=bodies,
+            properties=props,
+            flags=np.array(flags, dtype=np.int32),
+            sys_flags=sys_arr,
+            born_timestamps=np.array(born_ts, dtype=np.int64),
+            born_hosts=born_hosts,
+            store_hosts=[store_raw] * n,
+            reconsume_times=np.array(reconsume, dtype=np.int32),
+            prepared_offsets=np.array(prepared, dtype=np.int64),
+            lengths=lengths,
+            advances=np.array(advances, dtype=bool),
+            queue_keys=queue_keys,
+            wait_store=wait_store,
         )
 
-    def _template(self, topic: str, queue_id: int, tags: str | None, properties: dict[str, str] | None, flag: int,
-                  sys_flag: int, born_host: tuple[str, int] | None) -> _Template:
+    def _template(
+        self,
+        topic: str,
+        queue_id: int,
+        tags: str | None,
+        properties: dict[str, str] | None,
+        flag: int,
+        sys_flag: int,
+        born_host: tuple[str, int] | None,
+    ) -> _Template:
         """What every batch of these arguments shares, checked once (the topic, the queue, the
         properties but the per-message ones)."""
         traw = self._topic_bytes(topic)
@@ -296,17 +350,33 @@ class BatchPreparer:
         sflag = host_v6_bits(sys_flag, braw, store_raw)
         tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         return _Template(
-            traw=traw, parts=parts, fixed="\x02".join(parts).encode("utf-8", "surrogatepass"),
+            traw=traw,
+            parts=parts,
+            fixed="\x02".join(parts).encode("utf-8", "surrogatepass"),
             uniq_stem=("\x02".join([*parts, "UNIQ_KEY\x01"])).encode("utf-8", "surrogatepass"),
-            create_uniq=self.config.create_uniq_key and UNIQ_KEY not in base, sflag=sflag, braw=braw,
+            create_uniq=self.config.create_uniq_key and UNIQ_KEY not in base,
+            sflag=sflag,
+            braw=braw,
             fixed_len=record_length(sflag, 0, len(traw), 0),
             advances=tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
-            queue_key=f"{topic}-{queue_id}", wait_store=base.get("WAIT") != "false")
+            queue_key=f"{topic}-{queue_id}",
+            wait_store=base.get("WAIT") != "false",
+        )
 
-    def prepare_columns(self, topic: str, bodies: Sequence[bytes], *, queue_id: int = 0, tags: str | None = None,
-                        keys: Sequence[str | None] | None = None, properties: dict[str, str] | None = None,
-                        flag: int = 0, sys_flag: int = 0, born_host: tuple[str, int] | None = None,
-                        born_timestamp: int = 0) -> PreparedBatch:
+    def prepare_columns(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        queue_id: int = 0,
+        tags: str | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_host: tuple[str, int] | None = None,
+        born_timestamp: int = 0,
+    ) -> PreparedBatch:
         """A batch of one topic-queue whose messages differ only in body and keys (RocketMQ's
         MessageExtBatch), prepared without a Message object per message."""
         n = len(bodies)
@@ -337,15 +407,22 @@ class BatchPreparer:
                 props: list[bytes] = []
             else:
                 joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
-                props = [(f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}" if k else
-                          f"{joint}{(first + i) & 0xFFFF:04X}").encode("utf-8", "surrogatepass")
-                         for i, k in enumerate(keys)]
+                props = [
+                    (
+                        f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}"
+                        if k
+                        else f"{joint}{(first + i) & 0xFFFF:04X}"
+                    ).encode("utf-8", "surrogatepass")
+                    for i, k in enumerate(keys)
+                ]
         elif keys is None:
             stem = tpl.fixed
             props = []
         else:
-            props = [("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed
-                     for k in keys]
+            props = [
+                ("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed
+                for k in keys
+            ]
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         # calMsgLength, with everything but the body and properties the same for every message
         lengths: np.ndarray | None = None
@@ -367,18 +444,38 @@ class BatchPreparer:
         # once per batch size.
         cols = tpl.columns.get(n)
         if cols is None:
-            cols = (_full(n, queue_id, np.int32), _full(n, flag, np.int32), _full(n, tpl.sflag, np.int32),
-                    _full(n, 0, np.int32), _full(n, 0, np.int64), _full(n, tpl.advances, np.bool_))
+            cols = (
+                _full(n, queue_id, np.int32),
+                _full(n, flag, np.int32),
+                _full(n, tpl.sflag, np.int32),
+                _full(n, 0, np.int32),
+                _full(n, 0, np.int64),
+                _full(n, tpl.advances, np.bool_),
+            )
             if len(tpl.columns) < 64:
                 tpl.columns[n] = cols
         return PreparedBatch(
-            n=n, topics=[tpl.traw] * n, queue_ids=cols[0], bodies=body_list,
-            properties=props, flags=cols[1], sys_flags=cols[2],
+            n=n,
+            topics=[tpl.traw] * n,
+            queue_ids=cols[0],
+            bodies=body_list,
+            properties=props,
+            flags=cols[1],
+            sys_flags=cols[2],
             born_timestamps=[born_timestamp or int(time.time() * 1000)] * n,
-            born_hosts=[tpl.braw] * n, store_hosts=[store_raw] * n, reconsume_times=cols[3],
-            prepared_offsets=cols[4], lengths=lengths, advances=cols[5],
-            queue_keys=[tpl.queue_key] * n, wait_store=tpl.wait_store,
-            uniform=True, props_stem=stem, uniq_first=uniq_first, longest=longest, fixed_len=tpl.fixed_len,
+            born_hosts=[tpl.braw] * n,
+            store_hosts=[store_raw] * n,
+            reconsume_times=cols[3],
+            prepared_offsets=cols[4],
+            lengths=lengths,
+            advances=cols[5],
+            queue_keys=[tpl.queue_key] * n,
+            wait_store=tpl.wait_store,
+            uniform=True,
+            props_stem=stem,
+            uniq_first=uniq_first,
+            longest=longest,
+            fixed_len=tpl.fixed_len,
         )
 
 
@@ -434,17 +531,30 @@ def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[n
     return out, updates
 
 
-def encode_batch(batch: PreparedBatch, queue_offsets: np.ndarray, phys_offsets: np.ndarray,
-                 store_timestamp: int) -> tuple[bytes, np.ndarray]:
+def encode_batch(
+    batch: PreparedBatch, queue_offsets: np.ndarray, phys_offsets: np.ndarray, store_timestamp: int
+) -> tuple[bytes, np.ndarray]:
     """The records back to back and their n+1 start offsets in the buffer."""
     if batch.n == 1:
         rec = encode_one(batch, int(queue_offsets[0]), int(phys_offsets[0]), store_timestamp)
         return rec, np.array([0, len(rec)], dtype=np.int64)
     store_ts = np.full(batch.n, store_timestamp, dtype=np.int64)
     buf, starts = K.encode_records(
-        batch.bodies, batch.topics, batch.properties_list(), batch.queue_ids, batch.flags, queue_offsets,
-        phys_offsets, batch.sys_flags, batch.born_timestamps, batch.born_hosts, store_ts, batch.store_hosts,
-        batch.reconsume_times, batch.prepared_offsets)
+        batch.bodies,
+        batch.topics,
+        batch.properties_list(),
+        batch.queue_ids,
+        batch.flags,
+        queue_offsets,
+        phys_offsets,
+        batch.sys_flags,
+        batch.born_timestamps,
+        batch.born_hosts,
+        store_ts,
+        batch.store_hosts,
+        batch.reconsume_times,
+        batch.prepared_offsets,
+    )
     return buf, np.asarray(starts, dtype=np.int64)
 
 
@@ -456,8 +566,14 @@ _SHORT = struct.Struct(">h")
 
 def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
     """CommitLog.calMsgLength."""
-    return (91 + body_len + topic_len + props_len + (12 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 0)
-            + (12 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 0))
+    return (
+        91
+        + body_len
+        + topic_len
+        + props_len
+        + (12 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 0)
+        + (12 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 0)
+    )
 
 
 def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_timestamp: int) -> bytes:
@@ -466,12 +582,30 @@ def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_
     body, topic, props = batch.bodies[0], batch.topics[0], batch.properties_list()[0]
     sys_flag = int(batch.sys_flags[0])
     size = int(batch.record_lengths()[0])
-    return b"".join((
-        _HEAD.pack(size, K.MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, int(batch.queue_ids[0]),
-                   int(batch.flags[0]), queue_offset, phys_offset, sys_flag, int(batch.born_timestamps[0])),
-        batch.born_hosts[0], _TS.pack(store_timestamp), batch.store_hosts[0],
-        _MID.pack(int(batch.reconsume_times[0]), int(batch.prepared_offsets[0]), len(body)), body,
-        bytes((len(topic),)), topic, _SHORT.pack(len(props)), props))
+    return b"".join(
+        (
+            _HEAD.pack(
+                size,
+                K.MESSAGE_MAGIC_CODE,
+                zlib.crc32(body) & 0x7FFFFFFF,
+                int(batch.queue_ids[0]),
+                int(batch.flags[0]),
+                queue_offset,
+                phys_offset,
+                sys_flag,
+                int(batch.born_timestamps[0]),
+            ),
+            batch.born_hosts[0],
+            _TS.pack(store_timestamp),
+            batch.store_hosts[0],
+            _MID.pack(int(batch.reconsume_times[0]), int(batch.prepared_offsets[0]), len(body)),
+            body,
+            bytes((len(topic),)),
+            topic,
+            _SHORT.pack(len(props)),
+            props,
+        )
+    )
 
 
 def delay_of(table: dict[int, int], level: int) -> int:

@@ -86,8 +86,9 @@ def geometry_of_size(size: int) -> tuple[int, int]:
     body = size - INDEX_HEADER_SIZE
     per_slot = HASH_SLOT_SIZE + 4 * INDEX_SIZE
     if body <= 0 or body % per_slot:
-        raise ValueError(f"index file of {size} bytes: not 40 + 84 * hashSlotNum; give max_hash_slot_num "
-                         "and max_index_num")
+        raise ValueError(
+            f"index file of {size} bytes: not 40 + 84 * hashSlotNum; give max_hash_slot_num and max_index_num"
+        )
     return body // per_slot, 4 * (body // per_slot)
 
 
@@ -110,8 +111,17 @@ class QueryOffsetResult:
 class IndexFile:
     """One index file (RocketMQ ``IndexFile`` with its ``IndexHeader``)."""
 
-    def __init__(self, path: Path | str, hash_slot_num: int, index_num: int, end_phy_offset: int = 0,
-                 end_timestamp: int = 0, *, create: bool = False, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        hash_slot_num: int,
+        index_num: int,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        *,
+        create: bool = False,
+        readonly: bool = False,
+    ) -> None:
         self.path = Path(path)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -126,10 +136,13 @@ class IndexFile:
             fd = os.open(self.path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
             if os.fstat(fd).st_size != self.file_size:
-                raise ValueError(f"index file {self.path}: {os.fstat(fd).st_size} bytes, expected {self.file_size} "
-                                 f"for {hash_slot_num} slots and {index_num} items")
-            self.mm: mmap.mmap | None = mmap.mmap(fd, self.file_size,
-                                                  access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+                raise ValueError(
+                    f"index file {self.path}: {os.fstat(fd).st_size} bytes, expected {self.file_size} "
+                    f"for {hash_slot_num} slots and {index_num} items"
+                )
+            self.mm: mmap.mmap | None = mmap.mmap(
+                fd, self.file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
+            )
         finally:
             os.close(fd)
         self.begin_timestamp = self.end_timestamp = 0
@@ -142,8 +155,9 @@ class IndexFile:
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
             # RocketMQ writes only what it set: a new file's counts stay 0 on disk until the first put.
-            _HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                              self.end_phy_offset, 0, 0)
+            _HEADER.pack_into(
+                self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, 0, 0
+            )
             self._dirty = True
         else:
             self.load()
@@ -155,15 +169,29 @@ class IndexFile:
     def load(self) -> None:
         """IndexHeader.load (an indexCount of 0 or less reads as 1)."""
         assert self.mm is not None
-        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-         self.hash_slot_count, self.index_count) = _HEADER.unpack_from(self.mm, 0)
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = _HEADER.unpack_from(self.mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
 
     def _write_header(self) -> None:
         assert self.mm is not None and not self.readonly
-        _HEADER.pack_into(self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-                          self.end_phy_offset, self.hash_slot_count, self.index_count)
+        _HEADER.pack_into(
+            self.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
         self._dirty = True
 
     def is_write_full(self) -> bool:
@@ -201,8 +229,9 @@ class IndexFile:
         n = min(len(hashes), max(self.index_num - self.index_count, 0))
         if n <= 0:
             if len(hashes):
-                log.warning("Over index file capacity: index count = %d; index max num = %d",
-                            self.index_count, self.index_num)
+                log.warning(
+                    "Over index file capacity: index count = %d; index max num = %d", self.index_count, self.index_num
+                )
             return 0
         hashes, phys, ts = hashes[:n], phys[:n], ts[:n]
         diffs = self._time_diffs(ts)
@@ -222,9 +251,11 @@ class IndexFile:
         return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
-        return ((begin < self.begin_timestamp and end > self.end_timestamp)
-                or self.begin_timestamp <= begin <= self.end_timestamp
-                or self.begin_timestamp <= end <= self.end_timestamp)
+        return (
+            (begin < self.begin_timestamp and end > self.end_timestamp)
+            or self.begin_timestamp <= begin <= self.end_timestamp
+            or self.begin_timestamp <= end <= self.end_timestamp
+        )
 
     def select_phy_offsets(self, out: list[int], key: str, max_num: int, begin: int, end: int) -> None:
         """selectPhyOffset: follow the key's slot chain newest first, appending the offsets of
@@ -236,8 +267,12 @@ class IndexFile:
         assert mm is not None
         if self.index_count <= 1 or len(out) >= max_num:
             return
-        out.extend(int(x) for x in _mk.index_lookup(mm, self.hash_slot_num, self.index_num, key_hash,
-                                                    max_num - len(out), begin, end, self.begin_timestamp))
+        out.extend(
+            int(x)
+            for x in _mk.index_lookup(
+                mm, self.hash_slot_num, self.index_num, key_hash, max_num - len(out), begin, end, self.begin_timestamp
+            )
+        )
 
     def items(self) -> NDArray[Any]:
         """The used items (1 .. indexCount-1), in place."""
@@ -266,9 +301,11 @@ class IndexFile:
             self.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:
-        return (f"IndexFile({self.name}, ts=[{self.begin_timestamp}, {self.end_timestamp}], "
-                f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}], slots={self.hash_slot_count}, "
-                f"count={self.index_count})")
+        return (
+            f"IndexFile({self.name}, ts=[{self.begin_timestamp}, {self.end_timestamp}], "
+            f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}], slots={self.hash_slot_count}, "
+            f"count={self.index_count})"
+        )
 
 
 class IndexService:
@@ -278,9 +315,15 @@ class IndexService:
     size says otherwise are opened with the geometry their size gives (four items per slot).
     """
 
-    def __init__(self, index_dir: Path | str, max_hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-                 max_index_num: int = DEFAULT_INDEX_NUM, readonly: bool = False, *,
-                 max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH) -> None:
+    def __init__(
+        self,
+        index_dir: Path | str,
+        max_hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+        max_index_num: int = DEFAULT_INDEX_NUM,
+        readonly: bool = False,
+        *,
+        max_msgs_num_batch: int = MAX_MSGS_NUM_BATCH,
+    ) -> None:
         self.dir = Path(index_dir)
         self.hash_slot_num = max_hash_slot_num
         self.index_num = max_index_num
@@ -374,8 +417,13 @@ class IndexService:
             t.join()
         self._flushers = []
 
-    def build_index(self, topics: str | Sequence[str], keys: Sequence[Sequence[str]], phys_offsets: ArrayLike,
-                    store_timestamps: ArrayLike) -> int:
+    def build_index(
+        self,
+        topics: str | Sequence[str],
+        keys: Sequence[Sequence[str]],
+        phys_offsets: ArrayLike,
+        store_timestamps: ArrayLike,
+    ) -> int:
         """buildIndex for a batch of messages in commit-log order.
 
         ``topics`` is one topic for all or one per message; ``keys[i]`` are message i's keys as
@@ -402,8 +450,9 @@ class IndexService:
         idx = np.asarray(rows, dtype=np.int64)
         return self.put_hashes(np.asarray(hashes, dtype=np.int32), phys[idx], ts[idx])
 
-    def put_hashes(self, key_hashes: NDArray[np.int32], phys_offsets: NDArray[np.int64],
-                   store_timestamps: NDArray[np.int64]) -> int:
+    def put_hashes(
+        self, key_hashes: NDArray[np.int32], phys_offsets: NDArray[np.int64], store_timestamps: NDArray[np.int64]
+    ) -> int:
         """Append items (hashes known), rolling to new files as they fill."""
         done = 0
         n = len(key_hashes)
@@ -415,8 +464,15 @@ class IndexService:
             done += put
         return done
 
-    def build_one(self, topic: str, uniq_key: str | None, keys: str | None, phys_offset: int,
-                  store_timestamp: int, sys_flag: int = 0) -> int:
+    def build_one(
+        self,
+        topic: str,
+        uniq_key: str | None,
+        keys: str | None,
+        phys_offset: int,
+        store_timestamp: int,
+        sys_flag: int = 0,
+    ) -> int:
         """buildIndex for one message from its UNIQ_KEY, raw KEYS value and sys flag."""
         if sys_flag & 0xC == 0xC:  # TRANSACTION_ROLLBACK_TYPE: not indexed
             return 0
@@ -424,8 +480,9 @@ class IndexService:
 
     # -- queries -----------------------------------------------------------------------
 
-    def query_offset(self, topic: str, key: str, max_num: int, begin: int = 0,
-                     end: int = LONG_MAX) -> QueryOffsetResult:
+    def query_offset(
+        self, topic: str, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX
+    ) -> QueryOffsetResult:
         """queryOffset: newest file first, over files whose time range meets [begin, end], up to
         ``min(max_num, max_msgs_num_batch)`` offsets; stops after a file that begins before ``begin``."""
         self.load()
@@ -447,8 +504,9 @@ class IndexService:
                 break
         return result
 
-    def query(self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin: int = 0,
-              end: int = LONG_MAX) -> list[int]:
+    def query(
+        self, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH, begin: int = 0, end: int = LONG_MAX
+    ) -> list[int]:
         """The physical offsets of ``query_offset``, newest first."""
         return self.query_offset(topic, key, max_num, begin, end).phy_offsets
 

@@ -25,12 +25,13 @@ from dledger.rocketmq.message import (
     format_host,
 )
 
-MESSAGES_HEADER = ("#physicalOffset\tsize\ttopic\tqueueId\tqueueOffset\tsysFlag\tbornTimestamp\tstoreTimestamp\t"
-                   "bornHost\tstoreHost\treconsumeTimes\tpreparedTransactionOffset\tbodyCRC\tbodySha256_16\t"
-                   "bodyLength\ttags\tkeys\tproperties\tmsgId\tflag")
+MESSAGES_HEADER = (
+    "#physicalOffset\tsize\ttopic\tqueueId\tqueueOffset\tsysFlag\tbornTimestamp\tstoreTimestamp\t"
+    "bornHost\tstoreHost\treconsumeTimes\tpreparedTransactionOffset\tbodyCRC\tbodySha256_16\t"
+    "bodyLength\ttags\tkeys\tproperties\tmsgId\tflag"
+)
 CONSUME_QUEUE_HEADER = "#topic\tqueueId\tqueueOffset\tcommitLogOffset\tsize\ttagsCode"
-INDEX_HEADER = ("#key\ttopic\tphysicalOffsets(sorted, comma-separated; "
-                "queryMessage(topic,key,64,0,Long.MAX_VALUE))")
+INDEX_HEADER = "#key\ttopic\tphysicalOffsets(sorted, comma-separated; queryMessage(topic,key,64,0,Long.MAX_VALUE))"
 
 _SPECIAL = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _ESCAPE_RE = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -66,13 +67,30 @@ def message_line(m: Any) -> str:
     props_string = m.properties_string or ""
     props = decode_properties(props_string)
     msg_id = m.msg_id or (create_message_id(encode_host(m.store_host), m.phys_offset) if m.store_host else "")
-    return "\t".join((
-        str(m.phys_offset), str(m.size), escape(m.topic), str(m.queue_id), str(m.queue_offset), str(m.sys_flag),
-        str(m.born_timestamp), str(m.store_timestamp), _host(m.born_host), _host(m.store_host),
-        str(m.reconsume_times), str(m.prepared_offset), str(m.body_crc), hashlib.sha256(body).hexdigest()[:16],
-        str(len(body)), escape(props.get(PROPERTY_TAGS)), escape(props.get(PROPERTY_KEYS)), escape(props_string),
-        msg_id, str(m.flag),
-    ))
+    return "\t".join(
+        (
+            str(m.phys_offset),
+            str(m.size),
+            escape(m.topic),
+            str(m.queue_id),
+            str(m.queue_offset),
+            str(m.sys_flag),
+            str(m.born_timestamp),
+            str(m.store_timestamp),
+            _host(m.born_host),
+            _host(m.store_host),
+            str(m.reconsume_times),
+            str(m.prepared_offset),
+            str(m.body_crc),
+            hashlib.sha256(body).hexdigest()[:16],
+            str(len(body)),
+            escape(props.get(PROPERTY_TAGS)),
+            escape(props.get(PROPERTY_KEYS)),
+            escape(props_string),
+            msg_id,
+            str(m.flag),
+        )
+    )
 
 
 def message_lines(messages: Iterable[Any], header: bool = True) -> Iterator[str]:

@@ -107,13 +107,12 @@ _HOST_V6_BITS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRES
 
 # -- properties string -------------------------------------------------------------------
 
+
 def encode_properties(properties: dict[str, str] | None) -> str:
     """messageProperties2String: ``name\\x01value`` pairs joined by ``\\x02`` (None values skipped)."""
     if not properties:
         return ""
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None
-    )
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None)
 
 
 def decode_properties(text: str | None) -> dict[str, str]:
@@ -127,7 +126,7 @@ def decode_properties(text: str | None) -> dict[str, str]:
             continue
         sep = piece.find(NAME_VALUE_SEPARATOR)
         if 0 < sep < len(piece) - 1:
-            out[piece[:sep]] = piece[sep + 1:]
+            out[piece[:sep]] = piece[sep + 1 :]
     return out
 
 
@@ -205,6 +204,7 @@ def decode_message_id(msg_id: str) -> tuple[Host, int]:
 
 
 # -- UNIQ_KEY (MessageClientIDSetter) --------------------------------------------------------
+
 
 def _host_ip() -> bytes | None:
     """A non-loopback address of this host (IPv4 first), or None when it has none we can find."""
@@ -316,6 +316,7 @@ def create_uniq_id() -> str:
 
 
 # -- messages --------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class Message:

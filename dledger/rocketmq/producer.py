@@ -67,8 +67,17 @@ class SendResults(Sequence[SendResult]):
 
     __slots__ = ("_phys", "_uniqs", "first_offset", "queue_id", "reason", "status", "store_host", "topic")
 
-    def __init__(self, status: str, topic: str, queue_id: int, uniqs: list[str], first_offset: int = -1,
-                 phys: list[int] | None = None, store_host: str = "", reason: str = "") -> None:
+    def __init__(
+        self,
+        status: str,
+        topic: str,
+        queue_id: int,
+        uniqs: list[str],
+        first_offset: int = -1,
+        phys: list[int] | None = None,
+        store_host: str = "",
+        reason: str = "",
+    ) -> None:
         self.status = status
         self.topic = topic
         self.queue_id = queue_id
@@ -96,8 +105,14 @@ class SendResults(Sequence[SendResult]):
             return [self[k] for k in range(*i.indices(len(self)))]
         i = checked_index(i, len(self), "send result")
         if self.ok:
-            return SendResult(SEND_OK, self._uniqs[i], self.queue_id, self.first_offset + i,
-                              _offset_msg_id(self.store_host, self._phys[i]), self.topic)
+            return SendResult(
+                SEND_OK,
+                self._uniqs[i],
+                self.queue_id,
+                self.first_offset + i,
+                _offset_msg_id(self.store_host, self._phys[i]),
+                self.topic,
+            )
         return SendResult(self.status, self._uniqs[i], self.queue_id, -1, "", self.topic, self.reason)
 
     def __iter__(self) -> Iterator[SendResult]:
@@ -119,11 +134,19 @@ class SendResults(Sequence[SendResult]):
             out = _Mixed(parts)
             return out
         first = parts[0]
-        contiguous = all(parts[k].first_offset == parts[k - 1].first_offset + len(parts[k - 1])
-                         for k in range(1, len(parts)))
+        contiguous = all(
+            parts[k].first_offset == parts[k - 1].first_offset + len(parts[k - 1]) for k in range(1, len(parts))
+        )
         if contiguous and all(p.store_host == first.store_host for p in parts):
-            return SendResults(SEND_OK, first.topic, first.queue_id, uniqs, first.first_offset,
-                               [x for p in parts for x in p._phys], first.store_host)
+            return SendResults(
+                SEND_OK,
+                first.topic,
+                first.queue_id,
+                uniqs,
+                first.first_offset,
+                [x for p in parts for x in p._phys],
+                first.store_host,
+            )
         return _Mixed(parts)
 
 
@@ -158,12 +181,20 @@ class AsyncProducer:
     group (None: the one the members serve). ``selector`` picks a queue for a message (default:
     round-robin over the topic's write queues)."""
 
-    def __init__(self, peers: str | dict[str, str], group: str | None = None, *,
-                 selector: QueueSelector | None = None, secret: str | bytes | None = None,
-                 ssl: ssl_module.SSLContext | None = None, timeout: float = 10.0,
-                 request_timeout: float = 3.0) -> None:
-        self.client = AsyncClient(peers, group, secret=secret, ssl=ssl, timeout=timeout,
-                                  request_timeout=request_timeout)
+    def __init__(
+        self,
+        peers: str | dict[str, str],
+        group: str | None = None,
+        *,
+        selector: QueueSelector | None = None,
+        secret: str | bytes | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        timeout: float = 10.0,
+        request_timeout: float = 3.0,
+    ) -> None:
+        self.client = AsyncClient(
+            peers, group, secret=secret, ssl=ssl, timeout=timeout, request_timeout=request_timeout
+        )
         self.selector = selector
         self._queue_nums: dict[str, int] = {}
         self._round_robin = itertools.count()
@@ -182,8 +213,10 @@ class AsyncProducer:
         """The topic's number of write queues, as the group says."""
         n = self._queue_nums.get(topic)
         if n is None:
-            resp = await self.client._leader_call(MessageRequestCode.GET_ROUTEINFO_BY_TOPIC,  # type: ignore[arg-type]
-                                                  {"topic": topic})
+            resp = await self.client._leader_call(
+                MessageRequestCode.GET_ROUTEINFO_BY_TOPIC,  # type: ignore[arg-type]
+                {"topic": topic},
+            )
             n = int(resp.check().body["queue_nums"])
             self._queue_nums[topic] = n
         return n
@@ -221,11 +254,19 @@ class AsyncProducer:
         if any(m.topic != topic for m in msgs):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "a batch's messages must share their topic")
         qid = await self._select(first, queue_id)
-        if all(m.tags is None and m.keys is None and not m.properties and not m.delay_level and m.flag == first.flag
-               and m.sys_flag == first.sys_flag for m in msgs):
+        if all(
+            m.tags is None
+            and m.keys is None
+            and not m.properties
+            and not m.delay_level
+            and m.flag == first.flag
+            and m.sys_flag == first.sys_flag
+            for m in msgs
+        ):
             # Nothing but bodies differ: the columnar path.
-            return await self._send_columns(topic, [bytes(m.body) for m in msgs], qid, None, None, {},
-                                            first.flag, first.sys_flag)
+            return await self._send_columns(
+                topic, [bytes(m.body) for m in msgs], qid, None, None, {}, first.flag, first.sys_flag
+            )
         parts: list[SendResults] = []
         chunk: list[Message] = []
         size = 0
@@ -238,9 +279,17 @@ class AsyncProducer:
         parts.append(await self._send_chunk(chunk, qid))
         return SendResults.join(parts)
 
-    async def send_bodies(self, topic: str, bodies: Sequence[bytes], queue_id: int | None = None, *,
-                          tags: str | None = None, keys: Sequence[str | None] | None = None,
-                          properties: dict[str, str] | None = None, flag: int = 0) -> SendResults:
+    async def send_bodies(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_id: int | None = None,
+        *,
+        tags: str | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+    ) -> SendResults:
         """A batch of bodies to one queue sharing tags, properties and flag, each with its own
         keys if given (RocketMQ's MessageBatch, as ``MessageStore.put_batch``): the fast way to
         send many messages, no object per message on either side."""
@@ -252,9 +301,17 @@ class AsyncProducer:
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         return await self._send_columns(topic, body_list, qid, tags, keys, dict(properties or {}), flag, 0)
 
-    async def _send_columns(self, topic: str, bodies: list[bytes], qid: int, tags: str | None,
-                            keys: Sequence[str | None] | None, base: dict[str, str], flag: int,
-                            sys_flag: int) -> SendResults:
+    async def _send_columns(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        qid: int,
+        tags: str | None,
+        keys: Sequence[str | None] | None,
+        base: dict[str, str],
+        flag: int,
+        sys_flag: int,
+    ) -> SendResults:
         if tags:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
@@ -264,8 +321,11 @@ class AsyncProducer:
         n = len(bodies)
         while start < n:
             end, size = start, 0
-            while end < n and end - start < BATCH_MAX_MESSAGES and (end == start or size + len(bodies[end])
-                                                                     <= BATCH_MAX_BYTES):
+            while (
+                end < n
+                and end - start < BATCH_MAX_MESSAGES
+                and (end == start or size + len(bodies[end]) <= BATCH_MAX_BYTES)
+            ):
                 size += len(bodies[end])
                 end += 1
             head = self._uniq.head()
@@ -275,8 +335,10 @@ class AsyncProducer:
             if keys is None:
                 props = [(joint + u).encode("utf-8", "surrogatepass") for u in uniqs]
             else:
-                props = [(joint + u + (f"\x02KEYS\x01{k}" if k else "")).encode("utf-8", "surrogatepass")
-                         for u, k in zip(uniqs, keys[start:end], strict=True)]
+                props = [
+                    (joint + u + (f"\x02KEYS\x01{k}" if k else "")).encode("utf-8", "surrogatepass")
+                    for u, k in zip(uniqs, keys[start:end], strict=True)
+                ]
             req = SendRequest(topic, qid, bodies[start:end], props, flag, sys_flag)
             code = MessageRequestCode.SEND_BATCH_MESSAGE if end - start > 1 else MessageRequestCode.SEND_MESSAGE
             parts.append(await self._request(code, req, uniqs))
@@ -291,8 +353,9 @@ class AsyncProducer:
             uniqs.append(u)
             props.append(p)
         first = msgs[0]
-        req = SendRequest(first.topic, qid, [bytes(m.body) for m in msgs], props, first.flag, first.sys_flag,
-                          first.born_timestamp)
+        req = SendRequest(
+            first.topic, qid, [bytes(m.body) for m in msgs], props, first.flag, first.sys_flag, first.born_timestamp
+        )
         code = MessageRequestCode.SEND_BATCH_MESSAGE if len(msgs) > 1 else MessageRequestCode.SEND_MESSAGE
         return await self._request(code, req, uniqs)
 
@@ -302,8 +365,7 @@ class AsyncProducer:
         if resp.code == ResponseCode.SUCCESS and "status" in body:
             r = SendResponse.from_wire(body)
             if r.status == PutMessageStatus.PUT_OK and len(r.phys_offsets) == len(uniqs):
-                return SendResults(SEND_OK, req.topic, r.queue_id, uniqs, r.queue_offset, r.phys_offsets,
-                                   r.store_host)
+                return SendResults(SEND_OK, req.topic, r.queue_id, uniqs, r.queue_offset, r.phys_offsets, r.store_host)
             return SendResults(_status_name(r.status), req.topic, req.queue_id, uniqs, reason=r.reason)
         # No leader took it in time: what the last member said.
         status = _status_name(int(body["status"])) if "status" in body else PutMessageStatus.SERVICE_NOT_AVAILABLE.name
@@ -366,11 +428,20 @@ class Producer(Blocking):
     def send_batch(self, msgs: Sequence[Message], queue_id: int | None = None) -> SendResults:
         return self._run(self._async.send_batch(msgs, queue_id))
 
-    def send_bodies(self, topic: str, bodies: Sequence[bytes], queue_id: int | None = None, *,
-                    tags: str | None = None, keys: Sequence[str | None] | None = None,
-                    properties: dict[str, str] | None = None, flag: int = 0) -> SendResults:
-        return self._run(self._async.send_bodies(topic, bodies, queue_id, tags=tags, keys=keys,
-                                                 properties=properties, flag=flag))
+    def send_bodies(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_id: int | None = None,
+        *,
+        tags: str | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+    ) -> SendResults:
+        return self._run(
+            self._async.send_bodies(topic, bodies, queue_id, tags=tags, keys=keys, properties=properties, flag=flag)
+        )
 
     def queue_nums(self, topic: str) -> int:
         return self._run(self._async.queue_nums(topic))

@@ -30,37 +30,39 @@ def messages_from_columns(buf: Any, cols: dict[str, np.ndarray], rows: Any = Non
         for i in idx:
             sys_flag = c["sys_flag"][i]
             bo, so = c["born_host_off"][i], c["store_host_off"][i]
-            born_raw = bytes(mv[bo:bo + (20 if sys_flag & 16 else 8)])
-            store_raw = bytes(mv[so:so + (20 if sys_flag & 32 else 8)])
+            born_raw = bytes(mv[bo : bo + (20 if sys_flag & 16 else 8)])
+            store_raw = bytes(mv[so : so + (20 if sys_flag & 32 else 8)])
             to, po, bdo = c["topic_off"][i], c["props_off"][i], c["body_off"][i]
-            props_string = bytes(mv[po:po + c["props_len"][i]]).decode("utf-8", "replace")
+            props_string = bytes(mv[po : po + c["props_len"][i]]).decode("utf-8", "replace")
             props = decode_properties(props_string)
             phys = c["phys_offset"][i]
             delay = props.get("DELAY")
-            out.append(MessageExt(
-                topic=bytes(mv[to:to + c["topic_len"][i]]).decode("utf-8", "replace"),
-                body=bytes(mv[bdo:bdo + c["body_len"][i]]),
-                queue_id=c["queue_id"][i],
-                flag=c["flag"][i],
-                tags=props.get(PROPERTY_TAGS),
-                keys=props.get(PROPERTY_KEYS),
-                properties=props,
-                delay_level=int(delay) if delay and delay.isdigit() else 0,
-                sys_flag=sys_flag,
-                born_timestamp=c["born_timestamp"][i],
-                born_host=decode_host(born_raw),
-                reconsume_times=c["reconsume_times"][i],
-                prepared_offset=c["prepared_offset"][i],
-                queue_offset=c["queue_offset"][i],
-                phys_offset=phys,
-                size=c["size"][i],
-                store_timestamp=c["store_timestamp"][i],
-                store_host=decode_host(store_raw),
-                body_crc=c["body_crc"][i],
-                msg_id=create_message_id(store_raw, phys),
-                properties_string=props_string,
-                stored_phys_offset=c["stored_phys_offset"][i],
-            ))
+            out.append(
+                MessageExt(
+                    topic=bytes(mv[to : to + c["topic_len"][i]]).decode("utf-8", "replace"),
+                    body=bytes(mv[bdo : bdo + c["body_len"][i]]),
+                    queue_id=c["queue_id"][i],
+                    flag=c["flag"][i],
+                    tags=props.get(PROPERTY_TAGS),
+                    keys=props.get(PROPERTY_KEYS),
+                    properties=props,
+                    delay_level=int(delay) if delay and delay.isdigit() else 0,
+                    sys_flag=sys_flag,
+                    born_timestamp=c["born_timestamp"][i],
+                    born_host=decode_host(born_raw),
+                    reconsume_times=c["reconsume_times"][i],
+                    prepared_offset=c["prepared_offset"][i],
+                    queue_offset=c["queue_offset"][i],
+                    phys_offset=phys,
+                    size=c["size"][i],
+                    store_timestamp=c["store_timestamp"][i],
+                    store_host=decode_host(store_raw),
+                    body_crc=c["body_crc"][i],
+                    msg_id=create_message_id(store_raw, phys),
+                    properties_string=props_string,
+                    stored_phys_offset=c["stored_phys_offset"][i],
+                )
+            )
         return out
     finally:
         mv.release()

@@ -90,26 +90,38 @@ NOOP_RETRY_S = 1.0
 ANSWER_MARGIN_S = 5.0
 # How long an offset commit waits for its record to be applied here.
 OFFSET_APPLY_WAIT_S = 3.0
-_HOLD = (GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-         GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+_HOLD = (
+    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+)
 
 
 # The member's own DLedger store options that the message store's derived config lacks.
-_STORE_OPTIONS = ("flush_file_interval", "check_point_interval", "mapped_file_size_for_entry_index",
-                  "data_cache_window", "data_store_path", "disk_space_ratio_to_check_expired",
-                  "disk_space_ratio_to_force_clean")
+_STORE_OPTIONS = (
+    "flush_file_interval",
+    "check_point_interval",
+    "mapped_file_size_for_entry_index",
+    "data_cache_window",
+    "data_store_path",
+    "disk_space_ratio_to_check_expired",
+    "disk_space_ratio_to_force_clean",
+)
 
 
 def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig:
     """The member's MessageStoreConfig from its DLedgerConfig (RocketMQ builds it the other way
     round; the options are the same ones, §7.2)."""
     if cfg.store_type != "FILE":
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                           f"the message store keeps its commit log in files: store_type {cfg.store_type} will not do")
+        raise DLedgerError(
+            ResponseCode.UNEXPECTED_ARGUMENT,
+            f"the message store keeps its commit log in files: store_type {cfg.store_type} will not do",
+        )
     sync = cfg.sync or cfg.flush_disk_type == SYNC_FLUSH
     if cfg.flush_disk_type not in ("ASYNC_FLUSH", SYNC_FLUSH):
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                           f"flush_disk_type {cfg.flush_disk_type!r}: want ASYNC_FLUSH or SYNC_FLUSH")
+        raise DLedgerError(
+            ResponseCode.UNEXPECTED_ARGUMENT, f"flush_disk_type {cfg.flush_disk_type!r}: want ASYNC_FLUSH or SYNC_FLUSH"
+        )
     return MessageStoreConfig(
         store_path_root_dir=cfg.store_path_root_dir or cfg.store_base_dir,
         enable_dledger_commit_log=True,
@@ -199,8 +211,9 @@ class MessageService:
         self.store: MessageStore = MessageStore(self.root, self.store_config, appender=appender)
         if not opened:
             self.store.close()
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                               f"{self.root} holds a classic commit log, not a DLedger one")
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"{self.root} holds a classic commit log, not a DLedger one"
+            )
         self.node_store: MmapFileStore = opened[0]
         self.commitlog = self.store.commitlog
         self.queue_nums = config.default_topic_queue_nums
@@ -262,10 +275,14 @@ class MessageService:
             if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
                 req = ConsumerOffsetRequest.from_wire(body)
                 self._apply_offsets()
-                return Response(ResponseCode.SUCCESS, {"offset": self.store.query_offset(req.group, req.topic,
-                                                                                         req.queue_id)})
-            if c in (MessageRequestCode.GET_MAX_OFFSET, MessageRequestCode.GET_MIN_OFFSET,
-                     MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
+                return Response(
+                    ResponseCode.SUCCESS, {"offset": self.store.query_offset(req.group, req.topic, req.queue_id)}
+                )
+            if c in (
+                MessageRequestCode.GET_MAX_OFFSET,
+                MessageRequestCode.GET_MIN_OFFSET,
+                MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            ):
                 q = QueueRequest.from_wire(body)
                 if c == MessageRequestCode.GET_MAX_OFFSET:
                     off = self.store.max_offset_in_queue(q.topic, q.queue_id)
@@ -297,8 +314,9 @@ class MessageService:
     def _redirect(self) -> Response:
         g = self._group
         assert g is not None
-        return Response(ResponseCode.NOT_LEADER, {"leader": g.leader_id},
-                        f"{g.self_id} is {g.role.name}; leader {g.leader_id}")
+        return Response(
+            ResponseCode.NOT_LEADER, {"leader": g.leader_id}, f"{g.self_id} is {g.role.name}; leader {g.leader_id}"
+        )
 
     def _not_writable(self) -> Response | None:
         """None when this member takes puts now; else the refusal (SERVICE_NOT_AVAILABLE)."""
@@ -306,14 +324,17 @@ class MessageService:
         assert g is not None
         cl = self.commitlog
         if not g.is_leader:
-            body = SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, f"{g.self_id} is {g.role.name}",
-                                leader=g.leader_id).to_wire()
+            body = SendResponse(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, f"{g.self_id} is {g.role.name}", leader=g.leader_id
+            ).to_wire()
             return Response(ResponseCode.NOT_LEADER, body, f"{g.self_id} is {g.role.name}; leader {g.leader_id}")
         if not cl.writable or cl.role != LEADER or cl.term != g.term:
             reason = f"{g.self_id} leads term {g.term} but is still catching up (committing and dispatching its log)"
-            return Response(ResponseCode.LEADER_NOT_READY,
-                            SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason, leader=g.self_id).to_wire(),
-                            reason)
+            return Response(
+                ResponseCode.LEADER_NOT_READY,
+                SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason, leader=g.self_id).to_wire(),
+                reason,
+            )
         return None
 
     def _ensure_committed_tail(self, term: int) -> None:
@@ -333,12 +354,13 @@ class MessageService:
         if self._noop is None or self._noop.done():
             try:
                 batch = self.store.preparer.prepare(
-                    [Message(NOOP_TOPIC, b"", sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)])
-                buf, starts = encode_batch(batch, np.zeros(1, np.int64), np.zeros(1, np.int64),
-                                           int(time.time() * 1000))
+                    [Message(NOOP_TOPIC, b"", sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)]
+                )
+                buf, starts = encode_batch(batch, np.zeros(1, np.int64), np.zeros(1, np.int64), int(time.time() * 1000))
                 self._noop = g.propose(PackedBodies(buf, starts))
-                log.info("leader of term %d: proposed a no-op so that entries up to %d commit", term,
-                         st.ledger_end_index)
+                log.info(
+                    "leader of term %d: proposed a no-op so that entries up to %d commit", term, st.ledger_end_index
+                )
             except Exception:
                 log.exception("no-op proposal failed")
         # Look again later: the no-op may fail (pending full, a quorum lost for a while).
@@ -351,31 +373,45 @@ class MessageService:
         if topic in SYSTEM_TOPICS:
             raise IllegalMessage(f"topic {topic!r} is a system topic of the message service")
         if not isinstance(req.queue_id, int) or not 0 <= req.queue_id < self.queue_nums:
-            raise IllegalMessage(f"queue id {req.queue_id} of topic {topic!r} is unknown "
-                                 f"(topics have {self.queue_nums} write queues)")
+            raise IllegalMessage(
+                f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
+            )
         born_host = _parse_host(req.born_host)
         batch = self._prepare_columns(req, bodies, props, born_host) if len(bodies) > 1 else None
         if batch is None:
             batch = self._prepare_messages(req, bodies, props, born_host)
         if batch.n > 1 and int(batch.lengths.sum()) > self.store_config.max_message_size:
             # RocketMQ caps a whole batch at maxMessageSize (MessageSerializer, §7.3).
-            raise IllegalMessage(f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
-                                 f"{self.store_config.max_message_size}")
+            raise IllegalMessage(
+                f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
+                f"{self.store_config.max_message_size}"
+            )
         return batch
 
-    def _prepare_messages(self, req: SendRequest, bodies: PackedBodies, props: PackedBodies,
-                          born_host: tuple[str, int] | None) -> PreparedBatch:
+    def _prepare_messages(
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies, born_host: tuple[str, int] | None
+    ) -> PreparedBatch:
         topic = req.topic
         msgs = []
         for k in range(len(bodies)):
             text = _check_properties(props[k])
-            msgs.append(Message(topic, bodies[k], queue_id=req.queue_id, flag=req.flag,
-                                properties=_props_dict(text), sys_flag=req.sys_flag,
-                                born_timestamp=req.born_timestamp, born_host=born_host))
+            msgs.append(
+                Message(
+                    topic,
+                    bodies[k],
+                    queue_id=req.queue_id,
+                    flag=req.flag,
+                    properties=_props_dict(text),
+                    sys_flag=req.sys_flag,
+                    born_timestamp=req.born_timestamp,
+                    born_host=born_host,
+                )
+            )
         return self.store.preparer.prepare(msgs)
 
-    def _prepare_columns(self, req: SendRequest, bodies: PackedBodies, props: PackedBodies,
-                         born_host: tuple[str, int] | None) -> PreparedBatch | None:
+    def _prepare_columns(
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies, born_host: tuple[str, int] | None
+    ) -> PreparedBatch | None:
         """A batch prepared with array operations over the packed buffers (no object per
         message); None when it needs the message-by-message path (a DELAY property)."""
         praw, poffs = props.packed
@@ -418,26 +454,38 @@ class MessageService:
         sflag = host_v6_bits(req.sys_flag, braw, store_raw)
         sys_arr = np.full(n, sflag, dtype=np.int32)
         blens = np.diff(boffs).astype(np.int32)
-        lengths = np.asarray(K.record_lengths(sys_arr, blens, np.full(n, len(traw), np.int32),
-                                              plens.astype(np.int32)), dtype=np.int64)
+        lengths = np.asarray(
+            K.record_lengths(sys_arr, blens, np.full(n, len(traw), np.int32), plens.astype(np.int32)), dtype=np.int64
+        )
         if int(lengths.max()) > cfg.max_message_size:
             i = int(np.flatnonzero(lengths > cfg.max_message_size)[0])
-            raise IllegalMessage(f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size "
-                                 f"{cfg.max_message_size}")
+            raise IllegalMessage(
+                f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size {cfg.max_message_size}"
+            )
         bl, pl = boffs.tolist(), poffs.tolist()
         # Views, not copies: the encoder copies each body once, into its record.
         mv = memoryview(raw)
-        body_list: list[Any] = [mv[bl[k]:bl[k + 1]] for k in range(n)]
-        prop_list = [pbuf[pl[k]:pl[k + 1]] for k in range(n)]
+        body_list: list[Any] = [mv[bl[k] : bl[k + 1]] for k in range(n)]
+        prop_list = [pbuf[pl[k] : pl[k + 1]] for k in range(n)]
         tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         return PreparedBatch(
-            n=n, topics=[traw] * n, queue_ids=np.full(n, req.queue_id, np.int32), bodies=body_list,
-            properties=prop_list, flags=np.full(n, req.flag, np.int32), sys_flags=sys_arr,
+            n=n,
+            topics=[traw] * n,
+            queue_ids=np.full(n, req.queue_id, np.int32),
+            bodies=body_list,
+            properties=prop_list,
+            flags=np.full(n, req.flag, np.int32),
+            sys_flags=sys_arr,
             born_timestamps=np.full(n, req.born_timestamp or int(time.time() * 1000), np.int64),
-            born_hosts=[braw] * n, store_hosts=[store_raw] * n, reconsume_times=np.zeros(n, np.int32),
-            prepared_offsets=np.zeros(n, np.int64), lengths=lengths, advances=np.full(n, advances, np.bool_),
-            queue_keys=[f"{req.topic}-{req.queue_id}"] * n)
+            born_hosts=[braw] * n,
+            store_hosts=[store_raw] * n,
+            reconsume_times=np.zeros(n, np.int32),
+            prepared_offsets=np.zeros(n, np.int64),
+            lengths=lengths,
+            advances=np.full(n, advances, np.bool_),
+            queue_keys=[f"{req.topic}-{req.queue_id}"] * n,
+        )
 
     async def _send(self, body: dict[str, Any]) -> Response:
         refused = self._not_writable()
@@ -447,11 +495,11 @@ class MessageService:
             req, bodies, props = SendRequest.from_wire(body)
             batch = self._prepare(req, bodies, props)
         except IllegalMessage as exc:
-            return Response(ResponseCode.SUCCESS,
-                            SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc), req.queue_id).to_wire())
+            return Response(
+                ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc), req.queue_id).to_wire()
+            )
         except DLedgerError as exc:
-            return Response(ResponseCode.SUCCESS,
-                            SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, exc.message).to_wire())
+            return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, exc.message).to_wire())
         return await self._put(batch)
 
     async def _put(self, batch: PreparedBatch) -> Response:
@@ -481,17 +529,23 @@ class MessageService:
             r = await asyncio.wait_for(fut, self.config.max_wait_ack_time_ms / 1000.0 + ANSWER_MARGIN_S)
         except asyncio.TimeoutError:
             reason = "no answer from the consensus layer"
-            return Response(ResponseCode.TIMEOUT,
-                            SendResponse(PutMessageStatus.UNKNOWN_ERROR, reason, qid).to_wire(), reason)
+            return Response(
+                ResponseCode.TIMEOUT, SendResponse(PutMessageStatus.UNKNOWN_ERROR, reason, qid).to_wire(), reason
+            )
         if r.code != ResponseCode.SUCCESS:
             status = status_of_dledger_code(r.code)
-            resp = SendResponse(status, ResponseCode(r.code).name if r.code in ResponseCode._value2member_map_
-                                else str(r.code), qid, leader=r.leader_id or g.leader_id)
+            resp = SendResponse(
+                status,
+                ResponseCode(r.code).name if r.code in ResponseCode._value2member_map_ else str(r.code),
+                qid,
+                leader=r.leader_id or g.leader_id,
+            )
             return Response(r.code, resp.to_wire(), resp.reason)
         positions = list(r.positions) if r.positions else [r.pos]
         phys = [int(p) + BODY_OFFSET for p in positions]
-        resp = SendResponse(PutMessageStatus.PUT_OK, "", qid, int(queue_offsets[0]), phys,
-                            format_host(self.store.store_host), g.self_id)
+        resp = SendResponse(
+            PutMessageStatus.PUT_OK, "", qid, int(queue_offsets[0]), phys, format_host(self.store.store_host), g.self_id
+        )
         return Response(ResponseCode.SUCCESS, resp.to_wire())
 
     # -- pulls -----------------------------------------------------------------------------
@@ -504,16 +558,26 @@ class MessageService:
         if n:
             cq_min = store.min_offset_in_queue(req.topic, req.queue_id)
             cq_max = store.max_offset_in_queue(req.topic, req.queue_id)
-            return PullResponse(GetMessageStatus.FOUND, req.offset + n, cq_min, cq_max, bytes(buf),
-                                [int(p) for p in cols["phys_offset"].tolist()])
+            return PullResponse(
+                GetMessageStatus.FOUND,
+                req.offset + n,
+                cq_min,
+                cq_max,
+                bytes(buf),
+                [int(p) for p in cols["phys_offset"].tolist()],
+            )
         # Nothing readable there: the status and next offset as getMessage says.
         res = store.get_messages(req.topic, req.queue_id, req.offset, 1, 1)
         status = res.status
         if status == GetMessageStatus.FOUND:
             # Readable between the two calls: let the client ask again at once.
             status = GetMessageStatus.OFFSET_FOUND_NULL
-        return PullResponse(status, res.next_begin_offset if status != GetMessageStatus.OFFSET_FOUND_NULL
-                            else req.offset, res.min_offset, res.max_offset)
+        return PullResponse(
+            status,
+            res.next_begin_offset if status != GetMessageStatus.OFFSET_FOUND_NULL else req.offset,
+            res.min_offset,
+            res.max_offset,
+        )
 
     async def _pull(self, req: PullRequest) -> Response:
         loop = asyncio.get_running_loop()
@@ -594,8 +658,9 @@ class MessageService:
                 for m in res.messages:
                     try:
                         rec = json.loads(m.body)
-                        store.commit_offset(str(rec["group"]), str(rec["topic"]), int(rec["queueId"]),
-                                            int(rec["offset"]))
+                        store.commit_offset(
+                            str(rec["group"]), str(rec["topic"]), int(rec["queueId"]), int(rec["offset"])
+                        )
                     except (ValueError, KeyError, TypeError):
                         log.warning("offset record at %d is not one: %r", m.queue_offset, m.body[:80])
             elif res.next_begin_offset <= self._offsets_next:
@@ -608,8 +673,9 @@ class MessageService:
         refused = self._not_writable()
         if refused is not None:
             return refused
-        body = json.dumps({"group": req.group, "topic": req.topic, "queueId": req.queue_id,
-                           "offset": req.offset}).encode()
+        body = json.dumps(
+            {"group": req.group, "topic": req.topic, "queueId": req.queue_id, "offset": req.offset}
+        ).encode()
         try:
             batch = self.store.preparer.prepare([Message(OFFSET_TOPIC, body, queue_id=0)])
         except IllegalMessage as exc:
@@ -653,8 +719,9 @@ class MessageService:
         store = self.store
         for _attempt in range(10):
             try:
-                queues = [[topic, qid, int(cq.min_offset), int(cq.max_offset)]
-                          for topic, qid, cq in store.consume_queues]
+                queues = [
+                    [topic, qid, int(cq.min_offset), int(cq.max_offset)] for topic, qid, cq in store.consume_queues
+                ]
                 break
             except RuntimeError:
                 continue  # dispatch made a queue while we looked

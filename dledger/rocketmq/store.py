@@ -68,7 +68,7 @@ _WINDOW = 16 << 20
 
 def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None]:
     """``(mode, dledger self id)`` from what is on disk, else from the config."""
-    ids = sorted(p.name[len("dledger-"):] for p in root.glob("dledger-*") if p.is_dir()) if root.is_dir() else []
+    ids = sorted(p.name[len("dledger-") :] for p in root.glob("dledger-*") if p.is_dir()) if root.is_dir() else []
     if ids:
         self_id = config.dledger_self_id if config.dledger_self_id in ids else ids[0]
         return DLEDGER, self_id
@@ -80,8 +80,14 @@ def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None
 class MessageStore:
     """The message store of one root directory. See the module docstring."""
 
-    def __init__(self, root: str | os.PathLike[str], config: MessageStoreConfig | None = None, *,
-                 readonly: bool = False, appender: Any = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        config: MessageStoreConfig | None = None,
+        *,
+        readonly: bool = False,
+        appender: Any = None,
+    ) -> None:
         self.root = Path(root)
         cfg = (config or MessageStoreConfig()).replace(store_path_root_dir=str(self.root))
         self.readonly = readonly
@@ -160,8 +166,13 @@ class MessageStore:
             self.commitlog = CommitLog(cfg, self.checkpoint, readonly=ro)
         self.consume_queues = ConsumeQueueTable(self.root, cfg.mapped_file_size_consume_queue, ro)
         self.consume_queues.load()
-        self.index_service = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num, ro,
-                                          max_msgs_num_batch=max(cfg.max_msgs_num_batch, 64))
+        self.index_service = IndexService(
+            self.root / "index",
+            cfg.max_hash_slot_num,
+            cfg.max_index_num,
+            ro,
+            max_msgs_num_batch=max(cfg.max_msgs_num_batch, 64),
+        )
         # After an abnormal exit a writer drops index files the checkpoint does not vouch for and
         # rebuilds them; a reader cannot rebuild, and next to a running writer "abort" is there anyway.
         self.index_service.load(self.last_exit_ok or ro, self.checkpoint.index_msg_timestamp)
@@ -179,9 +190,13 @@ class MessageStore:
         if max_cq_phys > end and not ro:
             log.warning("consume queues point up to %d, past the commit log's end %d: cutting them", max_cq_phys, end)
             self.consume_queues.truncate_dirty(end)
-        self.reput = ReputMessageService(self.commitlog, self.consume_queues,
-                                         self.index_service if cfg.message_index_enable else None,
-                                         self.checkpoint, cfg)
+        self.reput = ReputMessageService(
+            self.commitlog,
+            self.consume_queues,
+            self.index_service if cfg.message_index_enable else None,
+            self.checkpoint,
+            cfg,
+        )
         self.reput.reput_from = self._reput_start(started)
         if self.mode == DLEDGER:
             self.commitlog.wakeup = self.reput.wakeup
@@ -193,8 +208,7 @@ class MessageStore:
             (self.root / ABORT_FILE).touch()
             self.commitlog.start()
             self.reput.start()
-            self._service_thread = threading.Thread(target=self._services, name="rocketmq-store-services",
-                                                    daemon=True)
+            self._service_thread = threading.Thread(target=self._services, name="rocketmq-store-services", daemon=True)
             self._service_thread.start()
         else:
             self.recover_topic_queue_table()
@@ -279,8 +293,9 @@ class MessageStore:
         if self.index_service.index_msg_timestamp:
             self.checkpoint.index_msg_timestamp = self.index_service.index_msg_timestamp
         if self.mode == DLEDGER:
-            self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp,
-                                                       self.commitlog.last_store_timestamp)
+            self.checkpoint.physic_msg_timestamp = max(
+                self.checkpoint.physic_msg_timestamp, self.commitlog.last_store_timestamp
+            )
         self.checkpoint.flush()
 
     def flush(self) -> None:
@@ -308,10 +323,20 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
         return self._put(batch)
 
-    def put_batch(self, topic: str, bodies: Sequence[bytes], *, queue_id: int = 0, tags: str | None = None,
-                  keys: Sequence[str | None] | None = None, properties: dict[str, str] | None = None,
-                  flag: int = 0, sys_flag: int = 0, born_host: tuple[str, int] | None = None,
-                  born_timestamp: int = 0) -> PutMessageResult:
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        *,
+        queue_id: int = 0,
+        tags: str | None = None,
+        keys: Sequence[str | None] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_host: tuple[str, int] | None = None,
+        born_timestamp: int = 0,
+    ) -> PutMessageResult:
         """putMessages of a MessageExtBatch: many bodies to one topic-queue, sharing tags,
         properties and flags, each with its own keys (a space-separated string) if given.
         The fast way to store many messages; no delay level (as RocketMQ's batch)."""
@@ -319,9 +344,18 @@ class MessageStore:
         if refused is not None:
             return refused
         try:
-            batch = self.preparer.prepare_columns(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
-                                                  properties=properties, flag=flag, sys_flag=sys_flag,
-                                                  born_host=born_host, born_timestamp=born_timestamp)
+            batch = self.preparer.prepare_columns(
+                topic,
+                bodies,
+                queue_id=queue_id,
+                tags=tags,
+                keys=keys,
+                properties=properties,
+                flag=flag,
+                sys_flag=sys_flag,
+                born_host=born_host,
+                born_timestamp=born_timestamp,
+            )
         except IllegalMessage as exc:
             log.warning("put refused: %s", exc)
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
@@ -329,8 +363,10 @@ class MessageStore:
 
     def _refuse(self) -> PutMessageResult | None:
         if self._closed or self.readonly:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                    reason="store is closed" if self._closed else "store is read-only")
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                reason="store is closed" if self._closed else "store is read-only",
+            )
         if self.config.broker_role == SLAVE:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="the store is a slave")
         return None
@@ -345,8 +381,9 @@ class MessageStore:
             log.exception("put failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
         if result.status == AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, result,
-                                    reason="message larger than a commit-log file")
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, result, reason="message larger than a commit-log file"
+            )
         if self.config.sync_flush and batch.wait_store and self.mode == CLASSIC:
             if result.wrote_offsets is not None:
                 end = int(result.wrote_offsets[-1]) + int(batch.record_lengths()[-1])
@@ -361,8 +398,9 @@ class MessageStore:
     def _cq(self, topic: str, queue_id: int) -> Any:
         return self.consume_queues.get(topic, queue_id)
 
-    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
-                     max_bytes: int | None = None) -> GetMessageResult:
+    def get_messages(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 32, max_bytes: int | None = None
+    ) -> GetMessageResult:
         """getMessage: up to ``max_count`` messages (and about ``max_bytes``) of a queue from
         ``offset``, with RocketMQ's status and next offset."""
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
@@ -370,8 +408,9 @@ class MessageStore:
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
         min_off, max_off = int(cq.min_offset), int(cq.max_offset)
-        res = GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=offset,
-                               min_offset=min_off, max_offset=max_off)
+        res = GetMessageResult(
+            GetMessageStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=offset, min_offset=min_off, max_offset=max_off
+        )
         if max_off == 0:
             res.next_begin_offset = 0
         elif offset < min_off:
@@ -411,8 +450,9 @@ class MessageStore:
             res.next_begin_offset = offset + i
         return res
 
-    def pull_columns(self, topic: str, queue_id: int, offset: int,
-                     max_count: int = 65536) -> tuple[memoryview, dict[str, np.ndarray]]:
+    def pull_columns(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 65536
+    ) -> tuple[memoryview, dict[str, np.ndarray]]:
         """Up to ``max_count`` messages of a queue from ``offset`` as scan columns over one buffer
         holding their records back to back (``phys_offset`` is each record's commit-log offset,
         ``queue_offset`` its queue offset). Stops at the first unit whose record is not readable
@@ -461,17 +501,31 @@ class MessageStore:
         import pyarrow as pa
 
         buf, cols = self.pull_columns(topic, queue_id, offset, max_count)
-        names = ("queue_offset", "phys_offset", "size", "store_timestamp", "born_timestamp", "sys_flag", "flag",
-                 "reconsume_times")
+        names = (
+            "queue_offset",
+            "phys_offset",
+            "size",
+            "store_timestamp",
+            "born_timestamp",
+            "sys_flag",
+            "flag",
+            "reconsume_times",
+        )
         if not len(buf):
-            return pa.table({**{k: pa.array([], pa.int64()) for k in names}, "body": pa.array([], pa.binary()),
-                             "properties": pa.array([], pa.binary())})
+            return pa.table(
+                {
+                    **{k: pa.array([], pa.int64()) for k in names},
+                    "body": pa.array([], pa.binary()),
+                    "properties": pa.array([], pa.binary()),
+                }
+            )
         raw = np.frombuffer(buf, dtype=np.uint8)
         out: dict[str, Any] = {k: pa.array(cols[k]) for k in names}
         for name, off, ln in (("body", "body_off", "body_len"), ("properties", "props_off", "props_len")):
             data, voff = _gather.gather(raw, cols[off], cols[ln].astype(np.int32))
-            out[name] = pa.Array.from_buffers(pa.binary(), len(voff) - 1,
-                                              [None, pa.py_buffer(voff), pa.py_buffer(data)])
+            out[name] = pa.Array.from_buffers(
+                pa.binary(), len(voff) - 1, [None, pa.py_buffer(voff), pa.py_buffer(data)]
+            )
         return pa.table(out)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -517,13 +571,15 @@ class MessageStore:
             return None
         return self.lookup(phys)
 
-    def query_offsets_by_key(self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0,
-                             end_ts: int = LONG_MAX) -> list[int]:
+    def query_offsets_by_key(
+        self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0, end_ts: int = LONG_MAX
+    ) -> list[int]:
         """The physical offsets of the messages of ``topic`` with ``key``, newest first."""
         return [int(p) for p in self.index_service.query(topic, key, max_count, begin_ts, end_ts)]
 
-    def query_by_key(self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0,
-                     end_ts: int = LONG_MAX) -> list[MessageExt]:
+    def query_by_key(
+        self, topic: str, key: str, max_count: int = 64, begin_ts: int = 0, end_ts: int = LONG_MAX
+    ) -> list[MessageExt]:
         """queryMessage: the messages of ``topic`` with ``key`` (UNIQ_KEY or a KEYS segment), newest
         first. The index knows key hashes only; as RocketMQ's client does, messages whose topic
         or keys do not match (a hash collision) are left out."""
@@ -590,7 +646,7 @@ class MessageStore:
                     continue
                 stop_at = min(seg.end, seg.start + _WINDOW)
                 try:
-                    data = bytes(seg.view[seg.start:stop_at])
+                    data = bytes(seg.view[seg.start : stop_at])
                 finally:
                     seg.view.release()
             base = seg.base + seg.start
@@ -655,8 +711,9 @@ class MessageStore:
             expired_ms = cfg.file_reserved_time * 3600 * 1000.0
             deleted = self.commitlog.delete_expired(expired_ms, now * 1000.0, clean_now, 10)
             if deleted:
-                log.info("retention deleted %d commit-log file(s); the log starts at %d", deleted,
-                         self.commitlog.min_offset)
+                log.info(
+                    "retention deleted %d commit-log file(s); the log starts at %d", deleted, self.commitlog.min_offset
+                )
         low = max(int(self.commitlog.min_offset), 0)
         with self.reput._lock:
             self.consume_queues.delete_expired(low)

@@ -62,8 +62,9 @@ def _unpack(raw: object, sizes: object, what: str, allow_empty: bool) -> tuple[A
     offsets = np.zeros(len(n) + 1, dtype=np.int64)
     np.cumsum(n, dtype=np.int64, out=offsets[1:])
     if int(offsets[-1]) != len(raw):
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                           f"{what}: sizes add up to {int(offsets[-1])}, raw holds {len(raw)} bytes")
+        raise DLedgerError(
+            ResponseCode.UNEXPECTED_ARGUMENT, f"{what}: sizes add up to {int(offsets[-1])}, raw holds {len(raw)} bytes"
+        )
     return raw, offsets
 
 
@@ -85,9 +86,17 @@ class SendRequest:
     def to_wire(self) -> dict[str, Any]:
         raw, sizes = _pack(self.bodies)
         praw, psizes = _pack(self.properties)
-        out: dict[str, Any] = {"topic": self.topic, "queue_id": self.queue_id, "flag": self.flag,
-                               "sys_flag": self.sys_flag, "born_ts": self.born_timestamp,
-                               "props_raw": praw, "props_sizes": psizes, "sizes": sizes, "raw": raw}
+        out: dict[str, Any] = {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "flag": self.flag,
+            "sys_flag": self.sys_flag,
+            "born_ts": self.born_timestamp,
+            "props_raw": praw,
+            "props_sizes": psizes,
+            "sizes": sizes,
+            "raw": raw,
+        }
         if self.born_host:
             out["born_host"] = self.born_host
         return out
@@ -99,14 +108,22 @@ class SendRequest:
         raw, offs = _unpack(body.get("raw"), body.get("sizes"), "bodies", allow_empty=True)
         praw, poffs = _unpack(body.get("props_raw"), body.get("props_sizes"), "properties", allow_empty=True)
         if len(offs) != len(poffs):
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                               f"{len(offs) - 1} bodies but {len(poffs) - 1} properties strings")
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"{len(offs) - 1} bodies but {len(poffs) - 1} properties strings"
+            )
         if len(offs) < 2:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no messages")
         born_host = body.get("born_host")
-        req = SendRequest(_str(body, "topic"), _int(body, "queue_id"), [], [], _int(body, "flag", 0),
-                          _int(body, "sys_flag", 0), _int(body, "born_ts", 0),
-                          born_host if isinstance(born_host, str) else None)
+        req = SendRequest(
+            _str(body, "topic"),
+            _int(body, "queue_id"),
+            [],
+            [],
+            _int(body, "flag", 0),
+            _int(body, "sys_flag", 0),
+            _int(body, "born_ts", 0),
+            born_host if isinstance(born_host, str) else None,
+        )
         return req, PackedBodies(raw, offs), PackedBodies(praw, poffs)
 
 
@@ -125,15 +142,27 @@ class SendResponse:
     leader: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason, "queue_id": self.queue_id,
-                "queue_offset": self.queue_offset, "phys": self.phys_offsets, "store_host": self.store_host,
-                "leader": self.leader}
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "queue_id": self.queue_id,
+            "queue_offset": self.queue_offset,
+            "phys": self.phys_offsets,
+            "store_host": self.store_host,
+            "leader": self.leader,
+        }
 
     @staticmethod
     def from_wire(body: dict[str, Any]) -> SendResponse:
-        return SendResponse(int(body.get("status", 9)), str(body.get("reason") or ""), int(body.get("queue_id", 0)),
-                            int(body.get("queue_offset", -1)), list(body.get("phys") or []),
-                            str(body.get("store_host") or ""), body.get("leader"))
+        return SendResponse(
+            int(body.get("status", 9)),
+            str(body.get("reason") or ""),
+            int(body.get("queue_id", 0)),
+            int(body.get("queue_offset", -1)),
+            list(body.get("phys") or []),
+            str(body.get("store_host") or ""),
+            body.get("leader"),
+        )
 
 
 @dataclass(slots=True)
@@ -148,13 +177,23 @@ class PullRequest:
     suspend_ms: int = 0
 
     def to_wire(self) -> dict[str, Any]:
-        return {"topic": self.topic, "queue_id": self.queue_id, "offset": self.offset, "max_count": self.max_count,
-                "suspend_ms": self.suspend_ms}
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "offset": self.offset,
+            "max_count": self.max_count,
+            "suspend_ms": self.suspend_ms,
+        }
 
     @staticmethod
     def from_wire(body: dict[str, Any]) -> PullRequest:
-        req = PullRequest(_str(body, "topic"), _int(body, "queue_id"), _int(body, "offset"),
-                          _int(body, "max_count", 32), _int(body, "suspend_ms", 0))
+        req = PullRequest(
+            _str(body, "topic"),
+            _int(body, "queue_id"),
+            _int(body, "offset"),
+            _int(body, "max_count", 32),
+            _int(body, "suspend_ms", 0),
+        )
         if req.max_count < 1 or req.offset < 0 or req.suspend_ms < 0:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "want offset >= 0, max_count >= 1, suspend_ms >= 0")
         return req
@@ -173,13 +212,25 @@ class PullResponse:
     phys_offsets: list[int] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"status": self.status, "next": self.next_begin_offset, "min": self.min_offset,
-                "max": self.max_offset, "phys": self.phys_offsets, "records": self.records}
+        return {
+            "status": self.status,
+            "next": self.next_begin_offset,
+            "min": self.min_offset,
+            "max": self.max_offset,
+            "phys": self.phys_offsets,
+            "records": self.records,
+        }
 
     @staticmethod
     def from_wire(body: dict[str, Any]) -> PullResponse:
-        return PullResponse(int(body["status"]), int(body["next"]), int(body["min"]), int(body["max"]),
-                            bytes(body.get("records") or b""), list(body.get("phys") or []))
+        return PullResponse(
+            int(body["status"]),
+            int(body["next"]),
+            int(body["min"]),
+            int(body["max"]),
+            bytes(body.get("records") or b""),
+            list(body.get("phys") or []),
+        )
 
 
 @dataclass(slots=True)
@@ -212,8 +263,9 @@ class ConsumerOffsetRequest:
 
     @staticmethod
     def from_wire(body: dict[str, Any]) -> ConsumerOffsetRequest:
-        req = ConsumerOffsetRequest(_str(body, "consumer_group"), _str(body, "topic"), _int(body, "queue_id"),
-                                    _int(body, "offset", -1))
+        req = ConsumerOffsetRequest(
+            _str(body, "consumer_group"), _str(body, "topic"), _int(body, "queue_id"), _int(body, "offset", -1)
+        )
         if not req.group or "@" in req.group or "@" in req.topic:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "consumer group and topic must be non-empty, no '@'")
         return req
@@ -231,13 +283,25 @@ class QueryMessageRequest:
     msg_id: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"topic": self.topic, "key": self.key, "max_num": self.max_num, "begin": self.begin_ts,
-                "end": self.end_ts, "msg_id": self.msg_id}
+        return {
+            "topic": self.topic,
+            "key": self.key,
+            "max_num": self.max_num,
+            "begin": self.begin_ts,
+            "end": self.end_ts,
+            "msg_id": self.msg_id,
+        }
 
     @staticmethod
     def from_wire(body: dict[str, Any]) -> QueryMessageRequest:
-        return QueryMessageRequest(_str(body, "topic", ""), _str(body, "key", ""), _int(body, "max_num", 64),
-                                   _int(body, "begin", 0), _int(body, "end", (1 << 63) - 1), _str(body, "msg_id", ""))
+        return QueryMessageRequest(
+            _str(body, "topic", ""),
+            _str(body, "key", ""),
+            _int(body, "max_num", 64),
+            _int(body, "begin", 0),
+            _int(body, "end", (1 << 63) - 1),
+            _str(body, "msg_id", ""),
+        )
 
 
 __all__ = [

@@ -144,8 +144,10 @@ class Options:
         given = {str(k).lower(): v for k, v in options.items()}
         unknown = sorted(k for k in given if k not in _OPTIONS)
         if unknown:
-            raise _error(f"unknown option(s) {', '.join(unknown)} for format dledger; known: "
-                         f"{', '.join(v for v in _OPTIONS.values() if v not in ('path', 'paths'))}")
+            raise _error(
+                f"unknown option(s) {', '.join(unknown)} for format dledger; known: "
+                f"{', '.join(v for v in _OPTIONS.values() if v not in ('path', 'paths'))}"
+            )
         paths: list[str] = []
         if given.get("paths"):
             try:
@@ -196,19 +198,26 @@ def _columns_of(schema: StructType, node_column: bool) -> tuple[str, ...]:
     cols = []
     for f in schema.fields:
         if f.name not in types:
-            raise _error(f"schema field {f.name!r} is not a dledger column; columns are "
-                         f"{', '.join(types)}")
+            raise _error(f"schema field {f.name!r} is not a dledger column; columns are {', '.join(types)}")
         if f.dataType != types[f.name]:
-            raise _error(f"schema field {f.name!r} must be {types[f.name].simpleString()}, "
-                         f"not {f.dataType.simpleString()}")
+            raise _error(
+                f"schema field {f.name!r} must be {types[f.name].simpleString()}, not {f.dataType.simpleString()}"
+            )
         cols.append(f.name)
     return tuple(cols)
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects for ``schema`` (its checks compare nullability too)."""
-    arrow = {"index": pa.int64(), "term": pa.int64(), "pos": pa.int64(), "magic": pa.int32(),
-             "body_crc": pa.int32(), "body": pa.binary(), NODE_COLUMN: pa.string()}
+    arrow = {
+        "index": pa.int64(),
+        "term": pa.int64(),
+        "pos": pa.int64(),
+        "magic": pa.int32(),
+        "body_crc": pa.int32(),
+        "body": pa.binary(),
+        NODE_COLUMN: pa.string(),
+    }
     return pa.schema([pa.field(f.name, arrow[f.name], nullable=f.nullable) for f in schema.fields])
 
 
@@ -284,8 +293,13 @@ class _ReadMixin:
         dropped: list[MalformedEntry] = []
         try:
             for batch in read_segment(
-                seg, self.columns, batch_size=self.opts.batch_size, mode=self.opts.mode,
-                verify_crc=self.opts.verify_crc, term_min=self.term_min, term_max=self.term_max,
+                seg,
+                self.columns,
+                batch_size=self.opts.batch_size,
+                mode=self.opts.mode,
+                verify_crc=self.opts.verify_crc,
+                term_min=self.term_min,
+                term_max=self.term_max,
                 malformed=dropped,
             ):
                 # Same buffers, Spark's nullability.
@@ -296,8 +310,14 @@ class _ReadMixin:
 
     def _report(self, seg: Segment, dropped: list[MalformedEntry]) -> None:
         total = sum(d.count for d in dropped)
-        log.warning("DROPMALFORMED: %d entr%s dropped from %s (entries %d..%d)", total,
-                    "y" if total == 1 else "ies", seg.data_file, seg.first_index, seg.last_index)
+        log.warning(
+            "DROPMALFORMED: %d entr%s dropped from %s (entries %d..%d)",
+            total,
+            "y" if total == 1 else "ies",
+            seg.data_file,
+            seg.first_index,
+            seg.last_index,
+        )
         if not self.opts.bad_records_path:
             return
         out = Path(self.opts.bad_records_path)
@@ -321,9 +341,16 @@ class DLedgerReader(_ReadMixin, DataSourceReader):
         lo, hi = self.index_min, self.index_max
         if self.empty or (lo is not None and hi is not None and lo > hi):
             return []
-        plan = plan_read([p for _, p in self.nodes], lo, hi, self.opts.committed_only, self.columns,
-                         max_partition_bytes=self.opts.max_partition_bytes,
-                         term_min=self.term_min, term_max=self.term_max)
+        plan = plan_read(
+            [p for _, p in self.nodes],
+            lo,
+            hi,
+            self.opts.committed_only,
+            self.columns,
+            max_partition_bytes=self.opts.max_partition_bytes,
+            term_min=self.term_min,
+            term_max=self.term_max,
+        )
         return [DLedgerPartition(s) for s in plan.segments]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -56,12 +56,19 @@ def entries_from_raw(blob: bytes | memoryview, first_index: int, first_pos: int,
         )
     out = []
     for index, term, pos, magic, body_off, body_len, body_crc in zip(
-        cols["index"].tolist(), cols["term"].tolist(), cols["pos"].tolist(), cols["magic"].tolist(),
-        cols["body_offset"].tolist(), cols["body_len"].tolist(), cols["body_crc"].tolist(), strict=True,
+        cols["index"].tolist(),
+        cols["term"].tolist(),
+        cols["pos"].tolist(),
+        cols["magic"].tolist(),
+        cols["body_offset"].tolist(),
+        cols["body_len"].tolist(),
+        cols["body_crc"].tolist(),
+        strict=True,
     ):
         header = _codec.decode_header(blob, body_off - BODY_OFFSET)
-        out.append(Entry(index, term, pos, bytes(blob[body_off:body_off + body_len]), magic, header[5], header[6],
-                         body_crc))
+        out.append(
+            Entry(index, term, pos, bytes(blob[body_off : body_off + body_len]), magic, header[5], header[6], body_crc)
+        )
     return out
 
 

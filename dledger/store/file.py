@@ -149,9 +149,11 @@ class MmapFileStore:
         last = files[-1]
         if last.size != size:
             if self.readonly:
-                raise DLedgerError(ResponseCode.DISK_ERROR,
-                                   f"{last.path}: index file cut short ({last.size} bytes, segment size "
-                                   f"{size}); open the store read-write once to repair it")
+                raise DLedgerError(
+                    ResponseCode.DISK_ERROR,
+                    f"{last.path}: index file cut short ({last.size} bytes, segment size "
+                    f"{size}); open the store read-write once to repair it",
+                )
             log.warning("index file %s is %d bytes, extending it to %d", last.path, last.size, size)
             os.truncate(last.path, size)
         return size
@@ -239,8 +241,14 @@ class MmapFileStore:
     def append_as_follower(self, entry: Entry) -> Entry:
         self._writable()
         self._log.append_entry(
-            entry.index, entry.term, entry.pos, entry.body, entry.magic, entry.channel,
-            entry.chain_crc, entry.body_crc,
+            entry.index,
+            entry.term,
+            entry.pos,
+            entry.body,
+            entry.magic,
+            entry.channel,
+            entry.chain_crc,
+            entry.body_crc,
         )
         if self.sync:
             self.flush()
@@ -269,8 +277,7 @@ class MmapFileStore:
         if code != _codec.SCAN_END or stop != len(blob) or n == 0:
             raise DLedgerError(
                 ResponseCode.UNEXPECTED_ARGUMENT,
-                f"entries from {first_index}: {_codec.STOP_NAMES[code]} at blob offset {stop} "
-                f"after {n} entries",
+                f"entries from {first_index}: {_codec.STOP_NAMES[code]} at blob offset {stop} after {n} entries",
             )
         check(count < 0 or n == count, ResponseCode.UNEXPECTED_ARGUMENT, f"blob holds {n} entries, not {count}")
         check(shortest > 0, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty body")
@@ -397,8 +404,12 @@ class MmapFileStore:
         if new_committed_index == -1 or self._log.end == -1 or new_committed_index == self._committed:
             return
         if new_committed_index < self._committed or new_committed_index < self._log.begin:
-            log.debug("skip committed index %d (committed %d, begin %d)", new_committed_index,
-                      self._committed, self._log.begin)
+            log.debug(
+                "skip committed index %d (committed %d, begin %d)",
+                new_committed_index,
+                self._committed,
+                self._log.begin,
+            )
             return
         new_committed_index = min(new_committed_index, int(self._log.end))
         self._committed_pos = self._end_pos(new_committed_index)

@@ -48,10 +48,19 @@ INDEX_UNIT_SIZE: int = _codec.INDEX_UNIT_SIZE
 
 # The entry header and the index unit as numpy sees them (big-endian, fields in file order):
 # the vectorised twins of dl_write_header and dl_write_index, for reading or rewriting many at once.
-HEADER_DTYPE = np.dtype([
-    ("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
-    ("channel", ">i4"), ("chain_crc", ">u4"), ("body_crc", ">u4"), ("body_size", ">i4"),
-])
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", ">i4"),
+        ("size", ">i4"),
+        ("index", ">i8"),
+        ("term", ">i8"),
+        ("pos", ">i8"),
+        ("channel", ">i4"),
+        ("chain_crc", ">u4"),
+        ("body_crc", ">u4"),
+        ("body_size", ">i4"),
+    ]
+)
 INDEX_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
 
 # -- the node directory ---------------------------------------------------------------------

@@ -99,8 +99,11 @@ class MemoryStore:
         )
         check(first_pos == self._next_pos, ResponseCode.DISK_ERROR, f"pos {first_pos} != {self._next_pos}")
         entries = entries_from_raw(blob, first_index, first_pos, self._end_term)
-        check(count < 0 or len(entries) == count, ResponseCode.UNEXPECTED_ARGUMENT,
-              f"blob holds {len(entries)} entries, not {count}")
+        check(
+            count < 0 or len(entries) == count,
+            ResponseCode.UNEXPECTED_ARGUMENT,
+            f"blob holds {len(entries)} entries, not {count}",
+        )
         for e in entries:
             self._check_body(e.body)
         for e in entries:

@@ -271,7 +271,11 @@ class Recovery:
         report.cut_entries = max(self._count_units_after(scan.last_index), 1)
         log.warning(
             "recovery: cutting the log at %s offset %d (entry %d, %s); about %d entr%s dropped",
-            f.path, rel, bad_index, reason, report.cut_entries,
+            f.path,
+            rel,
+            bad_index,
+            reason,
+            report.cut_entries,
             "y" if report.cut_entries == 1 else "ies",
         )
         if not self.readonly:
@@ -293,9 +297,11 @@ class Recovery:
             mismatch_from = int(lg.begin)
         if mismatch_from >= 0:
             if self.readonly:
-                raise DLedgerError(ResponseCode.DISK_ERROR,
-                                   f"{self.path}: index unit of entry {mismatch_from} disagrees with the data; "
-                                   "open the store read-write once to rebuild the index")
+                raise DLedgerError(
+                    ResponseCode.DISK_ERROR,
+                    f"{self.path}: index unit of entry {mismatch_from} disagrees with the data; "
+                    "open the store read-write once to rebuild the index",
+                )
             self.report.index_rewritten_from = mismatch_from
             log.warning("recovery: index disagrees with data from entry %d; rewriting it", mismatch_from)
             self._rewrite_index_from(mismatch_from)

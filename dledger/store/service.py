@@ -144,8 +144,12 @@ class CleanSpaceService:
         ratio = self.used_ratio() if used_ratio is None else used_ratio
         full = ratio > store.config.disk_full_ratio
         if full != store.disk_full:
-            log.warning("disk %s: used ratio %.3f (limit %.3f)", "full" if full else "no longer full",
-                        ratio, store.config.disk_full_ratio)
+            log.warning(
+                "disk %s: used ratio %.3f (limit %.3f)",
+                "full" if full else "no longer full",
+                ratio,
+                store.config.disk_full_ratio,
+            )
         store.disk_full = full
         return full
 
@@ -168,12 +172,14 @@ class CleanSpaceService:
             return 0
         expired_ms = max(cfg.file_reserved_hours, 1) * 3600 * 1000.0
         with store._lock:
-            deleted = int(store._log.data.delete_expired_by_time(
-                expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10))
+            deleted = int(
+                store._log.data.delete_expired_by_time(
+                    expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10
+                )
+            )
             if deleted:
                 revise_begin(store._log)
-                log.info("retention deleted %d data file(s); ledger begins at %d", deleted,
-                         store.ledger_begin_index)
+                log.info("retention deleted %d data file(s); ledger begins at %d", deleted, store.ledger_begin_index)
         return deleted
 
 
@@ -195,8 +201,7 @@ class StoreService:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"dledger-store-{self.store.path.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"dledger-store-{self.store.path.name}", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -224,5 +229,6 @@ class StoreService:
                 now = time.monotonic()
                 if failures == 1 or now - last_report >= SERVICE_REPORT_S:
                     last_report = now
-                    log.exception("store service of %s failed (%d time(s) in a row); retrying",
-                                  self.store.path, failures)
+                    log.exception(
+                        "store service of %s failed (%d time(s) in a row); retrying", self.store.path, failures
+                    )

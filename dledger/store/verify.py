@@ -111,8 +111,9 @@ class _Walk:
         view = f.view()
         offset = 0
         while True:
-            cols, stop, code = _codec.scan(view, f.file_from_offset, offset, -1, self.expect, self.prev_term,
-                                           True, 1 << 20)
+            cols, stop, code = _codec.scan(
+                view, f.file_from_offset, offset, -1, self.expect, self.prev_term, True, 1 << 20
+            )
             if len(cols["index"]):
                 self._take(cols, f)
             self.nbytes += stop - offset
@@ -120,8 +121,9 @@ class _Walk:
             if code != _codec.SCAN_LIMIT:
                 break
         if code in (_codec.SCAN_BAD, _codec.SCAN_CRC):
-            self.problems.append(Problem(f.path, stop, self.expect,
-                                         f"{_codec.STOP_NAMES[code]} (entry expected: {self.expect})"))
+            self.problems.append(
+                Problem(f.path, stop, self.expect, f"{_codec.STOP_NAMES[code]} (entry expected: {self.expect})")
+            )
             # Resynchronise at the next file: its first entry names where it stands.
             self.expect = -1
         elif code == _codec.SCAN_ZERO and not last:
@@ -145,8 +147,11 @@ def _checkpoint_problems(root: Path, last_index: int) -> list[Problem]:
         return [Problem(str(ckpt.path), 0, -1, "unreadable endIndex")]
     if ckpt_end is None or ckpt_end <= last_index:
         return []
-    return [Problem(str(ckpt.path), 0, ckpt_end,
-                    f"checkpoint endIndex {ckpt_end} is past the last valid entry {last_index}")]
+    return [
+        Problem(
+            str(ckpt.path), 0, ckpt_end, f"checkpoint endIndex {ckpt_end} is past the last valid entry {last_index}"
+        )
+    ]
 
 
 def _index_problems(index: _segment.MmapFileList, cols: dict[str, np.ndarray], base: int, path: str) -> list[Problem]:
@@ -157,8 +162,11 @@ def _index_problems(index: _segment.MmapFileList, cols: dict[str, np.ndarray], b
     got = np.zeros(count, dtype=INDEX_DTYPE)
     got[:filled] = units
     bad = ~(
-        (got["magic"] == cols["magic"]) & (got["pos"] == cols["pos"]) & (got["size"] == cols["size"])
-        & (got["index"] == cols["index"]) & (got["term"] == cols["term"])
+        (got["magic"] == cols["magic"])
+        & (got["pos"] == cols["pos"])
+        & (got["size"] == cols["size"])
+        & (got["index"] == cols["index"])
+        & (got["term"] == cols["term"])
     )
     for k in np.flatnonzero(bad)[:100]:
         what = "missing" if k >= filled else "disagrees with the data"

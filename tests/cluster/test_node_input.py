@@ -92,19 +92,35 @@ def test_node_survives_bad_input_and_writes_nothing(secured: TestCluster):
             codes.append(resp.code)
             # Packed batches (dledger.packed) whose sizes do not describe the buffer.
             sizes = struct.pack("<3I", 2, 2, 2)
-            for bad in ({"raw": b"xxxxx", "sizes": sizes}, {"raw": b"xxxxxx", "sizes": sizes[:5]},
-                        {"raw": b"xxxxxx", "sizes": struct.pack("<2I", 6, 0)}, {"raw": b"x", "sizes": "1"},
-                        {"raw": b"", "sizes": b""}):
+            for bad in (
+                {"raw": b"xxxxx", "sizes": sizes},
+                {"raw": b"xxxxxx", "sizes": sizes[:5]},
+                {"raw": b"xxxxxx", "sizes": struct.pack("<2I", 6, 0)},
+                {"raw": b"x", "sizes": "1"},
+                {"raw": b"", "sizes": b""},
+            ):
                 resp = await rpc.call(addr, RequestCode.APPEND, bad, group=c.group)
                 codes.append(resp.code)
             # Peer messages from an unknown member, with a stale term, or for another group.
             msgs = [
-                PushEntryRequest(group=c.group, remote_id=follower, local_id="intruder", leader_id="intruder",
-                                 term=10**6, type=PushType.APPEND,
-                                 entries=[Entry(index=before[follower] + 1, term=10**6, pos=0, body=b"evil")]),
-                PushEntryRequest(group=c.group, remote_id=follower, local_id=leader, leader_id=leader, term=-1,
-                                 type=PushType.APPEND,
-                                 entries=[Entry(index=before[follower] + 1, term=0, pos=0, body=b"stale")]),
+                PushEntryRequest(
+                    group=c.group,
+                    remote_id=follower,
+                    local_id="intruder",
+                    leader_id="intruder",
+                    term=10**6,
+                    type=PushType.APPEND,
+                    entries=[Entry(index=before[follower] + 1, term=10**6, pos=0, body=b"evil")],
+                ),
+                PushEntryRequest(
+                    group=c.group,
+                    remote_id=follower,
+                    local_id=leader,
+                    leader_id=leader,
+                    term=-1,
+                    type=PushType.APPEND,
+                    entries=[Entry(index=before[follower] + 1, term=0, pos=0, body=b"stale")],
+                ),
                 VoteRequest(group="other", remote_id=follower, local_id=leader, term=10**6),
                 HeartBeatRequest(group=c.group, remote_id=follower, local_id=leader, leader_id=leader, term=0),
             ]
@@ -118,14 +134,24 @@ def test_node_survives_bad_input_and_writes_nothing(secured: TestCluster):
 
     codes = asyncio.run(attack())
     assert codes[0] != ResponseCode.SUCCESS and codes[1] != ResponseCode.SUCCESS
-    assert codes[2:] == [ResponseCode.UNKNOWN_GROUP, ResponseCode.UNEXPECTED_ARGUMENT,
-                         ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.UNEXPECTED_ARGUMENT,
-                         ResponseCode.UNEXPECTED_ARGUMENT, ResponseCode.UNEXPECTED_ARGUMENT,
-                         ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.UNEXPECTED_ARGUMENT,
-                         ResponseCode.REQUEST_WITH_EMPTY_BODYS]
+    assert codes[2:] == [
+        ResponseCode.UNKNOWN_GROUP,
+        ResponseCode.UNEXPECTED_ARGUMENT,
+        ResponseCode.REQUEST_WITH_EMPTY_BODYS,
+        ResponseCode.UNEXPECTED_ARGUMENT,
+        ResponseCode.UNEXPECTED_ARGUMENT,
+        ResponseCode.UNEXPECTED_ARGUMENT,
+        ResponseCode.REQUEST_WITH_EMPTY_BODYS,
+        ResponseCode.UNEXPECTED_ARGUMENT,
+        ResponseCode.REQUEST_WITH_EMPTY_BODYS,
+    ]
     # Raw garbage on the socket: oversized length prefix, truncated frame, non-map payload.
-    for payload in (struct.pack(">I", 0xFFFFFFF0), struct.pack(">I", 100) + b"abc",
-                    struct.pack(">I", 3) + msgpack.packb([1, 2])[:3], os.urandom(4096)):
+    for payload in (
+        struct.pack(">I", 0xFFFFFFF0),
+        struct.pack(">I", 100) + b"abc",
+        struct.pack(">I", 3) + msgpack.packb([1, 2])[:3],
+        os.urandom(4096),
+    ):
         with socket.create_connection(("127.0.0.1", c.ports[leader]), timeout=5) as s:
             s.sendall(payload)
             s.settimeout(3)
@@ -151,10 +177,23 @@ def test_fuzz_random_frames_at_a_live_node(secured: TestCluster):
         try:
             for _ in range(300):
                 code = rng.choice([*map(int, RequestCode), rng.randint(-5, 60000)])
-                body = {rng.choice(["_type", "bodies", "index", "entries", "term", "x"]):
-                        rng.choice([None, 1, -1, "PushEntryRequest", "VoteRequest", b"\x00", [b"a"], {"a": 1},
-                                    [[1, 2, 3]], 2**70 if rng.random() < 0.1 else 0])
-                        for _ in range(rng.randint(0, 4))}
+                body = {
+                    rng.choice(["_type", "bodies", "index", "entries", "term", "x"]): rng.choice(
+                        [
+                            None,
+                            1,
+                            -1,
+                            "PushEntryRequest",
+                            "VoteRequest",
+                            b"\x00",
+                            [b"a"],
+                            {"a": 1},
+                            [[1, 2, 3]],
+                            2**70 if rng.random() < 0.1 else 0,
+                        ]
+                    )
+                    for _ in range(rng.randint(0, 4))
+                }
                 target = f"127.0.0.1:{c.ports[rng.choice(c.ids)]}"
                 try:
                     if rng.random() < 0.5:

@@ -42,14 +42,16 @@ def test_leader_elected_and_takes_writes(cluster: TestCluster):
         assert [r.index for r in results] == list(range(200))
         assert c.get(123).body == b"entry 123"
         assert c.leader == leader
-    cluster.wait_for(lambda: all(s["committed_index"] == 199 for s in cluster.status().values()),
-                     what="every member committed 199")
+    cluster.wait_for(
+        lambda: all(s["committed_index"] == 199 for s in cluster.status().values()), what="every member committed 199"
+    )
     # The blocking client is shared by threads (their calls take turns) and refuses to block
     # a running event loop.
     with cluster.client() as c:
         got: list[int] = []
-        threads = [threading.Thread(target=lambda: got.extend(c.append(b"t").index for _ in range(20)))
-                   for _ in range(4)]
+        threads = [
+            threading.Thread(target=lambda: got.extend(c.append(b"t").index for _ in range(20))) for _ in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -103,8 +105,12 @@ def test_cut_off_leader_steps_down_and_its_uncommitted_entries_are_truncated(clu
         for i in range(3):
             with pytest.raises(DLedgerError) as exc:
                 lonely.append(f"doomed {i}".encode())
-            assert exc.value.code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TIMEOUT,
-                                      ResponseCode.NOT_LEADER, ResponseCode.TERM_CHANGED)
+            assert exc.value.code in (
+                ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+                ResponseCode.TIMEOUT,
+                ResponseCode.NOT_LEADER,
+                ResponseCode.TERM_CHANGED,
+            )
     finally:
         lonely.close()
     new = cluster.wait_leader(exclude=old)
@@ -112,8 +118,12 @@ def test_cut_off_leader_steps_down_and_its_uncommitted_entries_are_truncated(clu
         c.append_batch([f"new leader {i}".encode() for i in range(5)])
     cluster.wait_for(lambda: cluster.status()[old]["role"] != "LEADER", what="old leader stepped down")
     cluster.heal()
-    cluster.wait_for(lambda: len({s["end_index"] for s in cluster.status().values()}) == 1
-                     and cluster.status()[old]["end_index"] == 14, what="logs converged")
+    cluster.wait_for(
+        lambda: (
+            len({s["end_index"] for s in cluster.status().values()}) == 1 and cluster.status()[old]["end_index"] == 14
+        ),
+        what="logs converged",
+    )
     for m in list(cluster.procs):
         cluster.stop(m)
     logs = [_entries(cluster.node_dir(m)) for m in cluster.ids]
@@ -170,7 +180,8 @@ def test_no_acknowledged_write_is_lost_under_kills_and_partitions(tmp_path: Path
         cluster.heal()
         cluster.wait_for(
             lambda: len({(s["end_index"], s["committed_index"]) for s in cluster.status().values()}) == 1,
-            timeout=30, what="all members at the same end and commit index",
+            timeout=30,
+            what="all members at the same end and commit index",
         )
         for m in list(cluster.procs):
             assert cluster.stop(m) == 0

@@ -103,8 +103,10 @@ def test_transfer_to_a_follower_right_after_appends(cluster: TestCluster) -> Non
             got.update((e.index, e.body) for e in c.get_range(len(got), len(acked) - len(got)))
         assert got == acked
     last = max(acked)
-    cluster.wait_for(lambda: all(s["committed_index"] == last for s in cluster.status().values()),
-                     what="every member committed the last entry")
+    cluster.wait_for(
+        lambda: all(s["committed_index"] == last for s in cluster.status().values()),
+        what="every member committed the last entry",
+    )
     cluster.close()
     for m in cluster.ids:
         with MmapFileStore(cluster.node_dir(m), readonly=True) as s:
@@ -149,8 +151,13 @@ class Group:
         ids = ["n0", "n1", "n2"]
         peers = ";".join(f"{i}-127.0.0.1:{20911 + k}" for k, i in enumerate(ids))
         self.nodes = {
-            i: RaftNode(DLedgerConfig(self_id=i, peers=peers, store_type="MEMORY", **overrides),  # type: ignore[arg-type]
-                        MemoryStore(), MemoryTermStore(), random.Random(k), incarnation=k + 1)
+            i: RaftNode(
+                DLedgerConfig(self_id=i, peers=peers, store_type="MEMORY", **overrides),  # type: ignore[arg-type]
+                MemoryStore(),
+                MemoryTermStore(),
+                random.Random(k),
+                incarnation=k + 1,
+            )
             for k, i in enumerate(ids)
         }
         self.now = 0
@@ -237,9 +244,17 @@ def test_the_transferee_waits_for_the_leaders_entries_and_refuses_past_its_timeo
     assert leader is not None
     target = next(m for m in g.nodes if m != leader)
     t = g.nodes[target]
-    ask = LeadershipTransferRequest(group="default", remote_id=target, local_id=leader, leader_id=leader,
-                                    term=t.term, transfer_id=leader, transferee_id=target,
-                                    take_leadership_ledger_index=t.store.ledger_end_index + 5, req_id=77)
+    ask = LeadershipTransferRequest(
+        group="default",
+        remote_id=target,
+        local_id=leader,
+        leader_id=leader,
+        term=t.term,
+        transfer_id=leader,
+        transferee_id=target,
+        take_leadership_ledger_index=t.store.ledger_end_index + 5,
+        req_id=77,
+    )
     answers: list[Message] = []
     assert not [o for o in t.step(g.now, ask) if isinstance(o, Send)]
     for _ in range(40):
@@ -249,3 +264,4 @@ def test_the_transferee_waits_for_the_leaders_entries_and_refuses_past_its_timeo
     assert isinstance(a, LeadershipTransferResponse) and a.code == ResponseCode.TAKE_LEADERSHIP_FAILED
     assert "5 entries behind" in a.reason and "leadership_transfer_wait_timeout" in a.reason
     assert t.role == Role.FOLLOWER
+

@@ -102,8 +102,14 @@ def test_misuse_is_refused() -> None:
 Op = tuple[str, bool]  # ("submit", has_flush) | ("start", _) | ("done", failed)
 
 
-@given(st.lists(st.one_of(st.tuples(st.just("submit"), st.booleans()),
-                          st.tuples(st.sampled_from(["start", "done"]), st.booleans())), max_size=60))
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("submit"), st.booleans()), st.tuples(st.sampled_from(["start", "done"]), st.booleans())
+        ),
+        max_size=60,
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_nothing_goes_before_a_flush_that_started_after_its_write(ops: list[Op]) -> None:
     """Whatever the order of writes and flushes: an output goes only once every write made

@@ -69,8 +69,9 @@ def raw_append() -> list[Output]:
         st.append_as_follower(e)
     blob, pos, count = st.get_raw_range(0, 1, 1 << 20)
     node = follower()
-    out = push(node, PushEntryRequest(type=PushType.APPEND, raw=blob, raw_index=0, raw_pos=pos, raw_count=count,
-                                      req_id=10))
+    out = push(
+        node, PushEntryRequest(type=PushType.APPEND, raw=blob, raw_index=0, raw_pos=pos, raw_count=count, req_id=10)
+    )
     assert node.store.ledger_end_index == 1
     return out
 

@@ -43,9 +43,26 @@ INDEX_ITEM = struct.Struct(">iqii")  # keyHash phyOffset timeDiff prevIndex
 _HEAD = struct.Struct(">iiiiiqqiq")
 
 COLUMNS = (
-    "phys_offset", "size", "body_crc", "queue_id", "flag", "queue_offset", "stored_phys_offset", "sys_flag",
-    "born_timestamp", "born_host_off", "store_timestamp", "store_host_off", "reconsume_times", "prepared_offset",
-    "body_off", "body_len", "topic_off", "topic_len", "props_off", "props_len",
+    "phys_offset",
+    "size",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "stored_phys_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host_off",
+    "store_timestamp",
+    "store_host_off",
+    "reconsume_times",
+    "prepared_offset",
+    "body_off",
+    "body_len",
+    "topic_off",
+    "topic_len",
+    "props_off",
+    "props_len",
 )
 
 
@@ -60,9 +77,28 @@ def host_len(sys_flag: int, v6_flag: int) -> int:
 
 def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
     """CommitLog.calMsgLength."""
-    return (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + host_len(sys_flag, BORNHOST_V6_FLAG) + 8
-            + host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG) + 4 + 8
-            + 4 + max(body_len, 0) + 1 + topic_len + 2 + max(props_len, 0))
+    return (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + host_len(sys_flag, BORNHOST_V6_FLAG)
+        + 8
+        + host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG)
+        + 4
+        + 8
+        + 4
+        + max(body_len, 0)
+        + 1
+        + topic_len
+        + 2
+        + max(props_len, 0)
+    )
 
 
 def host_bytes(ip: str, port: int) -> bytes:
@@ -71,11 +107,22 @@ def host_bytes(ip: str, port: int) -> bytes:
 
 
 def encode_record(
-    body: bytes, topic: bytes, properties: bytes = b"", *, queue_id: int = 0, flag: int = 0,
-    queue_offset: int = 0, phys_offset: int = 0, sys_flag: int = 0, born_timestamp: int = 0,
-    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x01", store_timestamp: int = 0,
-    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", reconsume_times: int = 0,
-    prepared_offset: int = 0, crc: int | None = None,
+    body: bytes,
+    topic: bytes,
+    properties: bytes = b"",
+    *,
+    queue_id: int = 0,
+    flag: int = 0,
+    queue_offset: int = 0,
+    phys_offset: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x01",
+    store_timestamp: int = 0,
+    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f",
+    reconsume_times: int = 0,
+    prepared_offset: int = 0,
+    crc: int | None = None,
 ) -> bytes:
     """One record as DefaultAppendMessageCallback.doAppend writes it (fields 1-17 of §5.4)."""
     if len(born_host) != host_len(sys_flag, BORNHOST_V6_FLAG):
@@ -85,8 +132,17 @@ def encode_record(
     if len(topic) > 127 or len(properties) > 32767:
         raise ValueError("topic over 127 bytes or properties over 32767 bytes")
     size = record_length(sys_flag, len(body), len(topic), len(properties))
-    out = _HEAD.pack(size, MESSAGE_MAGIC_CODE, body_crc(body) if crc is None else crc, queue_id, flag,
-                     queue_offset, phys_offset, sys_flag, born_timestamp)
+    out = _HEAD.pack(
+        size,
+        MESSAGE_MAGIC_CODE,
+        body_crc(body) if crc is None else crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys_offset,
+        sys_flag,
+        born_timestamp,
+    )
     out += born_host + struct.pack(">q", store_timestamp) + store_host
     out += struct.pack(">iqi", reconsume_times, prepared_offset, len(body)) + body
     out += struct.pack(">b", len(topic)) + topic + struct.pack(">h", len(properties)) + properties
@@ -127,7 +183,7 @@ def decode_record(buf: bytes, offset: int = 0, end: int | None = None, check_crc
         raise BadRecord(STOP_BAD, f"magic {magic:#x}")
     if size < record_length(0, 0, 0, 0) or size > avail:
         raise BadRecord(STOP_BAD, f"size {size}")
-    rec = buf[offset:offset + size]
+    rec = buf[offset : offset + size]
     (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(rec, 0)
     at = _HEAD.size
     bh = host_len(sys_flag, BORNHOST_V6_FLAG)
@@ -170,9 +226,20 @@ def decode_record(buf: bytes, offset: int = 0, end: int | None = None, check_crc
     if check_crc and body_len > 0 and body_crc(fields["body"]) != crc:
         raise BadRecord(STOP_CRC, "body crc")
     fields.update(
-        phys_offset=offset, size=size, body_crc=crc, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
-        stored_phys_offset=phys, sys_flag=sys_flag, born_timestamp=born_ts, store_timestamp=store_ts,
-        reconsume_times=reconsume, prepared_offset=prepared, body_len=body_len, topic_len=topic_len,
+        phys_offset=offset,
+        size=size,
+        body_crc=crc,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        stored_phys_offset=phys,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        store_timestamp=store_ts,
+        reconsume_times=reconsume,
+        prepared_offset=prepared,
+        body_len=body_len,
+        topic_len=topic_len,
         props_len=props_len,
     )
     return fields
@@ -181,11 +248,12 @@ def decode_record(buf: bytes, offset: int = 0, end: int | None = None, check_crc
 def _take(rec: bytes, at: int, n: int) -> bytes:
     if at + n > len(rec):
         raise BadRecord(STOP_BAD, "field past the record")
-    return bytes(rec[at:at + n])
+    return bytes(rec[at : at + n])
 
 
-def scan_records(buf: bytes, base_offset: int, start: int = 0, end: int = -1, check_crc: bool = False,
-                 max_records: int = -1) -> tuple[list[dict[str, Any]], int, int]:
+def scan_records(
+    buf: bytes, base_offset: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1
+) -> tuple[list[dict[str, Any]], int, int]:
     """Records of classic commit-log bytes ``buf[start:end]``: (records, stop offset, stop code);
     ``phys_offset`` is ``base_offset`` + position."""
     end = len(buf) if end < 0 or end > len(buf) else end
@@ -205,8 +273,9 @@ def scan_records(buf: bytes, base_offset: int, start: int = 0, end: int = -1, ch
         off += rec["size"]
 
 
-def scan_dledger_records(buf: bytes, base_pos: int, start: int = 0, end: int = -1, check_crc: bool = False,
-                         max_records: int = -1) -> tuple[list[dict[str, Any]], int, int]:
+def scan_dledger_records(
+    buf: bytes, base_pos: int, start: int = 0, end: int = -1, check_crc: bool = False, max_records: int = -1
+) -> tuple[list[dict[str, Any]], int, int]:
     """Records in DLedger entries of ``buf[start:end]`` (``buf[0]`` at ``base_pos``): each entry's
     body is one record, ``phys_offset`` = entry pos + 48; adds ``entry_index``."""
     end = len(buf) if end < 0 or end > len(buf) else end
@@ -233,7 +302,7 @@ def scan_dledger_records(buf: bytes, base_pos: int, start: int = 0, end: int = -
         if pos != base_pos + off:
             return out, off, STOP_BAD
         body_at = off + DL_BODY_OFFSET
-        if check_crc and ecrc != 0 and zlib.crc32(buf[body_at:off + size]) != ecrc:
+        if check_crc and ecrc != 0 and zlib.crc32(buf[body_at : off + size]) != ecrc:
             return out, off, STOP_CRC
         try:
             rec = decode_record(buf, body_at, off + size, check_crc)
@@ -254,6 +323,7 @@ def encode_dledger_entry(index: int, term: int, pos: int, body: bytes, body_crc:
 
 # -- properties and hashes -----------------------------------------------------------------------
 
+
 def parse_properties(props: str) -> dict[str, str]:
     """MessageDecoder.string2messageProperties: ``name\\x01value\\x02...``; an item needs a non-empty
     name and value; a later duplicate wins."""
@@ -261,7 +331,7 @@ def parse_properties(props: str) -> dict[str, str]:
     for item in props.split("\x02"):
         sep = item.find("\x01")
         if 0 < sep < len(item) - 1:
-            out[item[:sep]] = item[sep + 1:]
+            out[item[:sep]] = item[sep + 1 :]
     return out
 
 
@@ -324,13 +394,13 @@ def cq_unit(phys_offset: int, size: int, tags_code: int) -> bytes:
 
 # -- index file ------------------------------------------------------------------------------------
 
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ITEM_SIZE
 
 
 def index_header(buf: bytes | bytearray | memoryview) -> dict[str, int]:
-    names = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
-             "index_count")
+    names = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count", "index_count")
     return dict(zip(names, INDEX_HEADER.unpack_from(buf, 0), strict=True))
 
 
@@ -339,8 +409,9 @@ def _index_count(buf: bytes | bytearray | memoryview) -> int:
     return count if count > 0 else 1  # IndexHeader.load
 
 
-def index_put(buf: bytearray, hash_slot_num: int, index_num: int, key_hash: int, phy_offset: int,
-              time_diff: int) -> bool:
+def index_put(
+    buf: bytearray, hash_slot_num: int, index_num: int, key_hash: int, phy_offset: int, time_diff: int
+) -> bool:
     """The slot and item part of IndexFile.putKey (the kernel's unit of work): False when full."""
     count = _index_count(buf)
     if count >= index_num:
@@ -359,8 +430,9 @@ def index_put(buf: bytearray, hash_slot_num: int, index_num: int, key_hash: int,
     return True
 
 
-def index_put_key(buf: bytearray, hash_slot_num: int, index_num: int, key: str, phy_offset: int,
-                  store_timestamp: int) -> bool:
+def index_put_key(
+    buf: bytearray, hash_slot_num: int, index_num: int, key: str, phy_offset: int, store_timestamp: int
+) -> bool:
     """All of IndexFile.putKey, header timestamps and offsets included."""
     h = index_header(buf)
     if _index_count(buf) >= index_num:
@@ -377,8 +449,16 @@ def index_put_key(buf: bytearray, hash_slot_num: int, index_num: int, key: str, 
     return True
 
 
-def index_lookup(buf: bytes | bytearray | memoryview, hash_slot_num: int, index_num: int, key_hash: int,
-                 max_num: int, begin_ts: int, end_ts: int, file_begin_ts: int) -> list[int]:
+def index_lookup(
+    buf: bytes | bytearray | memoryview,
+    hash_slot_num: int,
+    index_num: int,
+    key_hash: int,
+    max_num: int,
+    begin_ts: int,
+    end_ts: int,
+    file_begin_ts: int,
+) -> list[int]:
     """IndexFile.selectPhyOffset for one file: offsets of the slot chain, newest first."""
     count = _index_count(buf)
     slot_at = INDEX_HEADER_SIZE + (key_hash % hash_slot_num) * INDEX_SLOT_SIZE

@@ -31,7 +31,7 @@ def _open(path: Path, cfg: DLedgerConfig, **kw) -> MmapFileStore:
 
 def stamped(body: bytes, pos: int, at: int = AT) -> bytes:
     """What the hook stores for ``body`` appended at entry position ``pos``."""
-    return body[:at] + struct.pack(">q", pos + 48) + body[at + 8:]
+    return body[:at] + struct.pack(">q", pos + 48) + body[at + 8 :]
 
 
 @pytest.fixture
@@ -145,8 +145,11 @@ def test_reopened_store_reads_the_stamped_bodies(tmp_path, cfg):
 def test_short_bodies_are_refused_and_change_nothing(tmp_path, cfg):
     store = _open(tmp_path / "n0", cfg, body_pos_patch=AT)
     store.append(bytes(36), 1)
-    for attempt in (lambda: store.append(bytes(35), 1), lambda: store.append_as_leader(b"x", 1),
-                    lambda: store.append_batch([bytes(40), bytes(10), bytes(40)], 1)):
+    for attempt in (
+        lambda: store.append(bytes(35), 1),
+        lambda: store.append_as_leader(b"x", 1),
+        lambda: store.append_batch([bytes(40), bytes(10), bytes(40)], 1),
+    ):
         with pytest.raises(DLedgerError) as exc:
             attempt()
         assert exc.value.code == ResponseCode.UNEXPECTED_ARGUMENT
@@ -165,13 +168,15 @@ def test_without_the_hook_bodies_are_stored_as_given(tmp_path, cfg):
 
 
 @settings(max_examples=25, deadline=None)
-@given(at=st.integers(0, 64), extra=st.lists(st.integers(0, 100), min_size=1, max_size=30),
-       single=st.integers(0, 5))
+@given(at=st.integers(0, 64), extra=st.lists(st.integers(0, 100), min_size=1, max_size=30), single=st.integers(0, 5))
 def test_any_patch_position(at, extra, single):
     bodies = [bytes([(k * 7 + j) % 256 for j in range(at + 8 + n)]) for k, n in enumerate(extra)]
     with tempfile.TemporaryDirectory() as d:
-        store = _open(Path(d) / "n0", DLedgerConfig(mapped_file_size_for_entry_data=4096,
-                                                    mapped_file_size_for_entry_index=32 * 64), body_pos_patch=at)
+        store = _open(
+            Path(d) / "n0",
+            DLedgerConfig(mapped_file_size_for_entry_data=4096, mapped_file_size_for_entry_index=32 * 64),
+            body_pos_patch=at,
+        )
         for b in bodies[:single]:
             store.append(b, 1)
         if bodies[single:]:

@@ -20,8 +20,13 @@ CQ_FILE = 300 * 20
 
 
 def config(**kw: object) -> MessageStoreConfig:
-    return MessageStoreConfig(mapped_file_size_commit_log=FILE, mapped_file_size_consume_queue=CQ_FILE,
-                              max_hash_slot_num=64, max_index_num=256, store_host="[2001:db8::10]:10911").replace(**kw)
+    return MessageStoreConfig(
+        mapped_file_size_commit_log=FILE,
+        mapped_file_size_consume_queue=CQ_FILE,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        store_host="[2001:db8::10]:10911",
+    ).replace(**kw)
 
 
 def write_store(root: Path) -> list[Message]:
@@ -29,16 +34,23 @@ def write_store(root: Path) -> list[Message]:
     rnd = __import__("random").Random(7)
     for i in range(900):
         tags = rnd.choice([None, "TagA", "标签X", "*x"])
-        msgs.append(Message(rnd.choice(["TopicA", "TopicB", "主题"]), os.urandom(rnd.randrange(0, 400)),
-                            queue_id=rnd.randrange(3), tags=tags, keys=f"k{i}",
-                            born_host=rnd.choice([("10.0.0.1", 4000), ("2001:db8::5", 5000)]),
-                            sys_flag=rnd.choice([0] * 20 + [MessageSysFlag.TRANSACTION_PREPARED_TYPE])))
+        msgs.append(
+            Message(
+                rnd.choice(["TopicA", "TopicB", "主题"]),
+                os.urandom(rnd.randrange(0, 400)),
+                queue_id=rnd.randrange(3),
+                tags=tags,
+                keys=f"k{i}",
+                born_host=rnd.choice([("10.0.0.1", 4000), ("2001:db8::5", 5000)]),
+                sys_flag=rnd.choice([0] * 20 + [MessageSysFlag.TRANSACTION_PREPARED_TYPE]),
+            )
+        )
     with MessageStore(root, config()) as s:
         for k in range(0, len(msgs), 7):
             if k % 2:
-                assert s.put_messages(msgs[k:k + 7]).status == PutMessageStatus.PUT_OK
+                assert s.put_messages(msgs[k : k + 7]).status == PutMessageStatus.PUT_OK
             else:
-                for m in msgs[k:k + 7]:
+                for m in msgs[k : k + 7]:
                     assert s.put_message(m).status == PutMessageStatus.PUT_OK
     return msgs
 
@@ -62,7 +74,7 @@ def test_layout_matches_rocketmq(tmp_path: Path) -> None:
         if k < len(files) - 1:
             # END_OF_FILE: {maxBlank, BLANK_MAGIC_CODE}, and the next record did not fit with 8 bytes to spare
             assert code == oracle.STOP_BLANK
-            assert buf[stop:stop + 8] == oracle.encode_blank(FILE - stop)
+            assert buf[stop : stop + 8] == oracle.encode_blank(FILE - stop)
             nxt = oracle.decode_record(files[k + 1].read_bytes(), 0)
             assert nxt["size"] + oracle.END_FILE_MIN_BLANK_LENGTH > FILE - stop
         else:
@@ -89,7 +101,7 @@ def test_layout_matches_rocketmq(tmp_path: Path) -> None:
             assert p.name == f"{j * CQ_FILE:020d}" and p.stat().st_size == CQ_FILE
         got = [struct.unpack_from(">qiq", raw, i * 20) for i in range(len(units))]
         assert got == units
-        assert raw[len(units) * 20:len(units) * 20 + 20] == bytes(20)
+        assert raw[len(units) * 20 : len(units) * 20 + 20] == bytes(20)
     # index: yyyyMMddHHmmssSSS files of 40 + 64*4 + 256*20 bytes
     index_files = sorted((root / "index").iterdir())
     assert index_files and all(len(p.name) == 17 and p.name.isdigit() for p in index_files)
@@ -110,7 +122,7 @@ def test_normal_recovery_cuts_a_torn_tail(tmp_path: Path) -> None:
     _recs, end, _code = oracle.scan_records(bytes(buf), 0)
     # half a record after the end, as a crash in the middle of a write leaves it
     torn = oracle.encode_record(b"x" * 500, b"TopicA")
-    buf[end:end + 100] = torn[:100]
+    buf[end : end + 100] = torn[:100]
     last.write_bytes(bytes(buf))
     (root / "abort").touch()
     with MessageStore(root, config()) as s:

@@ -32,9 +32,11 @@ def queue_dir(root: Path, topic: str = "T", qid: int = 0) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns,
-                                       hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def fill(cq: ConsumeQueue, first: int, count: int, size: int = 100) -> None:
@@ -143,7 +145,7 @@ def test_recovery_stops_at_the_first_invalid_unit_and_drops_the_rest(tmp_path: P
     cq.close()
     path = queue_dir(tmp_path) / "00000000000000000200"
     data = bytearray(path.read_bytes())
-    data[5 * 20:6 * 20] = unit_bytes(1500, 0, 0)  # a torn unit: size 0
+    data[5 * 20 : 6 * 20] = unit_bytes(1500, 0, 0)  # a torn unit: size 0
     path.write_bytes(bytes(data))
     # Read-only: the end is found, nothing is written or deleted.
     before = snapshot(tmp_path)
@@ -156,8 +158,7 @@ def test_recovery_stops_at_the_first_invalid_unit_and_drops_the_rest(tmp_path: P
     cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
     assert cq.max_offset == 15
     cq.close()
-    assert sorted(p.name for p in queue_dir(tmp_path).iterdir()) == ["00000000000000000000",
-                                                                   "00000000000000000200"]
+    assert sorted(p.name for p in queue_dir(tmp_path).iterdir()) == ["00000000000000000000", "00000000000000000200"]
     assert path.read_bytes()[100:] == bytes(100)
     cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
     fill(cq, 15, 2)
@@ -170,8 +171,7 @@ def test_truncate_dirty_drops_units_of_messages_at_or_after_an_offset(tmp_path: 
     fill(cq, 0, 25)
     cq.truncate_dirty(1250)  # units 0..12 point before it
     assert (cq.max_offset, cq.max_physic_offset) == (13, 1300)
-    assert [p.name for p in sorted(queue_dir(tmp_path).iterdir())] == ["00000000000000000000",
-                                                                      "00000000000000000200"]
+    assert [p.name for p in sorted(queue_dir(tmp_path).iterdir())] == ["00000000000000000000", "00000000000000000200"]
     cq.truncate_dirty(1000)  # exactly the start of the second file: it goes
     assert cq.max_offset == 10 and len(list(queue_dir(tmp_path).iterdir())) == 1
     fill(cq, 10, 3)
@@ -197,8 +197,7 @@ def test_delete_expired_removes_leading_files_and_corrects_the_minimum(tmp_path:
     cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
     fill(cq, 0, 35)
     assert cq.delete_expired(2150) == 2  # files 0 and 200 end before it; file 400 holds 2150's unit
-    assert [p.name for p in sorted(queue_dir(tmp_path).iterdir())] == ["00000000000000000400",
-                                                                      "00000000000000000600"]
+    assert [p.name for p in sorted(queue_dir(tmp_path).iterdir())] == ["00000000000000000400", "00000000000000000600"]
     assert cq.min_offset == 22
     assert len(cq.get_units(21, 5)[0]) == 0
     assert cq.get_units(22, 2)[0].tolist() == [2200, 2300]
@@ -265,7 +264,12 @@ def test_table_dispatches_many_queues_and_lists_them_in_order(tmp_path: Path) ->
     table = ConsumeQueueTable(tmp_path, FILE_SIZE, readonly=True)
     table.load()
     assert [(t, q, cq.max_offset) for t, q, cq in table] == [
-        ("A", 0, 1), ("A", 2, 1), ("A10", 0, 1), ("B", 1, 2), ("B", 10, 1)]
+        ("A", 0, 1),
+        ("A", 2, 1),
+        ("A10", 0, 1),
+        ("B", 1, 2),
+        ("B", 10, 1),
+    ]
     assert table.max_physic_offset() == 600
     assert table.get("C", 0) is None
     table.close()
@@ -308,20 +312,30 @@ class _Model:
             for o in range(f * UNITS_PER_FILE, (f + 1) * UNITS_PER_FILE):
                 self.units.pop(o, None)
             f += 1
-        hits = [o for o in range(f * UNITS_PER_FILE, min((f + 1) * UNITS_PER_FILE, self.max))
-                if o in self.units and self.units[o][0] >= min_phys]
+        hits = [
+            o
+            for o in range(f * UNITS_PER_FILE, min((f + 1) * UNITS_PER_FILE, self.max))
+            if o in self.units and self.units[o][0] >= min_phys
+        ]
         self.min = hits[0] if hits else min((f + 1) * UNITS_PER_FILE, self.max)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.one_of(
-    st.tuples(st.just("put"), st.lists(st.integers(1, 40), min_size=1, max_size=25)),
-    st.tuples(st.just("reopen"), st.just(0)),
-    st.tuples(st.just("truncate"), st.integers(0, 100)),
-    st.tuples(st.just("expire"), st.integers(0, 100)),
-), max_size=12), start=st.integers(0, 35))
-def test_random_operations_match_a_model(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]],
-                                         start: int) -> None:
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), st.lists(st.integers(1, 40), min_size=1, max_size=25)),
+            st.tuples(st.just("reopen"), st.just(0)),
+            st.tuples(st.just("truncate"), st.integers(0, 100)),
+            st.tuples(st.just("expire"), st.integers(0, 100)),
+        ),
+        max_size=12,
+    ),
+    start=st.integers(0, 35),
+)
+def test_random_operations_match_a_model(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object]], start: int
+) -> None:
     """Puts, reopens, truncations and expiry against a model, from a first queue offset that
     may need pre-blank units."""
     root = tmp_path_factory.mktemp("cq")
@@ -374,13 +388,20 @@ def test_rebuilding_the_fixture_queues_gives_the_java_files_byte_for_byte(tmp_pa
     table = ConsumeQueueTable(tmp_path, 6000)
     # A few units at a time, as dispatch batches them.
     for start in range(0, len(rows), 7):
-        chunk = rows[start:start + 7]
-        table.put_batch([r[0] for r in chunk], [int(r[1]) for r in chunk], [int(r[2]) for r in chunk],
-                        [int(r[3]) for r in chunk], [int(r[4]) for r in chunk], [int(r[5]) for r in chunk])
+        chunk = rows[start : start + 7]
+        table.put_batch(
+            [r[0] for r in chunk],
+            [int(r[1]) for r in chunk],
+            [int(r[2]) for r in chunk],
+            [int(r[3]) for r in chunk],
+            [int(r[4]) for r in chunk],
+            [int(r[5]) for r in chunk],
+        )
     table.close()
     java = sorted(p.relative_to(root / "consumequeue") for p in (root / "consumequeue").rglob("*") if p.is_file())
-    mine = sorted(p.relative_to(tmp_path / "consumequeue") for p in (tmp_path / "consumequeue").rglob("*")
-                  if p.is_file())
+    mine = sorted(
+        p.relative_to(tmp_path / "consumequeue") for p in (tmp_path / "consumequeue").rglob("*") if p.is_file()
+    )
     assert mine == java
     for rel in java:
         assert (tmp_path / "consumequeue" / rel).read_bytes() == (root / "consumequeue" / rel).read_bytes(), rel

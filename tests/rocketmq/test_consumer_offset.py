@@ -24,7 +24,8 @@ def test_the_exact_fastjson_text_rocketmq_writes(tmp_path: Path) -> None:
     m.commit_offset("group1", "TopicA", 0, 5)
     m.persist()
     assert (tmp_path / "config" / "consumerOffset.json").read_text() == (
-        '{\n\t"offsetTable":{\n\t\t"TopicA@group1":{0:5,1:3\n\t\t}\n\t}\n}')
+        '{\n\t"offsetTable":{\n\t\t"TopicA@group1":{0:5,1:3\n\t\t}\n\t}\n}'
+    )
 
 
 def test_several_groups_and_an_empty_table() -> None:

@@ -55,8 +55,13 @@ def run_and_kill(root: Path, flush: str, mode: str, batch: int, acks: int) -> in
     env = dict(os.environ, PYTHONPATH=str(REPO))
     err_path = root.parent / f"producer-{os.getpid()}-{acks}.err"
     err = open(err_path, "wb")  # a file, not a pipe: a full pipe would stall the producer
-    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(root), flush, mode, str(batch)],
-                            stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PRODUCER, str(root), flush, mode, str(batch)],
+        stdout=subprocess.PIPE,
+        stderr=err,
+        env=env,
+        cwd=str(REPO),
+    )
     acked = 0
     try:
         assert proc.stdout is not None
@@ -74,8 +79,13 @@ def run_and_kill(root: Path, flush: str, mode: str, batch: int, acks: int) -> in
 
 
 def check_recovered(root: Path, mode: str, acked: int, put_after: bool = True) -> int:
-    cfg = MessageStoreConfig(mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=6000,
-                             max_hash_slot_num=64, max_index_num=256, enable_dledger_commit_log=mode == "dledger")
+    cfg = MessageStoreConfig(
+        mapped_file_size_commit_log=256 * 1024,
+        mapped_file_size_consume_queue=6000,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        enable_dledger_commit_log=mode == "dledger",
+    )
     assert (root / "abort").exists()
     with MessageStore(root, cfg) as s:
         bodies = [m.body for m in s.iter_messages()]
@@ -100,8 +110,9 @@ def check_recovered(root: Path, mode: str, acked: int, put_after: bool = True) -
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("flush,batch", [("SYNC_FLUSH", 1), ("SYNC_FLUSH", 16), ("ASYNC_FLUSH", 1),
-                                         ("ASYNC_FLUSH", 32)])
+@pytest.mark.parametrize(
+    "flush,batch", [("SYNC_FLUSH", 1), ("SYNC_FLUSH", 16), ("ASYNC_FLUSH", 1), ("ASYNC_FLUSH", 32)]
+)
 def test_kill_producer(tmp_path: Path, mode: str, flush: str, batch: int) -> None:
     root = tmp_path / "store"
     acked = run_and_kill(root, flush, mode, batch, 3000 if batch > 1 else 1500)

@@ -23,16 +23,23 @@ from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.store import MessageStore
 from dledger.store.file import MmapFileStore
 
-pytestmark = pytest.mark.skipif("body_pos_patch" not in inspect.signature(MmapFileStore.__init__).parameters,
-                                reason="no DLedger AppendHook")
+pytestmark = pytest.mark.skipif(
+    "body_pos_patch" not in inspect.signature(MmapFileStore.__init__).parameters, reason="no DLedger AppendHook"
+)
 
 FILE = 64 * 1024
 
 
 def config(**kw: Any) -> MessageStoreConfig:
-    return MessageStoreConfig(mapped_file_size_commit_log=FILE, mapped_file_size_consume_queue=6000,
-                              max_hash_slot_num=64, max_index_num=256, enable_dledger_commit_log=True,
-                              dledger_self_id="n0", store_host="192.168.0.10:10911").replace(**kw)
+    return MessageStoreConfig(
+        mapped_file_size_commit_log=FILE,
+        mapped_file_size_consume_queue=6000,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        enable_dledger_commit_log=True,
+        dledger_self_id="n0",
+        store_host="192.168.0.10:10911",
+    ).replace(**kw)
 
 
 class ManualAppender:
@@ -67,8 +74,10 @@ def test_entries_layout(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with MessageStore(root, config()) as s:
         assert s.mode == "dledger"
-        results = [s.put_messages([Message("T", b"x" * (i % 700), queue_id=i % 3) for i in range(k, k + 10)])
-                   for k in range(0, 400, 10)]
+        results = [
+            s.put_messages([Message("T", b"x" * (i % 700), queue_id=i % 3) for i in range(k, k + 10)])
+            for k in range(0, 400, 10)
+        ]
         assert all(r.ok for r in results)
     data = sorted((root / "dledger-n0" / "data").iterdir())
     assert len(data) > 2 and all(p.stat().st_size == FILE for p in data)
@@ -152,8 +161,12 @@ def test_new_leader_rebuilds_queue_offsets(tmp_path: Path) -> None:
 
 def test_code_mapping() -> None:
     assert status_of_dledger_code(ResponseCode.SUCCESS) == PutMessageStatus.PUT_OK
-    for code in (ResponseCode.INCONSISTENT_LEADER, ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY,
-                 ResponseCode.DISK_FULL):
+    for code in (
+        ResponseCode.INCONSISTENT_LEADER,
+        ResponseCode.NOT_LEADER,
+        ResponseCode.LEADER_NOT_READY,
+        ResponseCode.DISK_FULL,
+    ):
         assert status_of_dledger_code(code) == PutMessageStatus.SERVICE_NOT_AVAILABLE
     for code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.LEADER_PENDING_FULL):
         assert status_of_dledger_code(code) == PutMessageStatus.OS_PAGECACHE_BUSY

@@ -31,9 +31,11 @@ NAMES = ["classic-3topics", "dledger-1node"]
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
     """Size, mtime and sha256 of every file (and the set of names) under ``root``."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns,
-                                       hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def expected(name: str, listing: str) -> list[str]:
@@ -114,8 +116,22 @@ def test_cli_query_answers_every_index_line(fixture_root: Path, capsys: pytest.C
     # Every line in-process (one process per line would take minutes) ...
     for line in lines:
         key, topic, offsets = line.split("\t")
-        assert mq_main(["query", str(fixture_root), "--topic", unescape(topic), "--key", unescape(key),
-                        "--max", "64", "--sorted"]) == 0
+        assert (
+            mq_main(
+                [
+                    "query",
+                    str(fixture_root),
+                    "--topic",
+                    unescape(topic),
+                    "--key",
+                    unescape(key),
+                    "--max",
+                    "64",
+                    "--sorted",
+                ]
+            )
+            == 0
+        )
         assert capsys.readouterr().out == offsets + "\n", line
     # ... and a sample as real processes: the hot key that fills maxNum, CJK and a surrogate
     # pair, the long key, the doubled key, a key with no hits.
@@ -125,8 +141,9 @@ def test_cli_query_answers_every_index_line(fixture_root: Path, capsys: pytest.C
     picks += lines[::400]
     for line in picks:
         key, topic, offsets = line.split("\t")
-        proc = run_mq("query", str(fixture_root), "--topic", unescape(topic), "--key", unescape(key),
-                      "--max", "64", "--sorted")
+        proc = run_mq(
+            "query", str(fixture_root), "--topic", unescape(topic), "--key", unescape(key), "--max", "64", "--sorted"
+        )
         assert proc.returncode == 0, proc.stderr.decode()
         assert proc.stdout.decode("utf-8") == offsets + "\n", line
 
@@ -139,14 +156,13 @@ def test_cli_stats_and_consume_read_the_fixture(fixture_root: Path) -> None:
     assert out[0] == f"mode\t{mode}"
     assert "dispatchBehindBytes\t0" in out
     summary = [ln.split("\t")[1:] for ln in expected(fixture_root.name, "summary.txt") if ln.startswith("queue\t")]
-    rows = out[out.index("#topic\tqueueId\tminOffset\tmaxOffset\tmessages\tmaxPhysicOffset") + 1:]
+    rows = out[out.index("#topic\tqueueId\tminOffset\tmaxOffset\tmessages\tmaxPhysicOffset") + 1 :]
     got = {tuple(r.split("\t")[:2]): (r.split("\t")[2], r.split("\t")[3], r.split("\t")[5]) for r in rows}
     assert got == {(t, q): (lo, hi, mp) for t, q, lo, hi, mp in summary}
     # TopicB/0 spans two consume-queue files: read across the boundary.
     units = [ln.split("\t") for ln in expected(fixture_root.name, "consumequeue.tsv")[1:]]
     topic_b0 = [u for u in units if u[0] == "TopicB" and u[1] == "0"]
-    proc = run_mq("consume", str(fixture_root), "--topic", "TopicB", "--queue", "0", "--offset", "298",
-                  "--count", "4")
+    proc = run_mq("consume", str(fixture_root), "--topic", "TopicB", "--queue", "0", "--offset", "298", "--count", "4")
     assert proc.returncode == 0, proc.stderr.decode()
     consumed = [r.split("\t") for r in proc.stdout.decode("utf-8").splitlines()]
     assert [(r[0], r[1]) for r in consumed] == [(u[2], u[3]) for u in topic_b0[298:302]]
@@ -165,10 +181,24 @@ def test_escaping_of_text_columns() -> None:
 def test_message_line_formats_hosts_and_ids_as_java() -> None:
     from dledger.rocketmq.message import MessageExt
 
-    m = MessageExt(topic="T\tx", body=b"\x00body", queue_id=3, flag=7, sys_flag=48, born_timestamp=11,
-                   born_host=("2001:db8::1", 40000), reconsume_times=2, prepared_offset=5, queue_offset=9,
-                   phys_offset=1234, size=250, store_timestamp=12, store_host=("2001:db8::10", 10911), body_crc=99,
-                   properties_string="KEYS\x01a b\x02TAGS\x01tg")
+    m = MessageExt(
+        topic="T\tx",
+        body=b"\x00body",
+        queue_id=3,
+        flag=7,
+        sys_flag=48,
+        born_timestamp=11,
+        born_host=("2001:db8::1", 40000),
+        reconsume_times=2,
+        prepared_offset=5,
+        queue_offset=9,
+        phys_offset=1234,
+        size=250,
+        store_timestamp=12,
+        store_host=("2001:db8::10", 10911),
+        body_crc=99,
+        properties_string="KEYS\x01a b\x02TAGS\x01tg",
+    )
     cols = message_line(m).split("\t")
     assert len(cols) == 20
     assert cols[:8] == ["1234", "250", "T\\tx", "3", "9", "48", "11", "12"]
@@ -203,8 +233,25 @@ def test_produce_into_a_copy_of_a_java_store(tmp_path: Path, name: str, capsys: 
     # The next record starts where the last ends; a DLedger record sits 48 bytes into its entry.
     end = int(last[0]) + int(last[1]) + (48 if name.startswith("dledger") else 0)
     queue_units = [ln for ln in expected(name, "consumequeue.tsv") if ln.startswith("TopicB\t0\t")]
-    assert mq_main(["produce", str(root), "--topic", "TopicB", "--queue", "0", "--keys", "new-key",
-                    "--tags", "TagNew", "--data", "appended"]) == 0
+    assert (
+        mq_main(
+            [
+                "produce",
+                str(root),
+                "--topic",
+                "TopicB",
+                "--queue",
+                "0",
+                "--keys",
+                "new-key",
+                "--tags",
+                "TagNew",
+                "--data",
+                "appended",
+            ]
+        )
+        == 0
+    )
     put = capsys.readouterr().out.rstrip("\n").split("\t")
     assert put[3:] == [str(len(queue_units)), str(end)]
     assert mq_main(["dump", str(root)]) == 0

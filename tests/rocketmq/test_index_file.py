@@ -36,9 +36,11 @@ def header(path: Path) -> tuple[int, int, int, int, int, int]:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns,
-                                       hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_java_string_hash_and_the_index_hash() -> None:
@@ -106,8 +108,9 @@ def test_service_rolls_to_new_files_newest_first(tmp_path: Path) -> None:
     svc.load()
     # 10 messages with the key "hot" and one other key each: 20 items, 7 per file.
     n = 10
-    written = svc.build_index("T", [["hot", f"k{i}"] for i in range(n)], [i * 100 for i in range(n)],
-                              [T0 + i * 1000 for i in range(n)])
+    written = svc.build_index(
+        "T", [["hot", f"k{i}"] for i in range(n)], [i * 100 for i in range(n)], [T0 + i * 1000 for i in range(n)]
+    )
     assert written == 20
     names = [f.name for f in svc.files]
     assert len(names) == 3 and names == sorted(names) and len(set(names)) == 3
@@ -212,8 +215,8 @@ def test_rebuilding_the_fixture_index_gives_the_java_files_byte_for_byte(tmp_pat
     half = len(phys) // 3  # one message at a time, then batches
     for i in range(half):
         svc.build_index(topics[i], [keys[i]], [phys[i]], [ts[i]])
-    svc.build_index(topics[half:half * 2], keys[half:half * 2], phys[half:half * 2], ts[half:half * 2])
-    svc.build_index(topics[half * 2:], keys[half * 2:], phys[half * 2:], ts[half * 2:])
+    svc.build_index(topics[half : half * 2], keys[half : half * 2], phys[half : half * 2], ts[half : half * 2])
+    svc.build_index(topics[half * 2 :], keys[half * 2 :], phys[half * 2 :], ts[half * 2 :])
     svc.close()
     mine = sorted((tmp_path / "index").iterdir())
     java = sorted((root / "index").iterdir())
@@ -237,11 +240,16 @@ def test_fixture_index_answers_every_expected_query(name: str) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(messages=st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "ab", "订单", "🚀"]), max_size=3),
-                         min_size=1, max_size=60),
-       batch=st.integers(1, 20), max_num=st.integers(1, 70))
-def test_queries_match_a_brute_force_model(tmp_path_factory: pytest.TempPathFactory, messages: list[list[str]],
-                                           batch: int, max_num: int) -> None:
+@given(
+    messages=st.lists(
+        st.lists(st.sampled_from(["a", "b", "c", "d", "e", "ab", "订单", "🚀"]), max_size=3), min_size=1, max_size=60
+    ),
+    batch=st.integers(1, 20),
+    max_num=st.integers(1, 70),
+)
+def test_queries_match_a_brute_force_model(
+    tmp_path_factory: pytest.TempPathFactory, messages: list[list[str]], batch: int, max_num: int
+) -> None:
     """Over any number of files: every item with the key's hash, newest first, up to max_num."""
     root = tmp_path_factory.mktemp("ix")
     svc = IndexService(root / "index", 3, 8, max_msgs_num_batch=1000)
@@ -263,11 +271,24 @@ def test_queries_match_a_brute_force_model(tmp_path_factory: pytest.TempPathFact
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_fixture_index_headers_are_the_summary(name: str) -> None:
     root = FIXTURES_MQ / name
-    want = [ln.split("\t")[1:] for ln in (root / "expected" / "summary.txt").read_text(encoding="utf-8").splitlines()
-            if ln.startswith("indexfile\t")]
+    want = [
+        ln.split("\t")[1:]
+        for ln in (root / "expected" / "summary.txt").read_text(encoding="utf-8").splitlines()
+        if ln.startswith("indexfile\t")
+    ]
     svc = IndexService(root / "index", 64, 256, readonly=True)
     svc.load()
-    got = [[f.name, str(f.begin_timestamp), str(f.end_timestamp), str(f.begin_phy_offset), str(f.end_phy_offset),
-            str(f.hash_slot_count), str(f.index_count)] for f in svc.files]
+    got = [
+        [
+            f.name,
+            str(f.begin_timestamp),
+            str(f.end_timestamp),
+            str(f.begin_phy_offset),
+            str(f.end_phy_offset),
+            str(f.hash_slot_count),
+            str(f.index_count),
+        ]
+        for f in svc.files
+    ]
     svc.close()
     assert got == want

@@ -59,8 +59,9 @@ def topics(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def properties(draw: st.DrawFn) -> bytes:
-    pairs = draw(st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "属性"]) | texts, texts),
-                          max_size=6))
+    pairs = draw(
+        st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "属性"]) | texts, texts), max_size=6)
+    )
     return "\x02".join(f"{k}\x01{v}" for k, v in pairs).encode()
 
 
@@ -97,9 +98,20 @@ def kernel_encode(rs: list[dict[str, Any]]) -> tuple[bytes, np.ndarray]:
         return [r[name] for r in rs]
 
     return mk.encode_records(
-        col("body"), col("topic"), col("properties"), col("queue_id"), col("flag"), col("queue_offset"),
-        col("phys_offset"), col("sys_flag"), col("born_timestamp"), col("born_host"), col("store_timestamp"),
-        col("store_host"), col("reconsume_times"), col("prepared_offset"),
+        col("body"),
+        col("topic"),
+        col("properties"),
+        col("queue_id"),
+        col("flag"),
+        col("queue_offset"),
+        col("phys_offset"),
+        col("sys_flag"),
+        col("born_timestamp"),
+        col("born_host"),
+        col("store_timestamp"),
+        col("store_host"),
+        col("reconsume_times"),
+        col("prepared_offset"),
     )
 
 
@@ -144,8 +156,12 @@ def test_record_length_constants():
 def test_encode_records_takes_shared_values():
     host = bytes([10, 0, 0, 1]) + struct.pack(">i", 10911)
     buf, offsets = mk.encode_records([b"a", b"bc"], b"T", b"", 1, 0, [5, 6], 0, 0, 7, host, 8, host, 0, 0)
-    want = [encode_record(b, b"T", queue_id=1, queue_offset=q, born_timestamp=7, born_host=host,
-                          store_timestamp=8, store_host=host) for b, q in ((b"a", 5), (b"bc", 6))]
+    want = [
+        encode_record(
+            b, b"T", queue_id=1, queue_offset=q, born_timestamp=7, born_host=host, store_timestamp=8, store_host=host
+        )
+        for b, q in ((b"a", 5), (b"bc", 6))
+    ]
     assert buf == b"".join(want)
     assert offsets.tolist() == [0, len(want[0]), len(want[0]) + len(want[1])]
 
@@ -167,9 +183,22 @@ def test_encode_records_empty_batch():
     ],
 )
 def test_encode_records_refuses_what_rocketmq_refuses(change, match):
-    r = {"body": b"x", "topic": b"T", "properties": b"", "queue_id": 0, "flag": 0, "queue_offset": 0,
-         "phys_offset": 0, "sys_flag": 0, "born_timestamp": 0, "born_host": bytes(8), "store_timestamp": 0,
-         "store_host": bytes(8), "reconsume_times": 0, "prepared_offset": 0}
+    r = {
+        "body": b"x",
+        "topic": b"T",
+        "properties": b"",
+        "queue_id": 0,
+        "flag": 0,
+        "queue_offset": 0,
+        "phys_offset": 0,
+        "sys_flag": 0,
+        "born_timestamp": 0,
+        "born_host": bytes(8),
+        "store_timestamp": 0,
+        "store_host": bytes(8),
+        "reconsume_times": 0,
+        "prepared_offset": 0,
+    }
     with pytest.raises(ValueError, match=match):
         kernel_encode([r, {**r, **change}])
 
@@ -203,7 +232,7 @@ def commitlog_files(draw: st.DrawFn) -> tuple[bytes, int]:
         bit = draw(st.integers(0, len(buf) * 8 - 1))
         buf[bit // 8] ^= 1 << (bit % 8)
     elif ending == "cut" and buf:
-        del buf[draw(st.integers(0, len(buf) - 1)):]
+        del buf[draw(st.integers(0, len(buf) - 1)) :]
     elif ending == "crc" and any(r["body"] for r in rs):
         k = draw(st.sampled_from([k for k, r in enumerate(rs) if r["body"]]))
         at = sum(len(oracle_encode(r)) for r in rs[:k])
@@ -289,7 +318,7 @@ def dledger_files(draw: st.DrawFn) -> tuple[bytes, int]:
         bit = draw(st.integers(0, len(buf) * 8 - 1))
         buf[bit // 8] ^= 1 << (bit % 8)
     elif ending == "cut" and buf:
-        del buf[draw(st.integers(0, len(buf) - 1)):]
+        del buf[draw(st.integers(0, len(buf) - 1)) :]
     elif ending == "crc" and buf:
         buf[draw(st.integers(48, len(buf) - 1))] ^= 0x11
     elif ending == "blank-record":  # an entry whose body is not a message record
@@ -322,8 +351,10 @@ prop_tokens = st.sampled_from(["TAGS", "KEYS", "\x01", "\x02", "a", "TAGSX", "",
 
 
 @settings(max_examples=300)
-@given(strings=st.lists(st.lists(prop_tokens, max_size=12).map("".join), max_size=8),
-       name=st.sampled_from([b"TAGS", b"KEYS", b"a", "值".encode()]))
+@given(
+    strings=st.lists(st.lists(prop_tokens, max_size=12).map("".join), max_size=8),
+    name=st.sampled_from([b"TAGS", b"KEYS", b"a", "值".encode()]),
+)
 @example(strings=["TAGS\x01a\x02TAGS\x01b", "TAGS\x01\x02", "TAGS\x01a\x01b", "\x01TAGS\x01x", "TAGS"], name=b"TAGS")
 def test_property_spans_match_string2messageproperties(strings, name):
     raw = [s.encode() for s in strings]
@@ -332,13 +363,14 @@ def test_property_spans_match_string2messageproperties(strings, name):
     got_off, got_len = mk.property_spans(buf, offs, [len(r) for r in raw], name)
     want = [property_span(r, name) for r in raw]
     assert list(zip(got_off.tolist(), got_len.tolist(), strict=True)) == [
-        (o + int(base), n) if o >= 0 else (-1, 0) for (o, n), base in zip(want, offs, strict=True)]
+        (o + int(base), n) if o >= 0 else (-1, 0) for (o, n), base in zip(want, offs, strict=True)
+    ]
     # The span is the value Java's map holds.
     from record_oracle import parse_properties
 
     for r, (o, n) in zip(raw, want, strict=True):
         value = parse_properties(r.decode()).get(name.decode())
-        assert (r[o:o + n].decode() if o >= 0 else None) == value
+        assert (r[o : o + n].decode() if o >= 0 else None) == value
 
 
 def test_property_spans_rejects_out_of_bounds():
@@ -367,9 +399,15 @@ def test_java_hash_matches_utf16_oracle(s):
 
 
 @settings(max_examples=500)
-@given(raw=st.lists(st.sampled_from([0x41, 0x7F, 0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xA0, 0x9F, 0xEF,
-                                     0xF0, 0x90, 0x8F, 0xF4, 0xF5, 0xFF]) | st.integers(0, 255),
-                    max_size=12).map(bytes))
+@given(
+    raw=st.lists(
+        st.sampled_from(
+            [0x41, 0x7F, 0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xA0, 0x9F, 0xEF, 0xF0, 0x90, 0x8F, 0xF4, 0xF5, 0xFF]
+        )
+        | st.integers(0, 255),
+        max_size=12,
+    ).map(bytes)
+)
 @example(raw=b"\xed\xa0\x80")
 @example(raw=b"\xed\xa0")
 @example(raw=b"\xe4\xb8")
@@ -413,9 +451,13 @@ def test_consume_queue_units_match_oracle(units):
 
 
 @settings(max_examples=200)
-@given(slots=st.integers(1, 8), index_num=st.integers(2, 40),
-       items=st.lists(st.tuples(st.integers(0, 2**31 - 1), i64, st.integers(0, 50)), max_size=50),
-       split=st.integers(0, 50), count0=st.sampled_from([0, 1]))
+@given(
+    slots=st.integers(1, 8),
+    index_num=st.integers(2, 40),
+    items=st.lists(st.tuples(st.integers(0, 2**31 - 1), i64, st.integers(0, 50)), max_size=50),
+    split=st.integers(0, 50),
+    count0=st.sampled_from([0, 1]),
+)
 def test_index_put_many_and_lookup_match_putkey_and_selectphyoffset(slots, index_num, items, split, count0):
     items = [(k % 5, p, d) for k, p, d in items]  # few keys, so chains and shared slots are long
     buf = bytearray(index_file_size(slots, index_num))
@@ -423,8 +465,9 @@ def test_index_put_many_and_lookup_match_putkey_and_selectphyoffset(slots, index
     want = bytearray(buf)
     put = 0
     for part in (items[:split], items[split:]):
-        put += mk.index_put_many(buf, slots, index_num, [k for k, _, _ in part], [p for _, p, _ in part],
-                                 [d for _, _, d in part])
+        put += mk.index_put_many(
+            buf, slots, index_num, [k for k, _, _ in part], [p for _, p, _ in part], [d for _, _, d in part]
+        )
     fitted = [index_put(want, slots, index_num, *it) for it in items]
     assert put == sum(fitted) == min(len(items), index_num - 1)
     assert buf == want
@@ -487,13 +530,13 @@ def scan_fixture(root: Path, dledger: bool) -> list[dict[str, Any]]:
         last = k == len(files) - 1
         assert code == (mk.STOP_ZERO if last else mk.STOP_BLANK), (path.name, mk.STOP_NAMES[code], stop)
         for r in rows(cols, mk.DLEDGER_COLUMNS if dledger else mk.COLUMNS):
-            r["topic"] = buf[r["topic_off"]:r["topic_off"] + r["topic_len"]].decode()
-            r["body"] = buf[r["body_off"]:r["body_off"] + r["body_len"]]
-            r["properties"] = buf[r["props_off"]:r["props_off"] + r["props_len"]].decode()
+            r["topic"] = buf[r["topic_off"] : r["topic_off"] + r["topic_len"]].decode()
+            r["body"] = buf[r["body_off"] : r["body_off"] + r["body_len"]]
+            r["properties"] = buf[r["props_off"] : r["props_off"] + r["props_len"]].decode()
             bh = 20 if r["sys_flag"] & BORNHOST_V6_FLAG else 8
             sh = 20 if r["sys_flag"] & STOREHOSTADDRESS_V6_FLAG else 8
-            r["born_host"] = java_host(buf[r["born_host_off"]:r["born_host_off"] + bh])
-            r["store_host"] = java_host(buf[r["store_host_off"]:r["store_host_off"] + sh])
+            r["born_host"] = java_host(buf[r["born_host_off"] : r["born_host_off"] + bh])
+            r["store_host"] = java_host(buf[r["store_host_off"] : r["store_host_off"] + sh])
             tags_off, tags_len = mk.property_spans(buf, [r["props_off"]], [r["props_len"]], b"TAGS")
             r["tags_code"] = int(mk.java_hash_many(buf, tags_off, tags_len)[0])
             out.append(r)
@@ -510,11 +553,35 @@ def test_fixture_commitlog_scan_matches_expected_messages(fixtures_mq, name, dle
     expected = tsv(root / "expected" / "messages.tsv")
     assert len(got) == len(expected)
     for r, e in zip(got, expected, strict=True):
-        assert [r["phys_offset"], r["size"], r["topic"], r["queue_id"], r["queue_offset"], r["sys_flag"],
-                r["born_timestamp"], r["store_timestamp"], r["born_host"], r["store_host"], r["reconsume_times"],
-                r["prepared_offset"], r["body_crc"]] == [
-            int(e[0]), int(e[1]), unescape(e[2]), int(e[3]), int(e[4]), int(e[5]), int(e[6]), int(e[7]), e[8],
-            e[9], int(e[10]), int(e[11]), int(e[12])]
+        assert [
+            r["phys_offset"],
+            r["size"],
+            r["topic"],
+            r["queue_id"],
+            r["queue_offset"],
+            r["sys_flag"],
+            r["born_timestamp"],
+            r["store_timestamp"],
+            r["born_host"],
+            r["store_host"],
+            r["reconsume_times"],
+            r["prepared_offset"],
+            r["body_crc"],
+        ] == [
+            int(e[0]),
+            int(e[1]),
+            unescape(e[2]),
+            int(e[3]),
+            int(e[4]),
+            int(e[5]),
+            int(e[6]),
+            int(e[7]),
+            e[8],
+            e[9],
+            int(e[10]),
+            int(e[11]),
+            int(e[12]),
+        ]
         assert hashlib.sha256(r["body"]).hexdigest()[:16] == e[13]
         assert r["body_len"] == int(e[14])
         assert r["properties"] == unescape(e[17])

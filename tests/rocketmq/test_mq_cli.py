@@ -39,17 +39,20 @@ def mq_process() -> list[str]:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns,
-                                       hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
 def store_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     """A classic store with TopicA/0 (one message with tags and keys) and TopicA/1 (three lines)."""
     root = tmp_path / "store"
-    rc, out, err = mq(capsys, "produce", str(root), "--topic", "TopicA", "--tags", "TagA", "--keys", "k1 k2",
-                      "--data", "hello\tworld")
+    rc, out, err = mq(
+        capsys, "produce", str(root), "--topic", "TopicA", "--tags", "TagA", "--keys", "k1 k2", "--data", "hello\tworld"
+    )
     assert rc == 0, err
     fields = out.rstrip("\n").split("\t")
     assert fields[0] == "PUT_OK" and fields[2:] == ["0", "0", "0"]
@@ -58,9 +61,13 @@ def store_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
 
 
 def produce_lines(root: Path, topic: str, queue: int, lines: bytes) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([*mq_process(), "produce", str(root), "--topic", topic,
-                           "--queue", str(queue), "--stdin"], input=lines, capture_output=True, cwd=REPO,
-                          timeout=300)
+    return subprocess.run(
+        [*mq_process(), "produce", str(root), "--topic", topic, "--queue", str(queue), "--stdin"],
+        input=lines,
+        capture_output=True,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def test_produce_then_consume_query_stats_and_dump(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,8 +80,9 @@ def test_produce_then_consume_query_stats_and_dump(store_dir: Path, capsys: pyte
     assert rc == 0
     assert [r.split("\t")[0] for r in out.splitlines()] == ["1", "2"]
     assert [r.split("\t")[-1] for r in out.splitlines()] == ["two", "three"]
-    rc, out, err = mq(capsys, "consume", str(store_dir), "--topic", "TopicA", "--queue", "0", "--offset", "0",
-                      "--count", "5")
+    rc, out, err = mq(
+        capsys, "consume", str(store_dir), "--topic", "TopicA", "--queue", "0", "--offset", "0", "--count", "5"
+    )
     line = out.rstrip("\n").split("\t")
     assert line[0] == "0" and line[3:] == ["TagA", "k1 k2", "hello\\tworld"]
     assert "FOUND" in err
@@ -99,8 +107,12 @@ def test_produce_then_consume_query_stats_and_dump(store_dir: Path, capsys: pyte
     assert first[15:17] == ["TagA", "k1 k2"] and first[14] == str(len(b"hello\tworld"))
     rc, out, _ = mq(capsys, "dump", str(store_dir), "--consume-queues")
     assert out.splitlines()[0] == CONSUME_QUEUE_HEADER
-    assert [r.split("\t")[:3] for r in out.splitlines()[1:]] == [["TopicA", "0", "0"], ["TopicA", "1", "0"],
-                                                                 ["TopicA", "1", "1"], ["TopicA", "1", "2"]]
+    assert [r.split("\t")[:3] for r in out.splitlines()[1:]] == [
+        ["TopicA", "0", "0"],
+        ["TopicA", "1", "0"],
+        ["TopicA", "1", "1"],
+        ["TopicA", "1", "2"],
+    ]
 
 
 def _has_append_hook() -> bool:
@@ -121,8 +133,10 @@ def test_a_dledger_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     rc, out, _ = mq(capsys, "stats", str(root))
     assert out.splitlines()[0] == "mode\tdledger"
     rc, out, _ = mq(capsys, "dump", str(root))
-    assert [r.split("\t")[0] for r in out.splitlines()[1:]] == ["48", str(48 + 48 + int(out.splitlines()[1]
-                                                                                         .split("\t")[1]))]
+    assert [r.split("\t")[0] for r in out.splitlines()[1:]] == [
+        "48",
+        str(48 + 48 + int(out.splitlines()[1].split("\t")[1])),
+    ]
 
 
 def test_read_commands_never_write_nor_take_the_lock(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,11 +144,14 @@ def test_read_commands_never_write_nor_take_the_lock(store_dir: Path, capsys: py
     fd = os.open(store_dir / "lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running store holds it
-        for args in (["dump", str(store_dir)], ["dump", str(store_dir), "--consume-queues"],
-                     ["stats", str(store_dir)], ["query", str(store_dir), "--topic", "TopicA", "--key", "k1"],
-                     ["consume", str(store_dir), "--topic", "TopicA", "--queue", "0", "--offset", "0"]):
-            proc = subprocess.run([*mq_process(), *args], capture_output=True,
-                                  cwd=REPO, timeout=300)
+        for args in (
+            ["dump", str(store_dir)],
+            ["dump", str(store_dir), "--consume-queues"],
+            ["stats", str(store_dir)],
+            ["query", str(store_dir), "--topic", "TopicA", "--key", "k1"],
+            ["consume", str(store_dir), "--topic", "TopicA", "--queue", "0", "--offset", "0"],
+        ):
+            proc = subprocess.run([*mq_process(), *args], capture_output=True, cwd=REPO, timeout=300)
             assert proc.returncode == 0, (args, proc.stderr.decode())
         # A writer is refused while the lock is held, with one line.
         rc, _, err = mq(capsys, "produce", str(store_dir), "--topic", "TopicA", "--data", "z")
@@ -147,15 +164,19 @@ def test_read_commands_never_write_nor_take_the_lock(store_dir: Path, capsys: py
     assert not (store_dir / "lock").exists()
 
 
-@pytest.mark.parametrize("command", [
-    ["consume", "{dir}", "--topic", "T", "--queue", "0", "--offset", "0"],
-    ["query", "{dir}", "--topic", "T", "--key", "k"],
-    ["stats", "{dir}"],
-    ["dump", "{dir}"],
-    ["dump", "{dir}", "--consume-queues"],
-])
-def test_missing_dir_and_not_a_store_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          command: list[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["consume", "{dir}", "--topic", "T", "--queue", "0", "--offset", "0"],
+        ["query", "{dir}", "--topic", "T", "--key", "k"],
+        ["stats", "{dir}"],
+        ["dump", "{dir}"],
+        ["dump", "{dir}", "--consume-queues"],
+    ],
+)
+def test_missing_dir_and_not_a_store_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
     for target, message in ((tmp_path / "nope", "no such directory"), (tmp_path, "not a RocketMQ store")):
         rc, out, err = mq(capsys, *[a.replace("{dir}", str(target)) for a in command])
         assert rc == 1 and out == ""
@@ -171,7 +192,6 @@ def test_unknown_topic_or_queue(store_dir: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_the_process_exit_status_and_stderr() -> None:
-    proc = subprocess.run([*mq_process(), "stats", "/nonexistent/store"],
-                          capture_output=True, cwd=REPO, timeout=300)
+    proc = subprocess.run([*mq_process(), "stats", "/nonexistent/store"], capture_output=True, cwd=REPO, timeout=300)
     assert proc.returncode == 1 and proc.stdout == b""
     assert proc.stderr.decode().strip() == "dledger mq stats: /nonexistent/store: no such directory"

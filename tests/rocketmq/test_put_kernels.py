@@ -33,16 +33,43 @@ V6 = oracle.host_bytes("2001:db8::10", 10911)
     born_ts=st.integers(0, 2**42),
     store_ts=st.integers(0, 2**42),
 )
-def test_encode_uniform_writes_the_oracles_records(bodies, topic, stem, per_record, uniq_first, queue_id, flag, tran,
-                                                   born_v6, store_v6, queue_offset, phys_offset, born_ts,
-                                                   store_ts) -> None:
+def test_encode_uniform_writes_the_oracles_records(
+    bodies,
+    topic,
+    stem,
+    per_record,
+    uniq_first,
+    queue_id,
+    flag,
+    tran,
+    born_v6,
+    store_v6,
+    queue_offset,
+    phys_offset,
+    born_ts,
+    store_ts,
+) -> None:
     n = len(bodies)
     sys_flag = tran | (16 if born_v6 else 0) | (32 if store_v6 else 0)
     born, store = (V6 if born_v6 else V4), (V6 if store_v6 else V4)
     props_in: list[bytes] | bytes = [stem + bytes([65 + k % 26]) * k for k in range(n)] if per_record else stem
     advance = tran in (0, 8)
-    buf, offs = mk.encode_uniform(bodies, topic, props_in, uniq_first, queue_id, flag, sys_flag, born_ts, born,
-                                  store_ts, store, queue_offset, advance, phys_offset)
+    buf, offs = mk.encode_uniform(
+        bodies,
+        topic,
+        props_in,
+        uniq_first,
+        queue_id,
+        flag,
+        sys_flag,
+        born_ts,
+        born,
+        store_ts,
+        store,
+        queue_offset,
+        advance,
+        phys_offset,
+    )
     want: list[bytes] = []
     for k, body in enumerate(bodies):
         props = props_in[k] if isinstance(props_in, list) else props_in
@@ -50,18 +77,41 @@ def test_encode_uniform_writes_the_oracles_records(bodies, topic, stem, per_reco
             props += b"%04X" % ((uniq_first + k) & 0xFFFF)
         at = phys_offset + sum(len(r) for r in want)
         qoff = queue_offset + k if advance else queue_offset
-        want.append(oracle.encode_record(
-            body, topic, props, queue_id=queue_id, flag=flag, queue_offset=qoff, phys_offset=at, sys_flag=sys_flag,
-            born_timestamp=born_ts, born_host=born, store_timestamp=store_ts,
-            store_host=store))
+        want.append(
+            oracle.encode_record(
+                body,
+                topic,
+                props,
+                queue_id=queue_id,
+                flag=flag,
+                queue_offset=qoff,
+                phys_offset=at,
+                sys_flag=sys_flag,
+                born_timestamp=born_ts,
+                born_host=born,
+                store_timestamp=store_ts,
+                store_host=store,
+            )
+        )
     assert buf == b"".join(want)
     assert offs.dtype == np.int64
     assert offs.tolist() == [phys_offset + sum(len(r) for r in want[:k]) for k in range(n + 1)]
 
 
 def test_encode_uniform_refuses_what_encode_records_refuses() -> None:
-    args: dict[str, Any] = dict(uniq_first=-1, queue_id=0, flag=0, sys_flag=0, born_timestamp=1, born_host=V4,
-                                store_timestamp=1, store_host=V4, queue_offset=0, advance=True, phys_offset=0)
+    args: dict[str, Any] = dict(
+        uniq_first=-1,
+        queue_id=0,
+        flag=0,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=V4,
+        store_timestamp=1,
+        store_host=V4,
+        queue_offset=0,
+        advance=True,
+        phys_offset=0,
+    )
     with pytest.raises(ValueError):
         mk.encode_uniform([b"x"], b"t" * 128, b"", **args)
     with pytest.raises(ValueError):
@@ -84,13 +134,17 @@ def test_uniform_batches_across_files_read_back(tmp_path, mode: str, uniq: bool)
     from dledger.rocketmq.message import UNIQ_KEY, MessageSysFlag
     from dledger.rocketmq.store import MessageStore
 
-    cfg = MessageStoreConfig(enable_dledger_commit_log=mode == "dledger", mapped_file_size_commit_log=1 << 14,
-                             create_uniq_key=uniq, store_host="10.0.0.1:10911")
+    cfg = MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger",
+        mapped_file_size_commit_log=1 << 14,
+        create_uniq_key=uniq,
+        store_host="10.0.0.1:10911",
+    )
     results: list[Any] = []
     bodies = [bytes([k % 251]) * (k % 300) for k in range(600)]
     with MessageStore(tmp_path / "s", cfg) as s:
         for k in range(0, 600, 30):
-            res = s.put_batch("T", bodies[k:k + 30], queue_id=3, tags="tg", properties={"p": "v"})
+            res = s.put_batch("T", bodies[k : k + 30], queue_id=3, tags="tg", properties={"p": "v"})
             assert res.ok
             results.append(res.append_result)
         prepared = s.put_batch("T", [b"half", b"done"], queue_id=3, sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE)
@@ -125,7 +179,8 @@ def test_uniform_batches_across_files_read_back(tmp_path, mode: str, uniq: bool)
 prop_name = st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"K", b"TAG"])
 prop_item = st.one_of(
     st.tuples(prop_name, st.binary(max_size=12).filter(lambda v: b"\x01" not in v and b"\x02" not in v)).map(
-        lambda t: t[0] + b"\x01" + t[1]),
+        lambda t: t[0] + b"\x01" + t[1]
+    ),
     st.binary(max_size=10).filter(lambda v: b"\x02" not in v),
 )
 props_strings = st.lists(st.lists(prop_item, max_size=6).map(b"\x02".join), max_size=12)
@@ -162,9 +217,15 @@ key_text = st.text(alphabet=st.sampled_from(["a", "Z", "0", " ", "#", "中", "\U
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows=st.lists(st.tuples(st.sampled_from(["TopicA", "中文", "t"]), st.one_of(st.none(), key_text),
-                               st.one_of(st.none(), key_text)), max_size=12),
-       raw_tail=st.binary(max_size=6))
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["TopicA", "中文", "t"]), st.one_of(st.none(), key_text), st.one_of(st.none(), key_text)
+        ),
+        max_size=12,
+    ),
+    raw_tail=st.binary(max_size=6),
+)
 def test_index_key_hashes_are_buildindex_keys(rows: list[tuple[str, str | None, str | None]], raw_tail: bytes) -> None:
     """UNIQ_KEY first, then each non-empty KEYS segment, hashed as ``topic#key`` (Java's hash of
     the separately decoded strings, ill-formed UTF-8 included)."""
@@ -193,8 +254,14 @@ def test_index_key_hashes_are_buildindex_keys(rows: list[tuple[str, str | None, 
         if keys is not None:
             text = oracle.java_decode(keys.encode() + raw_tail)
             want += [(oracle.index_key_hash(topic + "#" + seg), k) for seg in text.split(" ") if seg]
-    hashes, idx = mk.index_key_hashes(b"".join(parts), np.array(prefix, dtype=np.int64), np.array(uo, np.int64),
-                                      np.array(ul, np.int64), np.array(ko, np.int64), np.array(kl, np.int64))
+    hashes, idx = mk.index_key_hashes(
+        b"".join(parts),
+        np.array(prefix, dtype=np.int64),
+        np.array(uo, np.int64),
+        np.array(ul, np.int64),
+        np.array(ko, np.int64),
+        np.array(kl, np.int64),
+    )
     assert list(zip(hashes.tolist(), idx.tolist(), strict=True)) == want
 
 

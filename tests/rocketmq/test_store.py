@@ -30,8 +30,13 @@ MODES = ["classic", pytest.param("dledger", marks=pytest.mark.skipif(not HAVE_HO
 
 def small_config(mode: str, **kw: object) -> MessageStoreConfig:
     cfg = MessageStoreConfig(
-        mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=300 * 20, max_hash_slot_num=64,
-        max_index_num=256, enable_dledger_commit_log=mode == "dledger", store_host="192.168.0.10:10911")
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=300 * 20,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        enable_dledger_commit_log=mode == "dledger",
+        store_host="192.168.0.10:10911",
+    )
     return cfg.replace(**kw)
 
 
@@ -64,8 +69,15 @@ def test_host_formatting() -> None:
 
 def test_round_trip(store: MessageStore) -> None:
     msgs = [
-        Message("TopicA", b"hello", queue_id=1, tags="TagA", keys=["k1", "k2"], born_host=("2001:db8::1", 1234),
-                properties={"user": "v"}),
+        Message(
+            "TopicA",
+            b"hello",
+            queue_id=1,
+            tags="TagA",
+            keys=["k1", "k2"],
+            born_host=("2001:db8::1", 1234),
+            properties={"user": "v"},
+        ),
         Message("TopicA", b"", queue_id=1),  # empty body, no user properties
         Message("主题-ü", "多字节".encode(), queue_id=0, tags="标签X", keys="订单-🚀-1"),
         Message("TopicA", b"x" * 3000, queue_id=1, flag=7, reconsume_times=2, born_timestamp=1234567),
@@ -204,11 +216,13 @@ def test_delay_levels_go_to_schedule_topic(store: MessageStore) -> None:
 
 
 def test_transaction_flags(store: MessageStore) -> None:
-    prepared = store.put_message(Message("T", b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE,
-                                         keys="kp"))
+    prepared = store.put_message(Message("T", b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE, keys="kp"))
     rollback = store.put_message(Message("T", b"rb", sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE, keys="kr"))
-    commit = store.put_message(Message("T", b"c", sys_flag=MessageSysFlag.TRANSACTION_COMMIT_TYPE,
-                                       prepared_offset=prepared.phys_offset, keys="kc"))
+    commit = store.put_message(
+        Message(
+            "T", b"c", sys_flag=MessageSysFlag.TRANSACTION_COMMIT_TYPE, prepared_offset=prepared.phys_offset, keys="kc"
+        )
+    )
     store.wait_dispatched()
     assert prepared.queue_offset == 0 and rollback.queue_offset == 0 and commit.queue_offset == 0
     res = store.get_messages("T", 0, 0)
@@ -273,7 +287,8 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, m
         assert s.min_offset_in_queue("T", 0) > 0
         res = s.get_messages("T", 0, 0)
         assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == s.min_offset_in_queue(
-            "T", 0)
+            "T", 0
+        )
         first = s.get_messages("T", 0, res.next_begin_offset).messages[0]
         assert first.phys_offset >= s.min_phys_offset
 
@@ -289,8 +304,9 @@ def test_iter_messages_in_log_order(store: MessageStore) -> None:
 def test_put_batch_columns(store: MessageStore) -> None:
     bodies = [b"b%d" % i for i in range(40)]
     keys = [f"k{i} shared" if i % 2 else None for i in range(40)]
-    res = store.put_batch("TopicC", bodies, queue_id=2, tags="TagZ", keys=keys, properties={"a": "1"},
-                          born_host=("2001:db8::7", 99))
+    res = store.put_batch(
+        "TopicC", bodies, queue_id=2, tags="TagZ", keys=keys, properties={"a": "1"}, born_host=("2001:db8::7", 99)
+    )
     assert res.status == PutMessageStatus.PUT_OK and res.append_result is not None
     assert res.append_result.msg_num == 40
     assert len(set(res.append_result.msg_ids)) == 40
@@ -311,7 +327,7 @@ def test_put_batch_columns(store: MessageStore) -> None:
 def test_pull_columns_and_arrow(store: MessageStore) -> None:
     bodies = [bytes([i % 251]) * (i % 50) for i in range(500)]
     for k in range(0, 500, 50):
-        assert store.put_batch("P", bodies[k:k + 50], queue_id=1, tags="t").ok
+        assert store.put_batch("P", bodies[k : k + 50], queue_id=1, tags="t").ok
         store.put_message(Message("Other", b"interleaved"))
     store.wait_dispatched()
     table = store.pull_arrow("P", 1, 10, 1000)
@@ -330,7 +346,7 @@ def test_iter_messages_in_small_windows(store: MessageStore, monkeypatch: pytest
 
     bodies = [os.urandom(100 + i * 7) for i in range(400)]  # > 64 KiB: crosses files too
     for k in range(0, 400, 40):
-        store.put_batch("W", bodies[k:k + 40])
+        store.put_batch("W", bodies[k : k + 40])
     monkeypatch.setattr(store_module, "_WINDOW", 5000)  # windows end inside records (each < 3 KiB)
     assert [m.body for m in store.iter_messages()] == bodies
     start = store.get_messages("W", 0, 123).messages[0].phys_offset

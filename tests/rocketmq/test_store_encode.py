@@ -14,8 +14,9 @@ from dledger.rocketmq.encode import BatchPreparer, encode_batch, encode_one
 from dledger.rocketmq.message import Message, MessageSysFlag, decode_properties, encode_host
 
 # property names and values cannot hold the separators \x01 and \x02
-text = st.text(alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]), min_size=1,
-               max_size=20)
+text = st.text(
+    alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]), min_size=1, max_size=20
+)
 hosts = st.one_of(
     st.tuples(st.ip_addresses(v=4).map(str), st.integers(0, 65535)),
     st.tuples(st.ip_addresses(v=6).map(str), st.integers(0, 65535)),
@@ -29,8 +30,14 @@ messages = st.builds(
     tags=st.one_of(st.none(), text),
     keys=st.one_of(st.none(), st.lists(text.filter(lambda k: " " not in k), max_size=3)),
     properties=st.dictionaries(text, text, max_size=4),
-    sys_flag=st.sampled_from([0, MessageSysFlag.COMPRESSED_FLAG, MessageSysFlag.TRANSACTION_PREPARED_TYPE,
-                              MessageSysFlag.TRANSACTION_COMMIT_TYPE]),
+    sys_flag=st.sampled_from(
+        [
+            0,
+            MessageSysFlag.COMPRESSED_FLAG,
+            MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+            MessageSysFlag.TRANSACTION_COMMIT_TYPE,
+        ]
+    ),
     born_timestamp=st.integers(1, 2**41),
     born_host=hosts,
     reconsume_times=st.integers(0, 16),
@@ -46,12 +53,21 @@ def test_single_encoder_matches_kernel_and_oracle(msg: Message, store_v6: bool, 
     batch = prep.prepare([msg])
     mine = encode_one(batch, queue_offset, phys, 1795421951105)
     kernel, _starts = K.encode_records(
-        batch.bodies, batch.topics, batch.properties, np.array(batch.queue_ids, dtype=np.int32),
-        np.array(batch.flags, dtype=np.int32), np.array([queue_offset], dtype=np.int64),
-        np.array([phys], dtype=np.int64), np.array(batch.sys_flags, dtype=np.int32),
-        np.array(batch.born_timestamps, dtype=np.int64), batch.born_hosts,
-        np.array([1795421951105], dtype=np.int64), batch.store_hosts,
-        np.array(batch.reconsume_times, dtype=np.int32), np.array(batch.prepared_offsets, dtype=np.int64))
+        batch.bodies,
+        batch.topics,
+        batch.properties,
+        np.array(batch.queue_ids, dtype=np.int32),
+        np.array(batch.flags, dtype=np.int32),
+        np.array([queue_offset], dtype=np.int64),
+        np.array([phys], dtype=np.int64),
+        np.array(batch.sys_flags, dtype=np.int32),
+        np.array(batch.born_timestamps, dtype=np.int64),
+        batch.born_hosts,
+        np.array([1795421951105], dtype=np.int64),
+        batch.store_hosts,
+        np.array(batch.reconsume_times, dtype=np.int32),
+        np.array(batch.prepared_offsets, dtype=np.int64),
+    )
     assert mine == bytes(kernel)
     assert int(batch.lengths[0]) == len(mine)
     rec = oracle.decode_record(mine, 0, check_crc=True)

@@ -47,7 +47,7 @@ def unescape(text: str) -> str:
             continue
         nxt = text[i + 1]
         if nxt == "x":
-            out.append(chr(int(text[i + 2:i + 4], 16)))
+            out.append(chr(int(text[i + 2 : i + 4], 16)))
             i += 4
         else:
             out.append({"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}[nxt])
@@ -93,11 +93,26 @@ def test_every_message_of_messages_tsv(opened) -> None:
     assert len(got) == len(expected)
     for m, row in zip(got, expected, strict=True):
         line = [
-            str(m.phys_offset), str(m.size), escape(m.topic), str(m.queue_id), str(m.queue_offset), str(m.sys_flag),
-            str(m.born_timestamp), str(m.store_timestamp), format_host(m.born_host), format_host(m.store_host),
-            str(m.reconsume_times), str(m.prepared_offset), str(m.body_crc),
-            hashlib.sha256(m.body).hexdigest()[:16], str(len(m.body)), escape(m.tags or ""), escape(m.keys or ""),
-            escape(m.properties_string), m.msg_id, str(m.flag),
+            str(m.phys_offset),
+            str(m.size),
+            escape(m.topic),
+            str(m.queue_id),
+            str(m.queue_offset),
+            str(m.sys_flag),
+            str(m.born_timestamp),
+            str(m.store_timestamp),
+            format_host(m.born_host),
+            format_host(m.store_host),
+            str(m.reconsume_times),
+            str(m.prepared_offset),
+            str(m.body_crc),
+            hashlib.sha256(m.body).hexdigest()[:16],
+            str(len(m.body)),
+            escape(m.tags or ""),
+            escape(m.keys or ""),
+            escape(m.properties_string),
+            m.msg_id,
+            str(m.flag),
         ]
         assert line == row, f"message at {m.phys_offset}"
 
@@ -113,8 +128,11 @@ def test_lookup_and_msg_id_of_every_message(opened) -> None:
 
 def test_offsets_match_summary(opened) -> None:
     root, store = opened
-    summary = dict(line.split("\t", 1) for line in (root / "expected" / "summary.txt").read_text().splitlines()
-                   if "\t" in line and not line.startswith(("#", "[", "queue", "indexfile", "file")))
+    summary = dict(
+        line.split("\t", 1)
+        for line in (root / "expected" / "summary.txt").read_text().splitlines()
+        if "\t" in line and not line.startswith(("#", "[", "queue", "indexfile", "file"))
+    )
     assert store.max_phys_offset == int(summary["maxPhyOffset"])
     assert store.min_phys_offset == int(summary["minPhyOffset"])
     assert store.dispatch_behind_bytes() == 0
@@ -189,8 +207,9 @@ def test_dispatch_rebuilds_java_queues_and_index_byte_for_byte(tmp_path: Path, n
     shutil.copytree(src, root)
     shutil.rmtree(root / "index")
     shutil.rmtree(root / "consumequeue")
-    cfg = MessageStoreConfig(mapped_file_size_commit_log=65536, mapped_file_size_consume_queue=6000,
-                             max_hash_slot_num=64, max_index_num=256)
+    cfg = MessageStoreConfig(
+        mapped_file_size_commit_log=65536, mapped_file_size_consume_queue=6000, max_hash_slot_num=64, max_index_num=256
+    )
     with MessageStore(root, cfg) as store:
         assert store.dispatch_behind_bytes() == 0
     java_index = [p.read_bytes() for p in sorted((src / "index").iterdir())]

@@ -15,8 +15,11 @@ PRINT_HOST = "from dledger.rocketmq.message import local_host_address; print(loc
 def test_default_store_host_is_stable_across_processes():
     runs = []
     for _ in range(2):
-        runs.append(subprocess.run([sys.executable, "-c", PRINT_HOST], capture_output=True, text=True,
-                                   check=True, timeout=60).stdout.strip())
+        runs.append(
+            subprocess.run(
+                [sys.executable, "-c", PRINT_HOST], capture_output=True, text=True, check=True, timeout=60
+            ).stdout.strip()
+        )
         time.sleep(0.05)  # a clock-made address would differ by now
     assert runs[0] == runs[1]
 

@@ -41,23 +41,39 @@ def test_request_codes_are_rocketmqs():
 
 
 def test_send_request_round_trip_keeps_bodies_and_properties():
-    req = SendRequest("TopicA", 3, [b"one", b"", b"three"], [b"TAGS\x01a", b"", b"KEYS\x01k1 k2"], flag=7,
-                      sys_flag=0, born_timestamp=123, born_host="10.0.0.1:5555")
+    req = SendRequest(
+        "TopicA",
+        3,
+        [b"one", b"", b"three"],
+        [b"TAGS\x01a", b"", b"KEYS\x01k1 k2"],
+        flag=7,
+        sys_flag=0,
+        born_timestamp=123,
+        born_host="10.0.0.1:5555",
+    )
     got, bodies, props = SendRequest.from_wire(over_the_wire(req.to_wire()))
-    assert (got.topic, got.queue_id, got.flag, got.born_timestamp, got.born_host) == ("TopicA", 3, 7, 123,
-                                                                                      "10.0.0.1:5555")
+    assert (got.topic, got.queue_id, got.flag, got.born_timestamp, got.born_host) == (
+        "TopicA",
+        3,
+        7,
+        123,
+        "10.0.0.1:5555",
+    )
     assert list(bodies) == [b"one", b"", b"three"]
     assert list(props) == [b"TAGS\x01a", b"", b"KEYS\x01k1 k2"]
 
 
-@pytest.mark.parametrize("change", [
-    {"sizes": b"\x01\x00\x00"},                     # not an array of uint32
-    {"sizes": b"\x09\x00\x00\x00"},                 # sizes do not add up to raw
-    {"props_sizes": b""},                           # properties for none of the bodies
-    {"topic": 5},                                   # not a string
-    {"queue_id": "0"},                              # not an int
-    {"raw": None},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sizes": b"\x01\x00\x00"},  # not an array of uint32
+        {"sizes": b"\x09\x00\x00\x00"},  # sizes do not add up to raw
+        {"props_sizes": b""},  # properties for none of the bodies
+        {"topic": 5},  # not a string
+        {"queue_id": "0"},  # not an int
+        {"raw": None},
+    ],
+)
 def test_malformed_send_requests_are_refused(change: dict[str, Any]):
     body = {**SendRequest("T", 0, [b"abc"], [b""]).to_wire(), **change}
     with pytest.raises(DLedgerError) as err:
@@ -77,9 +93,12 @@ def test_responses_and_other_requests_round_trip():
     assert SendResponse.from_wire(over_the_wire(s.to_wire())) == s
     p = PullResponse(GetMessageStatus.FOUND, 12, 0, 13, b"records", [48])
     assert PullResponse.from_wire(over_the_wire(p.to_wire())) == p
-    for req, cls in ((PullRequest("T", 1, 5, 10, 2000), PullRequest), (QueueRequest("T", 1, 99), QueueRequest),
-                     (ConsumerOffsetRequest("g", "T", 1, 8), ConsumerOffsetRequest),
-                     (QueryMessageRequest("T", "k", 5, 1, 2, ""), QueryMessageRequest)):
+    for req, cls in (
+        (PullRequest("T", 1, 5, 10, 2000), PullRequest),
+        (QueueRequest("T", 1, 99), QueueRequest),
+        (ConsumerOffsetRequest("g", "T", 1, 8), ConsumerOffsetRequest),
+        (QueryMessageRequest("T", "k", 5, 1, 2, ""), QueryMessageRequest),
+    ):
         assert cls.from_wire(over_the_wire(req.to_wire())) == req
 
 

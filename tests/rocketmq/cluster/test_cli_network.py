@@ -61,14 +61,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
 
 
 def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dledger.cli", "mq", *args], input=stdin, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "dledger.cli", "mq", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     peers = cluster.peers
-    out = mq("produce", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--keys", "cli-key", "--stdin",
-             stdin="alpha\nbeta\ngamma\n")
+    out = mq(
+        "produce",
+        "--peers",
+        peers,
+        "--topic",
+        "CliTopic",
+        "--queue",
+        "1",
+        "--keys",
+        "cli-key",
+        "--stdin",
+        stdin="alpha\nbeta\ngamma\n",
+    )
     assert out.returncode == 0, out.stderr
     lines = [x.split("\t") for x in out.stdout.splitlines()]
     assert [x[0] for x in lines] == ["SEND_OK"] * 3
@@ -79,18 +91,60 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     assert out.returncode == 0, out.stderr
     assert sorted(x.split("\t")[2] for x in out.stdout.splitlines()) == ["0", "1", "2", "3"]
 
-    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--offset", "0", "--count", "3",
-             "--wait", "5")
+    out = mq(
+        "consume",
+        "--peers",
+        peers,
+        "--topic",
+        "CliTopic",
+        "--queue",
+        "1",
+        "--offset",
+        "0",
+        "--count",
+        "3",
+        "--wait",
+        "5",
+    )
     assert out.returncode == 0, out.stderr
     rows = [x.split("\t") for x in out.stdout.splitlines()]
     assert [(r[0], r[-1]) for r in rows] == [("0", "alpha"), ("1", "beta"), ("2", "gamma")]
     assert "status FOUND next 3" in out.stderr
     # With the consumer group's offset, committed as it goes, from a follower.
-    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--count", "2", "--wait", "5",
-             "--commit", "--consumer-group", "cg")
+    out = mq(
+        "consume",
+        "--peers",
+        peers,
+        "--topic",
+        "CliTopic",
+        "--queue",
+        "1",
+        "--count",
+        "2",
+        "--wait",
+        "5",
+        "--commit",
+        "--consumer-group",
+        "cg",
+    )
     assert [r.split("\t")[-1] for r in out.stdout.splitlines()] == ["alpha", "beta"]
-    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "1", "--count", "5",
-             "--consumer-group", "cg", "--read-from", "follower", "--wait", "1")
+    out = mq(
+        "consume",
+        "--peers",
+        peers,
+        "--topic",
+        "CliTopic",
+        "--queue",
+        "1",
+        "--count",
+        "5",
+        "--consumer-group",
+        "cg",
+        "--read-from",
+        "follower",
+        "--wait",
+        "1",
+    )
     # From the committed offset, or from the start on a follower that has not applied the commit yet.
     assert out.stdout.splitlines()[0].split("\t")[-1] in ("gamma", "alpha")
 
@@ -133,9 +187,25 @@ def consecutive_free_ports(n: int) -> int:
 
 def test_local_cluster_with_message_store(tmp_path: Path):
     port = consecutive_free_ports(3)
-    out = subprocess.run([sys.executable, "-m", "dledger.cli", "cluster", "--nodes", "3", "--message-store",
-                          "--exit-after-writes", "--dir", str(tmp_path), "--base-port", str(port)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dledger.cli",
+            "cluster",
+            "--nodes",
+            "3",
+            "--message-store",
+            "--exit-after-writes",
+            "--dir",
+            str(tmp_path),
+            "--base-port",
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("sent SEND_OK") == 3
     assert "consumed offset 2: hello from dledger cluster, message 2" in out.stdout

@@ -30,9 +30,11 @@ SEGMENT = 1 << 20
 
 
 def mq_cluster(root: Path, *extra: str) -> TestCluster:
-    return TestCluster(root, member_dirs=True,
-                       extra=[*FAST, "-v", "--message-store", "--mapped-file-size-for-entry-data", str(SEGMENT),
-                              *extra])
+    return TestCluster(
+        root,
+        member_dirs=True,
+        extra=[*FAST, "-v", "--message-store", "--mapped-file-size-for-entry-data", str(SEGMENT), *extra],
+    )
 
 
 @pytest.fixture
@@ -101,8 +103,12 @@ def caught_up(c: TestCluster) -> bool:
         return False
     ends = {s["committed_phys_offset"] for s in st.values()}
     queues = {repr(sorted(map(tuple, s["queues"]))) for s in st.values()}
-    return (len(ends) == 1 and len(queues) == 1 and all(s["dispatch_behind_bytes"] == 0 for s in st.values())
-            and all(s["ledger_end_pos"] == s["committed_phys_offset"] for s in st.values()))
+    return (
+        len(ends) == 1
+        and len(queues) == 1
+        and all(s["dispatch_behind_bytes"] == 0 for s in st.values())
+        and all(s["ledger_end_pos"] == s["committed_phys_offset"] for s in st.values())
+    )
 
 
 def read_queue(c: TestCluster, member: str, queue: int) -> list[MessageExt]:
@@ -200,7 +206,7 @@ def test_kill_9_leader_and_cut_follower_under_load(cluster: TestCluster):
             ends.add((s.committed_index, s.committed_pos))
             files = sorted((c.node_dir(m) / "data").iterdir())
             # Nothing was deleted: the files start at position 0.
-            data.append(b"".join(f.read_bytes() for f in files)[:s.committed_pos])
+            data.append(b"".join(f.read_bytes() for f in files)[: s.committed_pos])
     assert len(ends) == 1
     assert data[0] == data[1] == data[2]
 

@@ -29,8 +29,14 @@ CASES = {
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageService]:
     root: Path = tmp_path_factory.mktemp("prep")
-    cfg = DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:1", store_base_dir=str(root), message_store=True,
-                        mapped_file_size_for_entry_data=1 << 22, default_topic_queue_nums=4)
+    cfg = DLedgerConfig(
+        self_id="n0",
+        peers="n0-127.0.0.1:1",
+        store_base_dir=str(root),
+        message_store=True,
+        mapped_file_size_for_entry_data=1 << 22,
+        default_topic_queue_nums=4,
+    )
     svc = MessageService(cfg, "127.0.0.1:1")
     try:
         yield svc
@@ -50,8 +56,8 @@ def accepted(svc: MessageService, props: list[bytes], topic: str = "T", queue_id
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_both_paths_judge_properties_alike(service: MessageService, name: str):
     props, ok = CASES[name]
-    assert accepted(service, [props]) is ok            # one message: Message objects
-    assert accepted(service, [GOOD, props]) is ok      # a batch: array operations
+    assert accepted(service, [props]) is ok  # one message: Message objects
+    assert accepted(service, [GOOD, props]) is ok  # a batch: array operations
     assert accepted(service, [props, GOOD, GOOD]) is ok
 
 

@@ -31,9 +31,21 @@ MAX_MESSAGE = 64 * 1024
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(tmp_path_factory.mktemp("mq"), member_dirs=True,
-                    extra=[*FAST, "-v", "--message-store", "--max-message-size", str(MAX_MESSAGE),
-                           "--default-topic-queue-nums", "4", "--mapped-file-size-for-entry-data", str(1 << 20)])
+    c = TestCluster(
+        tmp_path_factory.mktemp("mq"),
+        member_dirs=True,
+        extra=[
+            *FAST,
+            "-v",
+            "--message-store",
+            "--max-message-size",
+            str(MAX_MESSAGE),
+            "--default-topic-queue-nums",
+            "4",
+            "--mapped-file-size-for-entry-data",
+            str(1 << 20),
+        ],
+    )
     try:
         c.start_all()
         c.wait_leader()
@@ -87,9 +99,18 @@ def test_refused_input_gets_its_status_and_writes_nothing(cluster: TestCluster):
         assert resp.code == ResponseCode.SUCCESS
         assert SendResponse.from_wire(resp.body).status == PutMessageStatus.MESSAGE_ILLEGAL, props
     # Malformed requests: the transport code says so, nothing is written.
-    resp = raw_send(c, MessageRequestCode.SEND_MESSAGE, {"topic": "Refusals", "queue_id": 0, "raw": b"ab",
-                                                         "sizes": b"\x05\x00\x00\x00", "props_raw": b"",
-                                                         "props_sizes": b"\x00\x00\x00\x00"})
+    resp = raw_send(
+        c,
+        MessageRequestCode.SEND_MESSAGE,
+        {
+            "topic": "Refusals",
+            "queue_id": 0,
+            "raw": b"ab",
+            "sizes": b"\x05\x00\x00\x00",
+            "props_raw": b"",
+            "props_sizes": b"\x00\x00\x00\x00",
+        },
+    )
     assert resp.code == ResponseCode.SUCCESS
     assert SendResponse.from_wire(resp.body).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert leader_end(c) == before
@@ -125,10 +146,10 @@ def test_long_poll_returns_the_message_that_arrives(cluster: TestCluster):
 def test_offsets_queries_and_follower_reads(cluster: TestCluster):
     c = cluster
     with Producer(c.peers) as p:
-        results = p.send_batch([Message("Shop", f"order {i}".encode(), keys=[f"order-{i}"], tags="paid")
-                                for i in range(20)], queue_id=1)
-        assert [r.queue_offset for r in results] == list(range(results[0].queue_offset,
-                                                              results[0].queue_offset + 20))
+        results = p.send_batch(
+            [Message("Shop", f"order {i}".encode(), keys=[f"order-{i}"], tags="paid") for i in range(20)], queue_id=1
+        )
+        assert [r.queue_offset for r in results] == list(range(results[0].queue_offset, results[0].queue_offset + 20))
         assert len({r.msg_id for r in results}) == 20
     leader = c.wait_leader()
     with Consumer(c.peers, "shop-app", "Shop") as con:
@@ -153,13 +174,19 @@ def test_offsets_queries_and_follower_reads(cluster: TestCluster):
             r = con.pull(1, 0, 100, wait=5.0)
             assert r.member == m and [x.body for x in r.messages] == [f"order {i}".encode() for i in range(20)]
     follower = next(m for m in c.ids if m != leader)
+
     # A follower asked for a put says it is not the leader, and who is.
     async def ask_follower() -> Response:
         rpc = RpcClient(timeout=5.0)
         try:
             req = SendRequest("Shop", 0, [b"x"], [b""])
-            return await rpc.call(f"127.0.0.1:{c.ports[follower]}", MessageRequestCode.SEND_MESSAGE, req.to_wire(),
-                                  group=c.group, timeout=5.0)
+            return await rpc.call(
+                f"127.0.0.1:{c.ports[follower]}",
+                MessageRequestCode.SEND_MESSAGE,
+                req.to_wire(),
+                group=c.group,
+                timeout=5.0,
+            )
         finally:
             await rpc.close()
 
@@ -181,8 +208,9 @@ def test_dump_reads_a_member_root_offline(cluster: TestCluster):
     root = c.store_dir(c.ids[0])
     deadline = time.monotonic() + 10
     while True:
-        out = subprocess.run([sys.executable, "-m", "dledger.cli", "mq", "dump", str(root)], capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "dledger.cli", "mq", "dump", str(root)], capture_output=True, text=True, timeout=60
+        )
         if r.msg_id in out.stdout or time.monotonic() > deadline:
             break
         time.sleep(0.2)
