@@ -541,6 +541,16 @@ class Elector:
             return resp(ResponseCode.EXPIRED_TERM)
         if req.term == ms.curr_term:
             if ms.leader_id is None:
+                task = self.take_leadership_task
+                if (
+                    task is not None
+                    and ms.term_to_take_leadership == req.term + 1
+                    and task.request.transfer_id == req.leader_id
+                ):
+                    # Asked by this leader to take over, we stand in the next term at our next
+                    # step; its heartbeat of the old term must not make us its follower first, or
+                    # the transfer fails on that race (DLedger has the same window).
+                    return resp(ResponseCode.SUCCESS)
                 self.change_role_to_follower(req.term, req.leader_id)
                 return resp(ResponseCode.SUCCESS)
             if req.leader_id == ms.leader_id:

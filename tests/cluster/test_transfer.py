@@ -17,6 +17,8 @@ from dledger.config import DLedgerConfig
 from dledger.raft.effects import Flush, Output, Send, TransferDone
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import (
+    HeartBeatRequest,
+    HeartBeatResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     Message,
@@ -265,3 +267,36 @@ def test_the_transferee_waits_for_the_leaders_entries_and_refuses_past_its_timeo
     assert "5 entries behind" in a.reason and "leadership_transfer_wait_timeout" in a.reason
     assert t.role == Role.FOLLOWER
 
+
+def test_a_heartbeat_of_the_old_term_does_not_stop_the_transferee_standing() -> None:
+    # The transferee becomes a candidate when asked and moves to the next term at its next
+    # step; a heartbeat its leader sent before that must not turn it back into a follower.
+    g = Group()
+    g.run(5_000)
+    leader = g.leader()
+    assert leader is not None
+    target = next(m for m in g.nodes if m != leader)
+    t, lead = g.nodes[target], g.nodes[leader]
+    term = t.term
+    ask = LeadershipTransferRequest(
+        group="default",
+        remote_id=target,
+        local_id=leader,
+        leader_id=leader,
+        term=term,
+        transfer_id=leader,
+        transferee_id=target,
+        take_leadership_ledger_index=t.store.ledger_end_index,
+        req_id=78,
+    )
+    g.carry_out(target, t.step(g.now, ask))
+    assert t.role == Role.CANDIDATE and t.term == term
+    beat = HeartBeatRequest(group="default", remote_id=target, local_id=leader, leader_id=leader, term=term)
+    outs = t.step(g.now, beat)
+    answers = [o.msg for o in outs if isinstance(o, Send) and isinstance(o.msg, HeartBeatResponse)]
+    assert [a.code for a in answers] == [ResponseCode.SUCCESS]
+    assert t.role == Role.CANDIDATE
+    g.carry_out(target, outs)
+    g.run(1_000)
+    assert g.leader() == target and t.term == term + 1
+    assert lead.role == Role.FOLLOWER
