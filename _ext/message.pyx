@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""RocketMQ 4.9 commit-log records (seed-spec §5.4, §7.3): batch encode, one-pass scans of
+"""RocketMQ 4.9 commit-log records (MessageDecoder, CommitLog.DefaultAppendMessageCallback, DLedgerCommitLog): batch encode, one-pass scans of
 classic commit-log files and of DLedger data files into numpy columns, properties lookup,
 Java ``String.hashCode``, consume-queue units and the IndexFile slot/item updates.
 

@@ -1,4 +1,4 @@
-/* RocketMQ 4.9 message store layout (seed-spec §5.2, §5.4): the commit-log record, consume-queue
+/* RocketMQ 4.9 message store layout (CommitLog, MessageDecoder, ConsumeQueue, IndexFile): the commit-log record, consume-queue
  * unit and index file, big-endian like the DLedger formats in dl_format.h. Plain C so the
  * message kernel's nogil loops inline it. */
 #ifndef MQ_FORMAT_H

@@ -139,7 +139,7 @@ def test_files_are_byte_compatible_with_dledger(tmp_path, small_config):
         store.append_as_leader(b, 7)
     store.close()
     data_size, index_size = small_config.mapped_file_size_for_entry_data, small_config.mapped_file_size_for_entry_index
-    # Lay the same entries out by the rules of spec §2.3 with the struct oracle.
+    # Lay the same entries out by MmapFileList's rules with the struct oracle.
     files: dict[int, bytearray] = {0: bytearray()}
     start = 0
     units = bytearray()

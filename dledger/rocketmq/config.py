@@ -105,7 +105,7 @@ class MessageStoreConfig:
     # be committed and dispatch to catch up before it takes writes.
     dledger_leader_ready_timeout: float = 60.0
     # ours: DLedgerConfig options of the DLedger store beyond those derived from this config
-    # (§7.2), e.g. a group member's flush interval and page-cache window.
+    # (as DLedgerCommitLog builds its DLedgerConfig), e.g. a group member's flush interval and page-cache window.
     dledger_store_options: dict[str, Any] = field(default_factory=dict)
 
     # -- derived ----------------------------------------------------------------------

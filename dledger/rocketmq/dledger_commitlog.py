@@ -1,4 +1,4 @@
-"""DLedgerCommitLog: RocketMQ records as DLedger entries (spec §7.2-7.3).
+"""DLedgerCommitLog: RocketMQ records as DLedger entries (RocketMQ 4.9 DLedgerCommitLog and its MessageSerializer).
 
 Each message is one entry of ``dledger-<selfId>/`` whose body is the whole 17-field record.
 The queue offset is written into the record under the put lock; the physical offset field is
@@ -57,7 +57,7 @@ class Appender(Protocol):
 
 
 def status_of_dledger_code(code: int) -> PutMessageStatus:
-    """DLedgerCommitLog's mapping of DLedger response codes to put statuses (§7.3)."""
+    """DLedgerCommitLog's mapping of DLedger response codes to put statuses."""
     if code == ResponseCode.SUCCESS:
         return PutMessageStatus.PUT_OK
     if code in (
@@ -80,7 +80,7 @@ class PutRefused(Exception):
 
 
 def dledger_config_for(config: MessageStoreConfig) -> DLedgerConfig:
-    """DLedgerCommitLog's DLedgerConfig, built from the message store config (§7.2)."""
+    """DLedgerCommitLog's DLedgerConfig, built from the message store config."""
     return DLedgerConfig(
         group=config.dledger_group,
         self_id=config.dledger_self_id,

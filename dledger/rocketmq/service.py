@@ -13,7 +13,7 @@
   consume queues (below).
 - Every member dispatches committed records into its own consume queues and index (the
   store's ReputMessageService reads only below the committed position).
-- Role change (DLedgerRoleChangeHandler, §7.5): followers and candidates refuse puts with
+- Role change (DLedgerRoleChangeHandler): followers and candidates refuse puts with
   SERVICE_NOT_AVAILABLE and a leader hint; a new leader takes puts once its whole ledger is
   committed and dispatched, after rebuilding the table from its consume queues. A predecessor's
   tail that only a write of the new term can commit (DLedger has no no-op entry) gets one: a
@@ -111,7 +111,7 @@ _STORE_OPTIONS = (
 
 def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig:
     """The member's MessageStoreConfig from its DLedgerConfig (RocketMQ builds it the other way
-    round; the options are the same ones, §7.2)."""
+    round; the options are the same ones, as DLedgerCommitLog builds them)."""
     if cfg.store_type != "FILE":
         raise DLedgerError(
             ResponseCode.UNEXPECTED_ARGUMENT,
@@ -381,7 +381,7 @@ class MessageService:
         if batch is None:
             batch = self._prepare_messages(req, bodies, props, born_host)
         if batch.n > 1 and int(batch.lengths.sum()) > self.store_config.max_message_size:
-            # RocketMQ caps a whole batch at maxMessageSize (MessageSerializer, §7.3).
+            # RocketMQ caps a whole batch at maxMessageSize (DLedgerCommitLog.MessageSerializer).
             raise IllegalMessage(
                 f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
                 f"{self.store_config.max_message_size}"

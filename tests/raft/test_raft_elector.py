@@ -1,4 +1,4 @@
-"""Election rules of spec §3: handleVote's reject codes and order, heartbeats, parse results."""
+"""Election rules of DLedgerLeaderElector: handleVote's reject codes and order, heartbeats, parse results."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replication rules of spec §4: push types on both sides, quorum median, client completions."""
+"""Replication rules of DLedgerEntryPusher: push types on both sides, quorum median, client completions."""
 
 from __future__ import annotations
 
@@ -249,7 +249,7 @@ def test_append_refusals() -> None:
 
 
 def test_quorum_index_is_the_median_including_the_leader() -> None:
-    # spec §4.5's example: watermarks [3, 3, 2, 1, 1] commit index 2.
+    # QuorumAckChecker's example: watermarks [3, 3, 2, 1, 1] commit index 2.
     node = make_node(n=5)
     elect(node)
     node.propose(0, [b"a", b"b", b"c", b"d"])

@@ -1,4 +1,4 @@
-"""A pure-Python ``struct`` twin of ``dledger._ext.message``, written from seed-spec §5.4/§7.3 and
+"""A pure-Python ``struct`` twin of ``dledger._ext.message``, written from
 RocketMQ 4.9.4's CommitLog / MessageDecoder / IndexFile: the oracle the kernels are tested
 against, importable by every message-store test (``from record_oracle import ...``).
 
@@ -39,7 +39,7 @@ INDEX_ITEM_SIZE = 20
 INDEX_HEADER = struct.Struct(">qqqqii")  # beginTs endTs beginPhy endPhy hashSlotCount indexCount
 INDEX_ITEM = struct.Struct(">iqii")  # keyHash phyOffset timeDiff prevIndex
 
-# Fields 1-9 of §5.4: size magic bodyCrc queueId flag queueOffset physicalOffset sysFlag bornTimestamp.
+# Fields 1-9 of the record: size magic bodyCrc queueId flag queueOffset physicalOffset sysFlag bornTimestamp.
 _HEAD = struct.Struct(">iiiiiqqiq")
 
 COLUMNS = (
@@ -124,7 +124,7 @@ def encode_record(
     prepared_offset: int = 0,
     crc: int | None = None,
 ) -> bytes:
-    """One record as DefaultAppendMessageCallback.doAppend writes it (fields 1-17 of §5.4)."""
+    """One record as DefaultAppendMessageCallback.doAppend writes it (its 17 fields)."""
     if len(born_host) != host_len(sys_flag, BORNHOST_V6_FLAG):
         raise ValueError("born host length disagrees with BORNHOST_V6_FLAG")
     if len(store_host) != host_len(sys_flag, STOREHOSTADDRESS_V6_FLAG):

@@ -34,7 +34,7 @@ def test_toml_takes_rocketmqs_names(tmp_path: Path):
     cfg = DLedgerConfig.from_toml(f)
     assert cfg.message_store and cfg.max_message_size == 65536 and cfg.flush_disk_type == "SYNC_FLUSH"
     assert cfg.mapped_file_size_commit_log == 4194304 and cfg.default_topic_queue_nums == 4
-    # ...and the member's MessageStoreConfig (DLedgerCommitLog's, §7.2) follows them.
+    # ...and the member's MessageStoreConfig (as DLedgerCommitLog builds it) follows them.
     mcfg = message_store_config(cfg.replace(store_base_dir=str(tmp_path), file_reserved_hours=49), "10.1.2.3:30911")
     assert mcfg.enable_dledger_commit_log and mcfg.sync_flush and mcfg.max_message_size == 65536
     assert mcfg.mapped_file_size_commit_log == 4194304 and mcfg.file_reserved_time == 48
