@@ -1,6 +1,6 @@
 """Leadership transfer (DLedgerLeaderElector.handleTakeLeadership): three `dledger server`
-processes with default timings, driven by the CLI and the client as an operator would; then the transferee's wait for the
-entries it lacks, on sans-IO nodes."""
+processes with default timings, driven by the CLI and the client as an operator would; then
+the transferee's wait for the entries it lacks, on sans-IO nodes."""
 
 from __future__ import annotations
 
