@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +136,30 @@ class FlushService:
             self._thread.join()
 
 
-class CommitLog:
+class LogFiles:
+    """What both commit logs derive from their file list (``files``, ``file_size``) and
+    ``max_offset``: MappedFileQueue's positions as CommitLog and DLedgerCommitLog expose them."""
+
+    files: Any
+    file_size: int
+
+    @property
+    def max_offset(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def readable_end(self) -> int:
+        return self.max_offset
+
+    @property
+    def flushed_where(self) -> int:
+        return int(self.files.flushed_where)
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+
+class CommitLog(LogFiles):
     """The classic commit log of one store root."""
 
     dledger = False
@@ -177,17 +201,6 @@ class CommitLog:
     def max_offset(self) -> int:
         """getMaxOffset: where the next record goes; everything below is readable."""
         return int(self.files.max_wrote_position)
-
-    @property
-    def readable_end(self) -> int:
-        return self.max_offset
-
-    @property
-    def flushed_where(self) -> int:
-        return int(self.files.flushed_where)
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
 
     # -- recovery ------------------------------------------------------------------------
 

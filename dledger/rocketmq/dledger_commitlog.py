@@ -32,7 +32,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.packed import PackedBodies
-from dledger.rocketmq.commitlog import Segment
+from dledger.rocketmq.commitlog import LogFiles, Segment
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
@@ -133,7 +133,7 @@ class EmbeddedAppender:
         return max(self.store.ledger_end_term, 0)
 
 
-class DLedgerCommitLog:
+class DLedgerCommitLog(LogFiles):
     dledger = True
 
     def __init__(
@@ -255,17 +255,6 @@ class DLedgerCommitLog:
         """getMaxOffset: the committed position (the data start when nothing is committed)."""
         pos = self.committed_pos
         return pos if pos > 0 else max(self.min_offset, 0)
-
-    @property
-    def readable_end(self) -> int:
-        return self.max_offset
-
-    @property
-    def flushed_where(self) -> int:
-        return int(self.files.flushed_where)
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
 
     def recover(self, normal: bool) -> int:
         """The DLedger store recovered itself when it was opened."""
