@@ -380,3 +380,16 @@ def test_bench_mq_figures_have_same_run_baselines():
     ]
     assert all(r.value > 0 and r.baseline_value > 0 for r in rows)
     assert "mq" in dledger("bench", "--help").stdout
+
+
+def test_the_cli_parser_does_not_load_numpy_or_the_message_store() -> None:
+    # Every `dledger ...` invocation builds the whole parser, `mq` included: it must stay cheap.
+    code = (
+        "import sys, dledger.cli\n"
+        "dledger.cli.build_parser()\n"
+        "from dledger.rocketmq import Message\n"
+        "heavy = {'numpy', 'dledger.rocketmq.store', 'dledger._ext.message'}\n"
+        "loaded = sorted(heavy & set(sys.modules))\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,17 +6,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.message import Message, MessageConst, MessageExt, MessageSysFlag
-from dledger.rocketmq.status import (
-    AppendMessageStatus,
-    GetMessageResult,
-    GetMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-)
+if TYPE_CHECKING:
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.consumer import AsyncConsumer, Consumer, PullResult
+    from dledger.rocketmq.message import Message, MessageConst, MessageExt, MessageSysFlag
+    from dledger.rocketmq.producer import AsyncProducer, Producer, SendResult
+    from dledger.rocketmq.status import (
+        AppendMessageStatus,
+        GetMessageResult,
+        GetMessageStatus,
+        PutMessageResult,
+        PutMessageStatus,
+    )
+    from dledger.rocketmq.store import MessageStore
 
 __all__ = [
     "AppendMessageStatus",
@@ -38,8 +42,21 @@ __all__ = [
     "SendResult",
 ]
 
-# The clients of a message-store group (dledger.rocketmq.producer / .consumer), imported when used.
-_CLIENTS = {
+# Every name is imported when first used: `dledger mq --help` and the entry-level CLI import this
+# package for its argument definitions and must not pay for numpy and the kernels (the store needs
+# the compiled kernels; the message types and statuses do not).
+_MODULE_OF = {
+    "MessageStoreConfig": "config",
+    "Message": "message",
+    "MessageConst": "message",
+    "MessageExt": "message",
+    "MessageSysFlag": "message",
+    "AppendMessageStatus": "status",
+    "GetMessageResult": "status",
+    "GetMessageStatus": "status",
+    "PutMessageResult": "status",
+    "PutMessageStatus": "status",
+    "MessageStore": "store",
     "Producer": "producer",
     "AsyncProducer": "producer",
     "SendResult": "producer",
@@ -50,13 +67,13 @@ _CLIENTS = {
 
 
 def __getattr__(name: str) -> Any:
-    # The store needs the compiled kernels; importing the message types must not.
-    if name == "MessageStore":
-        from dledger.rocketmq.store import MessageStore
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dledger.rocketmq' has no attribute {name!r}")
+    import importlib
 
-        return MessageStore
-    if name in _CLIENTS:
-        import importlib
+    return getattr(importlib.import_module(f"dledger.rocketmq.{module}"), name)
 
-        return getattr(importlib.import_module(f"dledger.rocketmq.{_CLIENTS[name]}"), name)
-    raise AttributeError(name)
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -26,14 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from dledger.errors import DLedgerError
-from dledger.rocketmq.index_file import IndexService, geometry_of_size, index_file_size
-from dledger.rocketmq.listing import (
-    consume_queue_lines,
-    escape,
-    message_lines,
-    sorted_offsets,
-    write_lines,
-)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +65,7 @@ def _file_size(directory: Path) -> int | None:
 def store_config(root: Path, mode: str, self_id: str | None) -> Any:
     """A MessageStoreConfig for ``root`` whose sizes are those of the files already there."""
     from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.index_file import geometry_of_size, index_file_size
 
     values: dict[str, Any] = {"store_path_root_dir": str(root)}
     if mode == "dledger":
@@ -202,6 +195,8 @@ def _queue_or_fail(store: Any, topic: str, queue_id: int) -> Any:
 
 
 def _body_text(m: Any) -> str:
+    from dledger.rocketmq.listing import escape
+
     body = bytes(m.body or b"")
     if m.sys_flag & 1:  # COMPRESSED_FLAG: the producer zlib-compressed it
         try:
@@ -217,6 +212,8 @@ _UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 def _print_message(m: Any) -> None:
+    from dledger.rocketmq.listing import escape
+
     print(
         f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
         f"{escape(m.keys if isinstance(m.keys, str) else ' '.join(m.keys or []))}\t{_body_text(m)}"
@@ -290,6 +287,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def query_offsets(root: Path, topic: str, key: str, max_num: int) -> list[int]:
     """The physical offsets a key query returns (IndexService.queryOffset over [0, Long.MAX_VALUE]),
     newest first, read straight from ``index/``."""
+    from dledger.rocketmq.index_file import IndexService
+
     detect_mode(root)
     svc = IndexService(root / "index", readonly=True, max_msgs_num_batch=max(max_num, 0))
     svc.load()
@@ -300,6 +299,8 @@ def query_offsets(root: Path, topic: str, key: str, max_num: int) -> list[int]:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.listing import sorted_offsets
+
     if _where(args):
         from dledger.rocketmq.consumer import Consumer
 
@@ -317,6 +318,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def _stats_remote(args: argparse.Namespace) -> int:
     from dledger.rocketmq.consumer import Consumer
+    from dledger.rocketmq.listing import escape
 
     with Consumer(args.peers, "dledger-cli", "", dledger_group=args.group, **_remote_kwargs(args)) as con:
         members = con.stats()
@@ -341,6 +343,8 @@ def _stats_remote(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.listing import escape
+
     if _where(args):
         return _stats_remote(args)
     with open_store(Path(args.dir)) as store:
@@ -360,6 +364,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.listing import consume_queue_lines, message_lines, write_lines
+
     # Through the store, so each queue starts at the minimum the commit log leaves it (as the
     # Java listing read them after load).
     with open_store(Path(args.dir)) as store:
