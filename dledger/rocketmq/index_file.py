@@ -267,9 +267,9 @@ class IndexFile:
         assert mm is not None
         if self.index_count <= 1 or len(out) >= max_num:
             return
+        # The kernel gives Python ints already.
         out.extend(
-            int(x)
-            for x in _mk.index_lookup(
+            _mk.index_lookup(
                 mm, self.hash_slot_num, self.index_num, key_hash, max_num - len(out), begin, end, self.begin_timestamp
             )
         )
@@ -491,16 +491,28 @@ class IndexService:
         if not self.files:
             return result
         key_hash = index_key_hash(build_key(topic, key))
-        for i in range(len(self.files) - 1, -1, -1):
-            f = self.files[i]
-            if self.readonly:
+        files = self.files
+        last = files[-1]
+        if self.readonly:
+            last.load()
+        result.index_last_update_timestamp = last.end_timestamp
+        result.index_last_update_phyoffset = last.end_phy_offset
+        out = result.phy_offsets
+        # A query over every file (the usual one, and one call per file of ten) pays the kernel
+        # call and little else per file: is_time_matched holds for [0, LONG_MAX] and no file
+        # begins before 0.
+        whole = begin <= 0 and end >= LONG_MAX
+        lookup = _mk.index_lookup
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if self.readonly and i != len(files) - 1:
                 f.load()
-            if i == len(self.files) - 1:
-                result.index_last_update_timestamp = f.end_timestamp
-                result.index_last_update_phyoffset = f.end_phy_offset
-            if f.is_time_matched(begin, end):
-                f.select_by_hash(result.phy_offsets, key_hash, max_num, begin, end)
-            if f.begin_timestamp < begin or len(result.phy_offsets) >= max_num:
+            if whole or f.is_time_matched(begin, end):
+                mm = f.mm
+                if f.index_count > 1 and mm is not None:
+                    left = max_num - len(out)
+                    out.extend(lookup(mm, f.hash_slot_num, f.index_num, key_hash, left, begin, end, f.begin_timestamp))
+            if f.begin_timestamp < begin or len(out) >= max_num:
                 break
         return result
 
