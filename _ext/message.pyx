@@ -1070,3 +1070,6 @@ def index_lookup(buf, int32_t hash_slot_num, int32_t index_num, int32_t key_hash
         return [found[k] for k in range(got)]
     finally:
         free(found)
+
+
+include "message_service.pxi"

@@ -140,3 +140,11 @@ def index_lookup(
     end_ts: int,
     file_begin_ts: int,
 ) -> list[int]: ...
+
+# The message service's check of a batch's packed properties (_ext/message_service.pxi).
+PROPS_OK: int
+PROPS_TOO_LONG: int
+PROPS_NOT_UTF8: int
+PROPS_NOT_PAIRS: int
+
+def check_packed_properties(buf: Buffer, offsets: ArrayLike) -> tuple[int, int, bool]: ...

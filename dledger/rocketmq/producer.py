@@ -19,6 +19,8 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+import numpy as np
+
 from dledger.client import AsyncClient
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
@@ -31,10 +33,13 @@ from dledger.sequences import checked_index
 T = TypeVar("T")
 
 SEND_OK = "SEND_OK"
-# One batch request carries at most this many bytes of bodies and properties; bigger
-# batches go as several requests, in order, to the same queue.
+# One batch request carries at most this many bytes of records, or the group's max_message_size
+# when that is more (the producer learns it with the route info); bigger batches go as several
+# requests, in order, to the same queue.
 BATCH_MAX_BYTES = 1024 * 1024
 BATCH_MAX_MESSAGES = 4096
+# A record's bytes beyond its body, topic and properties, IPv6 hosts counted (calMsgLength).
+RECORD_OVERHEAD = 91 + 24
 
 # (topic, number of write queues, message) -> queue id
 QueueSelector = Callable[[str, int, Message], int]
@@ -61,6 +66,31 @@ class SendResult:
         return self.status == SEND_OK
 
 
+class _Uniqs(Sequence[str]):
+    """The UNIQ_KEYs of a batch from one producer: a head and a counter's 4 hex digits, made
+    when asked for."""
+
+    __slots__ = ("first", "head", "n")
+
+    def __init__(self, head: str, first: int, n: int) -> None:
+        self.head, self.first, self.n = head, first, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.n))]
+        i = checked_index(i, self.n, "UNIQ_KEY")
+        return f"{self.head}{(self.first + i) & 0xFFFF:04X}"
+
+
 class SendResults(Sequence[SendResult]):
     """The SendResult of each message of a batch, made when asked for (a batch of thousands
     would otherwise spend more of the producer's time making results than sending)."""
@@ -72,7 +102,7 @@ class SendResults(Sequence[SendResult]):
         status: str,
         topic: str,
         queue_id: int,
-        uniqs: list[str],
+        uniqs: Sequence[str],
         first_offset: int = -1,
         phys: list[int] | None = None,
         store_host: str = "",
@@ -197,6 +227,8 @@ class AsyncProducer:
         )
         self.selector = selector
         self._queue_nums: dict[str, int] = {}
+        # The group's largest record or batch of records (max_message_size), from route info.
+        self._max_batch_bytes: int | None = None
         self._round_robin = itertools.count()
         self._uniq = UniqIdGenerator()
 
@@ -217,8 +249,12 @@ class AsyncProducer:
                 MessageRequestCode.GET_ROUTEINFO_BY_TOPIC,  # type: ignore[arg-type]
                 {"topic": topic},
             )
-            n = int(resp.check().body["queue_nums"])
+            body = resp.check().body
+            n = int(body["queue_nums"])
             self._queue_nums[topic] = n
+            limit = body.get("max_message_size")
+            if isinstance(limit, int) and limit > 0:
+                self._max_batch_bytes = limit
         return n
 
     async def _select(self, msg: Message, queue_id: int | None) -> int:
@@ -316,33 +352,48 @@ class AsyncProducer:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
         prefix = encode_properties(base)
-        parts: list[SendResults] = []
-        start = 0
+        joint = f"{prefix}\x02UNIQ_KEY\x01" if prefix else "UNIQ_KEY\x01"
         n = len(bodies)
-        while start < n:
-            end, size = start, 0
-            while (
-                end < n
-                and end - start < BATCH_MAX_MESSAGES
-                and (end == start or size + len(bodies[end]) <= BATCH_MAX_BYTES)
-            ):
-                size += len(bodies[end])
-                end += 1
+        sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
+        # Each record's bytes beyond its body, as the member counts them (keys aside).
+        extra = RECORD_OVERHEAD + len(topic.encode("utf-8", "surrogatepass")) + len(joint.encode()) + 16
+        if keys is not None:
+            extra += 8  # "\x02KEYS\x01" and a little: the key's own length is added below
+            sizes_rec = sizes + extra + np.fromiter((len(k or "") * 4 for k in keys), dtype=np.int64, count=n)
+        else:
+            sizes_rec = sizes + extra
+        if self._max_batch_bytes is None and int(sizes_rec.sum()) > BATCH_MAX_BYTES:
+            await self.queue_nums(topic)  # learn the group's limit from its route info
+        # Past the group's limit the batch goes in pieces; below BATCH_MAX_BYTES it goes whole
+        # (and all of it is refused if the group finds it too big, as RocketMQ does).
+        cuts = _cuts(sizes_rec, max(self._max_batch_bytes or 0, BATCH_MAX_BYTES))
+        parts: list[SendResults] = []
+        for start, end in itertools.pairwise(cuts):
             head = self._uniq.head()
             first = self._uniq.take(end - start)
-            uniqs = [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(end - start)]
-            joint = f"{prefix}\x02UNIQ_KEY\x01" if prefix else "UNIQ_KEY\x01"
             if keys is None:
-                props = [(joint + u).encode("utf-8", "surrogatepass") for u in uniqs]
+                # One stem for all: the member appends each message's 4 counter digits.
+                uniqs: Sequence[str] = _Uniqs(head, first, end - start)
+                req = SendRequest(
+                    topic,
+                    qid,
+                    bodies[start:end],
+                    [],
+                    flag,
+                    sys_flag,
+                    props_stem=(joint + head).encode("utf-8", "surrogatepass"),
+                    uniq_first=first,
+                    body_sizes=sizes[start:end],
+                )
             else:
+                uniqs = [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(end - start)]
                 props = [
                     (joint + u + (f"\x02KEYS\x01{k}" if k else "")).encode("utf-8", "surrogatepass")
                     for u, k in zip(uniqs, keys[start:end], strict=True)
                 ]
-            req = SendRequest(topic, qid, bodies[start:end], props, flag, sys_flag)
+                req = SendRequest(topic, qid, bodies[start:end], props, flag, sys_flag, body_sizes=sizes[start:end])
             code = MessageRequestCode.SEND_BATCH_MESSAGE if end - start > 1 else MessageRequestCode.SEND_MESSAGE
             parts.append(await self._request(code, req, uniqs))
-            start = end
         return SendResults.join(parts)
 
     async def _send_chunk(self, msgs: list[Message], qid: int) -> SendResults:
@@ -359,7 +410,7 @@ class AsyncProducer:
         code = MessageRequestCode.SEND_BATCH_MESSAGE if len(msgs) > 1 else MessageRequestCode.SEND_MESSAGE
         return await self._request(code, req, uniqs)
 
-    async def _request(self, code: MessageRequestCode, req: SendRequest, uniqs: list[str]) -> SendResults:
+    async def _request(self, code: MessageRequestCode, req: SendRequest, uniqs: Sequence[str]) -> SendResults:
         resp: Response = await self.client._leader_call(code, req.to_wire())  # type: ignore[arg-type]
         body = resp.body if isinstance(resp.body, dict) else {}
         if resp.code == ResponseCode.SUCCESS and "status" in body:
@@ -370,6 +421,22 @@ class AsyncProducer:
         # No leader took it in time: what the last member said.
         status = _status_name(int(body["status"])) if "status" in body else PutMessageStatus.SERVICE_NOT_AVAILABLE.name
         return SendResults(status, req.topic, req.queue_id, uniqs, reason=resp.message or _code_name(resp.code))
+
+
+def _cuts(record_sizes: np.ndarray, limit: int) -> list[int]:
+    """Where a batch splits into requests of at most ``limit`` record bytes and
+    BATCH_MAX_MESSAGES messages (a message over the limit goes alone: the member refuses it)."""
+    n = len(record_sizes)
+    if n <= BATCH_MAX_MESSAGES and int(record_sizes.sum()) <= limit:
+        return [0, n]
+    ends = np.cumsum(record_sizes)
+    cuts = [0]
+    while cuts[-1] < n:
+        start = cuts[-1]
+        before = int(ends[start - 1]) if start else 0
+        end = int(np.searchsorted(ends, before + limit, side="right"))
+        cuts.append(min(max(end, start + 1), start + BATCH_MAX_MESSAGES, n))
+    return cuts
 
 
 def _code_name(code: int) -> str:

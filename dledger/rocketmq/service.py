@@ -33,6 +33,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +191,79 @@ def _parse_host(text: str | None) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+_PROPS_REASONS = {
+    K.PROPS_TOO_LONG: f"over the limit of {MAX_PROPERTIES_BYTES} bytes",
+    K.PROPS_NOT_UTF8: "not UTF-8 (or a string starts or ends inside a character)",
+    K.PROPS_NOT_PAIRS: "not name\\x01value pairs joined by \\x02",
+}
+
+
+class _OneString(dict[int, np.ndarray]):
+    """The offsets array ``[0, n]`` of one packed string, by n."""
+
+    def __missing__(self, n: int) -> np.ndarray:
+        arr = np.array([0, n], dtype=np.int64)
+        if len(self) < 1024:
+            self[n] = arr
+        return arr
+
+
+_ONE_STRING = _OneString()
+
+
+def _stem_properties(stem: bytes, first: int, n: int) -> list[bytes]:
+    return [stem + f"{(first + k) & 0xFFFF:04X}".encode() for k in range(n)]
+
+
+def _packed(items: list[bytes]) -> PackedBodies:
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=offsets[1:])
+    return PackedBodies(b"".join(items), offsets)
+
+
+@dataclass(slots=True)
+class _PackedSend:
+    """A checked batch to one topic-queue, kept as the producer packed it; ``encode`` makes its
+    records with one kernel call (RocketMQ's MessageExtBatch through MessageSerializer)."""
+
+    n: int
+    # The records' bytes, all told.
+    total: int
+    queue_id: int
+    queue_key: str
+    advances: bool
+    bodies: PackedBodies
+    # One per message, or the stem that ``uniq_first``'s counter digits complete.
+    properties: PackedBodies | bytes
+    uniq_first: int
+    topic: bytes
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+
+    def encode(self, first_offset: int, store_timestamp: int) -> tuple[bytes, np.ndarray]:
+        """The records back to back, queue offsets from ``first_offset``, and their n+1 starts.
+        Their PHYSICALOFFSET is written by the AppendHook as they are appended."""
+        return K.encode_uniform(
+            self.bodies,
+            self.topic,
+            self.properties,
+            self.uniq_first,
+            self.queue_id,
+            self.flag,
+            self.sys_flag,
+            self.born_timestamp,
+            self.born_host,
+            store_timestamp,
+            self.store_host,
+            first_offset,
+            self.advances,
+            0,
+        )
+
+
 class MessageService:
     """The RocketMQ message store of one member of a group (see the module docstring)."""
 
@@ -294,7 +368,14 @@ class MessageService:
             if c in (MessageRequestCode.QUERY_MESSAGE, MessageRequestCode.VIEW_MESSAGE_BY_ID):
                 return await asyncio.to_thread(self._query, c, QueryMessageRequest.from_wire(body))
             if c == MessageRequestCode.GET_ROUTEINFO_BY_TOPIC:
-                return Response(ResponseCode.SUCCESS, {"queue_nums": self.queue_nums, **self._role_body()})
+                return Response(
+                    ResponseCode.SUCCESS,
+                    {
+                        "queue_nums": self.queue_nums,
+                        "max_message_size": self.store_config.max_message_size,
+                        **self._role_body(),
+                    },
+                )
             if c == MessageRequestCode.GET_BROKER_RUNTIME_INFO:
                 return Response(ResponseCode.SUCCESS, self.stats())
         except DLedgerError as exc:
@@ -368,7 +449,12 @@ class MessageService:
 
     # -- puts ------------------------------------------------------------------------------
 
-    def _prepare(self, req: SendRequest, bodies: PackedBodies, props: PackedBodies) -> PreparedBatch:
+    def _prepare(
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None
+    ) -> PreparedBatch | _PackedSend:
+        """The checked batch: packed, to be encoded by one kernel call (``_PackedSend``), or as
+        ``Message`` objects for one message or a batch with a DELAY property (the store's
+        preparer rewrites those to the schedule topic). Raises IllegalMessage."""
         topic = req.topic
         if topic in SYSTEM_TOPICS:
             raise IllegalMessage(f"topic {topic!r} is a system topic of the message service")
@@ -377,14 +463,32 @@ class MessageService:
                 f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
             )
         born_host = _parse_host(req.born_host)
-        batch = self._prepare_columns(req, bodies, props, born_host) if len(bodies) > 1 else None
-        if batch is None:
-            batch = self._prepare_messages(req, bodies, props, born_host)
-        if batch.n > 1 and int(batch.lengths.sum()) > self.store_config.max_message_size:
+        n = len(bodies)
+        stem = req.props_stem
+        if props is None:
+            assert stem is not None
+            # The stem and any 4 hex digits pass or fail alike: check one string.
+            bad, reason, delay = K.check_packed_properties(stem + b"0000", _ONE_STRING[len(stem) + 4])
+            if bad < 0 and (delay or n == 1):
+                props = _packed(_stem_properties(stem, req.uniq_first, n))
+        if props is not None:
+            praw, poffs = props.packed
+            bad, reason, delay = K.check_packed_properties(praw, poffs)
+        if bad >= 0:
+            raise IllegalMessage(f"properties of message {bad}: {_PROPS_REASONS.get(reason, reason)}")
+        batch: PreparedBatch | _PackedSend
+        if n == 1 or delay:
+            assert props is not None
+            prepared = self._prepare_messages(req, bodies, props, born_host)
+            total = int(prepared.record_lengths().sum()) if n > 1 else 0
+            batch = prepared
+        else:
+            batch = self._prepare_packed(req, bodies, props, born_host)
+            total = batch.total
+        if total > self.store_config.max_message_size:
             # RocketMQ caps a whole batch at maxMessageSize (DLedgerCommitLog.MessageSerializer).
             raise IllegalMessage(
-                f"the batch is {int(batch.lengths.sum())} bytes as records, over max_message_size "
-                f"{self.store_config.max_message_size}"
+                f"the batch is {total} bytes as records, over max_message_size {self.store_config.max_message_size}"
             )
         return batch
 
@@ -409,82 +513,52 @@ class MessageService:
             )
         return self.store.preparer.prepare(msgs)
 
-    def _prepare_columns(
-        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies, born_host: tuple[str, int] | None
-    ) -> PreparedBatch | None:
-        """A batch prepared with array operations over the packed buffers (no object per
-        message); None when it needs the message-by-message path (a DELAY property)."""
-        praw, poffs = props.packed
-        raw, boffs = bodies.packed
-        pbuf = bytes(praw)
-        if b"DELAY\x01" in pbuf:
-            return None
-        n = len(bodies)
-        plens = np.diff(poffs)
-        if int(plens.max()) > MAX_PROPERTIES_BYTES:
-            raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-        try:
-            pbuf.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise IllegalMessage(f"properties are not UTF-8: {exc}") from None
-        u8 = np.frombuffer(pbuf, dtype=np.uint8)
-        starts = poffs[:-1]
-        nonempty = plens > 0
-        if len(u8):
-            first = u8[np.minimum(starts, len(u8) - 1)]
-            # Each string starts a character (valid as a whole is not enough) and a name.
-            if bool((nonempty & (((first & 0xC0) == 0x80) | (first == 1))).any()):
-                raise IllegalMessage("properties: a string starts inside a character or without a name")
-            # Separators per string, counted from their positions (a few per string).
-            at1, at2 = np.flatnonzero(u8 == 1), np.flatnonzero(u8 == 2)
-            ones = np.searchsorted(at1, poffs[1:]) - np.searchsorted(at1, starts)
-            twos = np.searchsorted(at2, poffs[1:]) - np.searchsorted(at2, starts)
-            if bool((ones[nonempty] != twos[nonempty] + 1).any()):
-                raise IllegalMessage("properties: not name\\x01value pairs joined by \\x02")
-            after_sep = at2[at2 < len(u8) - 1] + 1
-            if len(after_sep) and bool((u8[after_sep] == 1).any()):
-                raise IllegalMessage("properties: a pair without a name")
-        cfg = self.store_config
+    def _prepare_packed(
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, born_host: tuple[str, int] | None
+    ) -> _PackedSend:
+        """A batch whose properties were checked, kept packed as it came: record lengths from
+        the size arrays (no object per message)."""
         traw = req.topic.encode("utf-8")
         if not traw or len(traw) > 127:
             raise IllegalMessage(f"topic is {len(traw)} bytes in UTF-8: want 1 to 127")
-        preparer = self.store.preparer
-        store_raw = preparer.store_host_raw
+        store_raw = self.store.preparer.store_host_raw
         braw = encode_host(born_host) if born_host is not None else store_raw
         sflag = host_v6_bits(req.sys_flag, braw, store_raw)
-        sys_arr = np.full(n, sflag, dtype=np.int32)
-        blens = np.diff(boffs).astype(np.int32)
-        lengths = np.asarray(
-            K.record_lengths(sys_arr, blens, np.full(n, len(traw), np.int32), plens.astype(np.int32)), dtype=np.int64
-        )
-        if int(lengths.max()) > cfg.max_message_size:
-            i = int(np.flatnonzero(lengths > cfg.max_message_size)[0])
+        fixed = K.record_length(sflag, 0, len(traw), 0)
+        raw, boffs = bodies.packed
+        n = len(bodies)
+        blens = np.diff(boffs)
+        if props is None:
+            assert req.props_stem is not None
+            plen = len(req.props_stem) + 4
+            longest = int(blens.max()) + plen + fixed
+            total = len(raw) + n * (plen + fixed)
+            packed_props: PackedBodies | bytes = req.props_stem
+        else:
+            praw, poffs = props.packed
+            longest = int((blens + np.diff(poffs)).max()) + fixed
+            total = len(raw) + len(praw) + n * fixed
+            packed_props = props
+        if longest > self.store_config.max_message_size:
             raise IllegalMessage(
-                f"message {i} is {int(lengths[i])} bytes as a record, over max_message_size {cfg.max_message_size}"
+                f"a message is {longest} bytes as a record, over max_message_size {self.store_config.max_message_size}"
             )
-        bl, pl = boffs.tolist(), poffs.tolist()
-        # Views, not copies: the encoder copies each body once, into its record.
-        mv = memoryview(raw)
-        body_list: list[Any] = [mv[bl[k] : bl[k + 1]] for k in range(n)]
-        prop_list = [pbuf[pl[k] : pl[k + 1]] for k in range(n)]
         tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-        advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
-        return PreparedBatch(
+        return _PackedSend(
             n=n,
-            topics=[traw] * n,
-            queue_ids=np.full(n, req.queue_id, np.int32),
-            bodies=body_list,
-            properties=prop_list,
-            flags=np.full(n, req.flag, np.int32),
-            sys_flags=sys_arr,
-            born_timestamps=np.full(n, req.born_timestamp or int(time.time() * 1000), np.int64),
-            born_hosts=[braw] * n,
-            store_hosts=[store_raw] * n,
-            reconsume_times=np.zeros(n, np.int32),
-            prepared_offsets=np.zeros(n, np.int64),
-            lengths=lengths,
-            advances=np.full(n, advances, np.bool_),
-            queue_keys=[f"{req.topic}-{req.queue_id}"] * n,
+            total=total,
+            queue_id=req.queue_id,
+            queue_key=f"{req.topic}-{req.queue_id}",
+            advances=tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
+            bodies=bodies,
+            properties=packed_props,
+            uniq_first=req.uniq_first if props is None else -1,
+            topic=traw,
+            flag=req.flag,
+            sys_flag=sflag,
+            born_timestamp=req.born_timestamp or int(time.time() * 1000),
+            born_host=braw,
+            store_host=store_raw,
         )
 
     async def _send(self, body: dict[str, Any]) -> Response:
@@ -502,7 +576,7 @@ class MessageService:
             return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, exc.message).to_wire())
         return await self._put(batch)
 
-    async def _put(self, batch: PreparedBatch) -> Response:
+    async def _put(self, batch: PreparedBatch | _PackedSend) -> Response:
         """Assign queue offsets, encode and propose under the put lock; answer once committed."""
         g = self._group
         assert g is not None
@@ -514,15 +588,22 @@ class MessageService:
         st = self.node_store
         with cl.put_lock:
             now = max(int(time.time() * 1000), cl.last_store_timestamp)
-            queue_offsets, updates = assign_queue_offsets(cl.topic_queue_table, batch)
-            buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
+            if isinstance(batch, _PackedSend):
+                first_offset = cl.topic_queue_table.get(batch.queue_key, 0) if batch.advances else 0
+                buf, starts = batch.encode(first_offset, now)
+                updates = {batch.queue_key: first_offset + n} if batch.advances else {}
+                qid = batch.queue_id
+            else:
+                queue_offsets, updates = assign_queue_offsets(cl.topic_queue_table, batch)
+                buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
+                first_offset = int(queue_offsets[0])
+                qid = int(batch.queue_ids[0])
             before = st.ledger_end_index
             fut = g.propose(PackedBodies(buf, starts))
             if st.ledger_end_index == before + n:
                 # In the log: later puts of this term follow these offsets.
                 cl.topic_queue_table.update(updates)
                 cl.last_store_timestamp = now
-        qid = int(batch.queue_ids[0])
         try:
             # The node answers every proposal (at the latest WAIT_QUORUM_ACK_TIMEOUT); a bound
             # all the same, so that a consensus call that failed cannot hold the client forever.
@@ -541,10 +622,9 @@ class MessageService:
                 leader=r.leader_id or g.leader_id,
             )
             return Response(r.code, resp.to_wire(), resp.reason)
-        positions = list(r.positions) if r.positions else [r.pos]
-        phys = [int(p) + BODY_OFFSET for p in positions]
+        phys = [p + BODY_OFFSET for p in r.positions] if r.positions else [r.pos + BODY_OFFSET]
         resp = SendResponse(
-            PutMessageStatus.PUT_OK, "", qid, int(queue_offsets[0]), phys, format_host(self.store.store_host), g.self_id
+            PutMessageStatus.PUT_OK, "", qid, first_offset, phys, format_host(self.store.store_host), g.self_id
         )
         return Response(ResponseCode.SUCCESS, resp.to_wire())
 

@@ -8,6 +8,10 @@ outcome (``PutMessageStatus``, ``GetMessageStatus``) is in the body.
 
 Bodies of a send go packed (``dledger.packed``: one buffer and a uint32 size array), their
 properties strings likewise, so a batch costs the member no object per message on the wire.
+A batch whose messages differ only in their UNIQ_KEY counter sends one properties *stem*
+instead: message k's properties are the stem and the four uppercase hex digits of
+``(uniq_first + k) & 0xFFFF`` (how RocketMQ's MessageClientIDSetter ids of one producer differ),
+which the member's encoder writes into each record without making the strings.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ class MessageRequestCode(IntEnum):
 MESSAGE_REQUEST_CODES = frozenset(int(c) for c in MessageRequestCode)
 
 
-def _pack(items: list[bytes]) -> tuple[bytes, bytes]:
-    sizes = np.fromiter(map(len, items), dtype=SIZE_DTYPE, count=len(items))
-    return b"".join(items), sizes.tobytes()
+def _pack(items: list[bytes], sizes: np.ndarray | None = None) -> tuple[bytes, bytes]:
+    if sizes is None:
+        sizes = np.fromiter(map(len, items), dtype=SIZE_DTYPE, count=len(items))
+    return b"".join(items), sizes.astype(SIZE_DTYPE, copy=False).tobytes()
 
 
 def _unpack(raw: object, sizes: object, what: str, allow_empty: bool) -> tuple[Any, np.ndarray]:
@@ -82,37 +87,58 @@ class SendRequest:
     sys_flag: int = 0
     born_timestamp: int = 0
     born_host: str | None = None
+    # Instead of ``properties``: every message's properties are this stem and 4 hex digits of
+    # its UNIQ_KEY counter, ``(uniq_first + k) & 0xFFFF`` (see the module docstring).
+    props_stem: bytes | None = None
+    uniq_first: int = -1
+    # The bodies' lengths, when the sender has them already.
+    body_sizes: np.ndarray | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        raw, sizes = _pack(self.bodies)
-        praw, psizes = _pack(self.properties)
+        raw, sizes = _pack(self.bodies, self.body_sizes)
         out: dict[str, Any] = {
             "topic": self.topic,
             "queue_id": self.queue_id,
             "flag": self.flag,
             "sys_flag": self.sys_flag,
             "born_ts": self.born_timestamp,
-            "props_raw": praw,
-            "props_sizes": psizes,
             "sizes": sizes,
             "raw": raw,
         }
+        if self.props_stem is not None:
+            out["props_stem"] = self.props_stem
+            out["uniq_first"] = self.uniq_first
+        else:
+            out["props_raw"], out["props_sizes"] = _pack(self.properties)
         if self.born_host:
             out["born_host"] = self.born_host
         return out
 
     @staticmethod
-    def from_wire(body: dict[str, Any]) -> tuple[SendRequest, PackedBodies, PackedBodies]:
+    def from_wire(body: dict[str, Any]) -> tuple[SendRequest, PackedBodies, PackedBodies | None]:
         """The request without the bodies and properties (empty lists), and those as packed
-        sequences read in place."""
+        sequences read in place; the properties are None when the request has a stem
+        (``props_stem`` and ``uniq_first`` set)."""
         raw, offs = _unpack(body.get("raw"), body.get("sizes"), "bodies", allow_empty=True)
-        praw, poffs = _unpack(body.get("props_raw"), body.get("props_sizes"), "properties", allow_empty=True)
-        if len(offs) != len(poffs):
-            raise DLedgerError(
-                ResponseCode.UNEXPECTED_ARGUMENT, f"{len(offs) - 1} bodies but {len(poffs) - 1} properties strings"
-            )
         if len(offs) < 2:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no messages")
+        stem = body.get("props_stem")
+        props: PackedBodies | None = None
+        uniq_first = -1
+        if stem is not None:
+            if not isinstance(stem, bytes):
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "props_stem must be bytes")
+            uniq_first = _int(body, "uniq_first")
+            if not 0 <= uniq_first < 1 << 62:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"uniq_first {uniq_first}: want 0 to 2**62")
+        else:
+            praw, poffs = _unpack(body.get("props_raw"), body.get("props_sizes"), "properties", allow_empty=True)
+            if len(offs) != len(poffs):
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT,
+                    f"{len(offs) - 1} bodies but {len(poffs) - 1} properties strings",
+                )
+            props = PackedBodies(praw, poffs)
         born_host = body.get("born_host")
         req = SendRequest(
             _str(body, "topic"),
@@ -123,8 +149,10 @@ class SendRequest:
             _int(body, "sys_flag", 0),
             _int(body, "born_ts", 0),
             born_host if isinstance(born_host, str) else None,
+            stem,
+            uniq_first,
         )
-        return req, PackedBodies(raw, offs), PackedBodies(praw, poffs)
+        return req, PackedBodies(raw, offs), props
 
 
 @dataclass(slots=True)

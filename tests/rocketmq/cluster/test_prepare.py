@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dledger._ext import load
 from dledger.config import DLedgerConfig
-from dledger.rocketmq.encode import IllegalMessage
-from dledger.rocketmq.service import MessageService
+from dledger.rocketmq.encode import IllegalMessage, PreparedBatch, encode_batch
+from dledger.rocketmq.service import MessageService, _check_properties, _PackedSend
 from dledger.rocketmq.wire import SendRequest
 
+K = load("message")
 GOOD = b"UNIQ_KEY\x01abc\x02TAGS\x01t"
 CASES = {
     "pairs": (GOOD, True),
@@ -71,3 +76,68 @@ def test_queue_and_topic_checks_hold_for_batches(service: MessageService):
     assert not accepted(service, [GOOD, GOOD], topic="T" * 128)
     assert not accepted(service, [GOOD, GOOD], topic="RMQ_SYS_CONSUMER_OFFSET")
     assert accepted(service, [GOOD, GOOD], queue_id=3)
+
+
+def _records(svc: MessageService, req: SendRequest) -> bytes:
+    got, bodies, props = SendRequest.from_wire(req.to_wire())
+    batch = svc._prepare(got, bodies, props)
+    if isinstance(batch, _PackedSend):
+        return batch.encode(7, 1234)[0]
+    offsets = np.arange(7, 7 + batch.n, dtype=np.int64)
+    return encode_batch(batch, offsets, np.zeros(batch.n, dtype=np.int64), 1234)[0]
+
+
+def test_a_stem_a_packed_batch_and_messages_make_the_same_records(service: MessageService):
+    # One stem and a UNIQ_KEY counter that wraps within the batch, as the producer sends it.
+    stem, first, n = b"TAGS\x01t\x02UNIQ_KEY\x01C0A80001", 0xFFFE, 5
+    props = [stem + f"{(first + k) & 0xFFFF:04X}".encode() for k in range(n)]
+    bodies = [b"body %d" % k for k in range(n)]
+    by_stem = SendRequest("T", 1, bodies, [], 3, born_timestamp=99, props_stem=stem, uniq_first=first)
+    packed = _records(service, SendRequest("T", 1, bodies, props, 3, born_timestamp=99))
+    assert _records(service, by_stem) == packed
+    # Each message through the one-message path (Message objects, the store's preparer).
+    singles = [
+        _records(service, SendRequest("T", 1, [b], [p], 3, born_timestamp=99))
+        for b, p in zip(bodies, props, strict=True)
+    ]
+    cols, _stop, _code = K.scan_records(packed, 0, 0, -1, True, -1)
+    assert len(cols["size"]) == n
+    for k, one in enumerate(singles):
+        rec = packed[int(cols["phys_offset"][k]) : int(cols["phys_offset"][k]) + int(cols["size"][k])]
+        # Queue and physical offsets aside (each single is message 0 of its own batch).
+        assert rec[:20] + rec[36:] == one[:20] + one[36:]
+
+
+def test_a_stem_with_a_delay_goes_the_message_path(service: MessageService):
+    req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"DELAY\x012\x02UNIQ_KEY\x01AB", uniq_first=0)
+    got, bodies, props = SendRequest.from_wire(req.to_wire())
+    batch = service._prepare(got, bodies, props)
+    assert isinstance(batch, PreparedBatch)
+    assert batch.topics[0] == b"SCHEDULE_TOPIC_XXXX"
+
+
+def test_a_bad_stem_is_refused(service: MessageService):
+    req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"\x01x\x02UNIQ_KEY\x01AB", uniq_first=0)
+    got, bodies, props = SendRequest.from_wire(req.to_wire())
+    with pytest.raises(IllegalMessage):
+        service._prepare(got, bodies, props)
+
+
+_ALPHABET = [b"\x01", b"\x02", b"a", b"DELAY", b"\xc3", b"\xa9", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x82\xac"]
+_ALPHABET += [b"\xf4\x90\x80\x80", b"\xc0\x80", b"\xff", b"\xe0\x80\x80", b"\xf0\x80\x80\x80"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_ALPHABET), max_size=8).map(b"".join), min_size=1, max_size=4))
+def test_the_batch_check_judges_each_string_as_the_message_path(strings: list[bytes]):
+    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in strings], out=offsets[1:])
+    bad, _reason, _delay = K.check_packed_properties(b"".join(strings), offsets)
+    expected = -1
+    for k, x in enumerate(strings):
+        try:
+            _check_properties(x)
+        except IllegalMessage:
+            expected = k
+            break
+    assert bad == expected
