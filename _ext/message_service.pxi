@@ -99,3 +99,36 @@ def check_packed_properties(buf, offsets):
     if reason != P_OK:
         return k, reason, bool(delay)
     return -1, P_OK, bool(delay)
+
+
+# -- msync without the GIL ---------------------------------------------------------------------
+
+cdef extern from "<sys/mman.h>" nogil:
+    int msync(void *addr, size_t length, int flags)
+    int MS_SYNC
+
+cdef extern from "<errno.h>":
+    int errno
+
+import mmap as _mmap
+import os as _os
+
+
+def sync_mapped(mapped, Py_ssize_t offset=0, Py_ssize_t length=-1):
+    """msync ``length`` bytes (-1: to the end) of a writable mapping (an ``mmap.mmap``) from
+    ``offset``, rounded down to a page, with the GIL released. ``mmap.flush`` holds the GIL
+    through the msync (CPython 3.11), which stops every thread of the process, the event loop
+    among them, for as long as the disk takes: a consume queue's or an index file's flush."""
+    cdef unsigned char[::1] m = memoryview(mapped).cast("B")
+    cdef Py_ssize_t size = m.shape[0], page = _mmap.PAGESIZE, end
+    cdef int rc = 0
+    if offset < 0 or offset > size:
+        raise ValueError(f"offset {offset} is outside a mapping of {size} bytes")
+    end = size if length < 0 or offset + length > size else offset + length
+    offset -= offset % page  # msync takes a page-aligned address (the mapping starts on a page)
+    if end <= offset:
+        return
+    with nogil:
+        rc = msync(&m[0] + offset, <size_t>(end - offset), MS_SYNC)
+    if rc != 0:
+        raise OSError(errno, f"msync: {_os.strerror(errno)}")

@@ -121,7 +121,7 @@ class MappedFile:
             return
         page = mmap.PAGESIZE
         lo = self.dirty_from - self.dirty_from % page
-        self.mm.flush(lo, self.dirty_to - lo)
+        _mk.sync_mapped(self.mm, lo, self.dirty_to - lo)  # mmap.flush would hold the GIL through the msync
         self.dirty_from, self.dirty_to = self.file_size, 0
 
     def close(self) -> None:

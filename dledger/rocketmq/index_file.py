@@ -283,7 +283,7 @@ class IndexFile:
         if self.mm is None or self.readonly or not self._dirty:
             return
         self._write_header()
-        self.mm.flush()
+        _mk.sync_mapped(self.mm)  # mmap.flush would hold the GIL through the msync
         self._dirty = False
 
     def close(self) -> None:
