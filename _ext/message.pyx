@@ -12,8 +12,9 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 cnp.import_array()
@@ -275,9 +276,74 @@ def encode_records(bodies, topics, properties, queue_ids, flags, queue_offsets, 
 cdef const unsigned char *_HEX = b"0123456789ABCDEF"
 
 
+ctypedef struct _Uniform:
+    unsigned char *p
+    int64_t *offs
+    Py_ssize_t n
+    Py_ssize_t gap
+    const unsigned char **props
+    Py_ssize_t *props_lens
+    const unsigned char *stem
+    Py_ssize_t stem_len
+    Py_ssize_t extra
+    int64_t uniq_first
+    const unsigned char *topic
+    Py_ssize_t topic_len
+    const unsigned char *born_host
+    Py_ssize_t born_host_len
+    const unsigned char *store_host
+    Py_ssize_t store_host_len
+    int32_t queue_id
+    int32_t flag
+    int32_t sys_flag
+    int64_t born_ts
+    int64_t store_ts
+    int64_t queue_offset
+    bint advance
+    int64_t phys_offset
+
+
+cdef void _encode_uniform_loop(_Uniform *u, const unsigned char **body_ptrs, Py_ssize_t *body_lens) noexcept nogil:
+    """The records of ``encode_uniform`` into ``u.p`` at ``u.offs`` (then made physical offsets)."""
+    cdef Py_ssize_t k, pl
+    cdef const unsigned char *props
+    cdef unsigned char *q
+    cdef int64_t rsize
+    cdef uint32_t counter
+    cdef int64_t *offs = u.offs
+    for k in range(u.n):
+        if u.props == NULL:
+            props = u.stem
+            pl = u.stem_len
+        else:
+            props = u.props[k]
+            pl = u.props_lens[k]
+        q = u.p + offs[k]
+        if u.gap:
+            memset(q, 0, u.gap)
+            q += u.gap
+        rsize = offs[k + 1] - offs[k] - u.gap
+        _write_record(q, rsize, body_ptrs[k], body_lens[k], u.topic, u.topic_len, props, pl,
+                      u.queue_id, u.flag, u.queue_offset + k if u.advance else u.queue_offset,
+                      u.phys_offset + offs[k] + u.gap, u.sys_flag, u.born_ts, u.born_host, u.born_host_len,
+                      u.store_ts, u.store_host, u.store_host_len, 0, 0)
+        if u.extra:
+            # The properties field ends the record: its length covers the 4 digits after the stem.
+            mq_put16(q + rsize - pl - u.extra - 2, <uint16_t>(pl + u.extra))
+            counter = <uint32_t>((u.uniq_first + k) & 0xFFFF)
+            q += rsize - 4
+            q[0] = _HEX[(counter >> 12) & 0xF]
+            q[1] = _HEX[(counter >> 8) & 0xF]
+            q[2] = _HEX[(counter >> 4) & 0xF]
+            q[3] = _HEX[counter & 0xF]
+    for k in range(u.n + 1):
+        offs[k] += u.phys_offset
+
+
 def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t queue_id, int32_t flag,
                    int32_t sys_flag, int64_t born_timestamp, bytes born_host, int64_t store_timestamp,
-                   bytes store_host, int64_t queue_offset, bint advance, int64_t phys_offset):
+                   bytes store_host, int64_t queue_offset, bint advance, int64_t phys_offset,
+                   Py_ssize_t gap=0):
     """``encode_records`` for a batch to one topic-queue whose records differ only in body and
     properties (RocketMQ's MessageExtBatch), with the offsets assigned here.
 
@@ -288,6 +354,11 @@ def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t 
     of ``(uniq_first + k) & 0xFFFF`` (the counter that ends a UNIQ_KEY). Returns ``(buffer,
     offsets)``: record k is ``buffer[offsets[k] - phys_offset:offsets[k + 1] - phys_offset]``, so
     ``offsets[:-1]`` are the records' physical offsets. Raises ValueError as ``encode_records``.
+
+    With ``gap`` > 0 each record is preceded by ``gap`` zero bytes (room for the DLedger entry
+    header, which the store writes in place: ``EntryLog.append_framed``), the buffer is a
+    ``bytearray``, ``offsets`` are the starts of the frames (``offsets[k] + gap`` the
+    records') and PHYSICALOFFSET is ``phys_offset`` plus the record's own start.
     """
     cdef _Bodies bs = _Bodies(bodies)
     cdef Py_ssize_t n = bs.count, k
@@ -308,6 +379,8 @@ def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t 
         raise ValueError(f"store host of {shl} bytes disagrees with sys_flag {sys_flag:#x}")
     if phys_offset < 0:
         raise ValueError(f"phys_offset {phys_offset} is negative")
+    if gap < 0:
+        raise ValueError(f"gap {gap} is negative")
     offsets = np.empty(n + 1, dtype=np.int64)
     cdef int64_t[::1] offs = offsets
     cdef int64_t total = 0, size
@@ -320,39 +393,41 @@ def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t 
         if size > 0x7FFFFFFF:
             raise ValueError(f"record {k}: {size} bytes do not fit TOTALSIZE")
         offs[k] = total
-        total += size
+        total += gap + size
     offs[n] = total
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
-    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(out)
-    cdef unsigned char *q
-    cdef const unsigned char *tp = topic
-    cdef const unsigned char *bh = born_host
-    cdef const unsigned char *sh = store_host
-    cdef const unsigned char *props
-    cdef uint32_t counter
+    # bytes, or for the store to fill the gaps in place a bytearray (same allocation cost)
+    out = PyBytes_FromStringAndSize(NULL, total) if gap == 0 else PyByteArray_FromStringAndSize(NULL, total)
+    cdef unsigned char *p = <unsigned char *>(PyBytes_AS_STRING(out) if gap == 0 else PyByteArray_AS_STRING(out))
+    cdef _Uniform u
+    u.p = p
+    u.offs = &offs[0]
+    u.n = n
+    u.gap = gap
+    u.props = NULL if shared else pr.ptrs
+    u.props_lens = NULL if shared else pr.lens
+    u.stem = stem
+    u.stem_len = stem_len
+    u.extra = extra
+    u.uniq_first = uniq_first
+    u.topic = topic
+    u.topic_len = tl
+    u.born_host = born_host
+    u.born_host_len = bhl
+    u.store_host = store_host
+    u.store_host_len = shl
+    u.queue_id = queue_id
+    u.flag = flag
+    u.sys_flag = sys_flag
+    u.born_ts = born_timestamp
+    u.store_ts = store_timestamp
+    u.queue_offset = queue_offset
+    u.advance = advance
+    u.phys_offset = phys_offset
+    # Released even for a small batch: the put thread runs Python otherwise, and this is where
+    # a thread that waits for the GIL (dispatch, the store service) gets it at once rather
+    # than after the interpreter's switch interval.
     with nogil:
-        for k in range(n):
-            if shared:
-                props = stem
-                pl = stem_len
-            else:
-                props = pr.ptrs[k]
-                pl = pr.lens[k]
-            q = p + offs[k]
-            _write_record(q, offs[k + 1] - offs[k], bs.ptrs[k], bs.lens[k], tp, tl, props, pl,
-                          queue_id, flag, queue_offset + k if advance else queue_offset, phys_offset + offs[k],
-                          sys_flag, born_timestamp, bh, bhl, store_timestamp, sh, shl, 0, 0)
-            if extra:
-                # The properties field ends the record: its length covers the 4 digits after the stem.
-                mq_put16(q + (offs[k + 1] - offs[k]) - pl - extra - 2, <uint16_t>(pl + extra))
-                counter = <uint32_t>((uniq_first + k) & 0xFFFF)
-                q += offs[k + 1] - offs[k] - 4
-                q[0] = _HEX[(counter >> 12) & 0xF]
-                q[1] = _HEX[(counter >> 8) & 0xF]
-                q[2] = _HEX[(counter >> 4) & 0xF]
-                q[3] = _HEX[counter & 0xF]
-        for k in range(n + 1):
-            offs[k] += phys_offset
+        _encode_uniform_loop(&u, bs.ptrs, bs.lens)
     return out, offsets
 
 

@@ -874,6 +874,105 @@ cdef class EntryLog:
         self._advance(index0, index0 + j - 1, term)
         return j
 
+    def append_framed(self, buf, offsets, int64_t term):
+        """Append as leader the entries framed in ``buf``: entry k is ``buf[offsets[k]:offsets[k + 1]]``,
+        its first 48 bytes room for the header and the rest its body. The headers (with the
+        AppendHook's stamp and the body CRC) are written into ``buf`` itself, which must be
+        writable and is the caller's scratch, then each data file's share goes in one pwrite:
+        no copy of the bodies into a second buffer. Returns ``(first_index, positions)`` as
+        ``append_batch``; every body is checked before anything is written."""
+        cdef unsigned char[::1] b = memoryview(buf).cast("B")
+        cdef cnp.ndarray arr = np.ascontiguousarray(offsets, dtype=np.int64)
+        cdef const int64_t[::1] off = arr
+        cdef Py_ssize_t count = off.shape[0] - 1, k
+        if count <= 0:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no entries")
+        if off[0] != 0 or off[count] != b.shape[0]:
+            raise ValueError("entry offsets do not span the buffer")
+        for k in range(count):
+            if off[k + 1] - off[k] < DL_BODY_OFFSET:
+                raise ValueError(f"entry {k}: {off[k + 1] - off[k]} bytes leave no room for its header")
+            self._check_body(off[k + 1] - off[k] - DL_BODY_OFFSET)
+            self._check_patch(off[k + 1] - off[k] - DL_BODY_OFFSET)
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               f"term {term} is below the ledger end term {self.end_term}")
+        positions = np.empty(count, dtype=np.int64)
+        cdef int64_t[::1] ps = positions
+        cdef int64_t first = self.end + 1
+        k = 0
+        while k < count:
+            k += self._put_framed_run(&b[0], &off[0], k, count, first + k, term, &ps[k])
+        return first, positions
+
+    cdef Py_ssize_t _put_framed_run(self, unsigned char *buf, const int64_t *off, Py_ssize_t start,
+                                    Py_ssize_t count, int64_t index0, int64_t term, int64_t *pos_out) except -1:
+        """Write the framed entries from ``start`` that fit in the current data file: headers
+        filled in place, one pwrite, then their index units; returns how many."""
+        cdef int64_t pos = self.data.pre_append(off[start + 1] - off[start], True)
+        if pos < 0:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
+        cdef int64_t ipos = self.index.pre_append(DL_INDEX_UNIT, False)
+        if ipos != index0 * DL_INDEX_UNIT:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
+        cdef MappedFile df = self.data.files[len(self.data.files) - 1]
+        cdef int64_t at = df.wrote_position, size, base = df.file_from_offset + df.wrote_position - off[start]
+        cdef Py_ssize_t j = 0
+        while start + j < count:
+            size = off[start + j + 1] - off[start + j]
+            if j and size + DL_MIN_BLANK_LEN > df.file_size - at:
+                break  # the rest starts the next file (pre_append ends this one with a blank)
+            at += size
+            j += 1
+        cdef int64_t span = off[start + j] - off[start]
+        if span >= NOGIL_COPY:
+            with nogil:
+                self._frame(buf, off, start, j, base, index0, term, pos_out)
+        else:
+            self._frame(buf, off, start, j, base, index0, term, pos_out)
+        # Where the service has faulted the pages in (populate), a copy through the mapping costs
+        # a fraction of the pwrite, which allocates and fills page-cache pages on this thread.
+        # Counted as mapped either way: it asks the service to keep the data pages ahead populated.
+        if df.populated_to >= at:
+            if span >= NOGIL_COPY:
+                with nogil:
+                    memcpy(df.ptr + df.wrote_position, buf + off[start], span)
+            else:
+                memcpy(df.ptr + df.wrote_position, buf + off[start], span)
+        else:
+            df._pwrite(df.wrote_position, buf + off[start], span)
+        self.mapped_bytes += span
+        df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
+        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
+        cdef Py_ssize_t i
+        for i in range(j):
+            xf = self._put_unit(xf, DL_CURRENT_MAGIC, pos_out[i], <int32_t>(off[start + i + 1] - off[start + i]),
+                                index0 + i, term)
+        self._advance(index0, index0 + j - 1, term)
+        return j
+
+    cdef void _frame(self, unsigned char *buf, const int64_t *off, Py_ssize_t start, Py_ssize_t j, int64_t base,
+                     int64_t index0, int64_t term, int64_t *pos_out) noexcept nogil:
+        """Headers of framed entries ``start .. start + j`` whose buffer offset ``o`` lands at log
+        position ``base + o``: the AppendHook's stamp, then the CRC of the body as stored."""
+        cdef Py_ssize_t i
+        cdef int64_t pos, size
+        cdef unsigned char *p
+        cdef uint32_t crc
+        for i in range(j):
+            p = buf + off[start + i]
+            size = off[start + i + 1] - off[start + i]
+            pos = base + off[start + i]
+            pos_out[i] = pos
+            if self.patch_at >= 0:
+                dl_put64(p + DL_BODY_OFFSET + self.patch_at, <uint64_t>(pos + DL_BODY_OFFSET))
+            crc = dl_crc32(0, p + DL_BODY_OFFSET, <size_t>(size - DL_BODY_OFFSET)) if self.record_crc else 0
+            dl_write_header(p, DL_CURRENT_MAGIC, <int32_t>size, index0 + i, term, pos, 0, 0, <int32_t>crc,
+                            <int32_t>(size - DL_BODY_OFFSET))
+
     def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,
                      int32_t channel=0, int64_t chain_crc=0, int64_t body_crc=-1):
         """Append an entry the leader made: it must be ``end + 1`` and land at ``pos``."""

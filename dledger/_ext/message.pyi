@@ -84,7 +84,8 @@ def encode_uniform(
     queue_offset: int,
     advance: bool,
     phys_offset: int,
-) -> tuple[bytes, NDArray[np.int64]]: ...
+    gap: int = 0,
+) -> tuple[bytes | bytearray, NDArray[np.int64]]: ...
 def scan_records(
     buf: Buffer,
     base_offset: int,

@@ -124,6 +124,14 @@ class EmbeddedAppender:
             self.on_committed(self.store.committed_pos)
         return first, positions
 
+    def append_framed(self, buf: bytearray, offsets: np.ndarray, term: int) -> tuple[int, np.ndarray]:
+        """``append_batch`` of entries framed in ``buf`` (``MmapFileStore.append_framed``)."""
+        first, positions = self.store.append_framed(buf, offsets, term)
+        self.store.update_committed_index(term, first + len(positions) - 1)
+        if self.on_committed is not None:
+            self.on_committed(self.store.committed_pos)
+        return first, positions
+
     @property
     def committed_pos(self) -> int:
         return self.store.committed_pos
@@ -143,10 +151,13 @@ class DLedgerCommitLog(LogFiles):
         self.store = store
         self.readonly = readonly
         self.appender: Appender | None = appender
+        # The single member's appender takes records framed as entries (no second copy).
+        self._append_framed: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]] | None = None
         if appender is None and not readonly:
             emb = EmbeddedAppender(store)
             emb.on_committed = self.on_committed
             self.appender = emb
+            self._append_framed = emb.append_framed
         # The data segment list of the store: reads walk its mapped files directly.
         self.files = store._log.data  # the store has no public handle on its files
         self.file_size = int(store.data_file_size)
@@ -280,14 +291,23 @@ class DLedgerCommitLog(LogFiles):
                 key = batch.queue_keys[0]
                 advances = bool(batch.advances[0])
                 q0 = self.topic_queue_table.get(key, 0) if advances else 0
-                buf, starts = batch.encode_uniform(q0, 0, now)
+                framed = self._append_framed
+                # Framed: each record encoded after room for its entry header, which the store
+                # fills in place, so the records are copied once, into the file.
+                buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET if framed is not None else 0)
                 queue_offsets = np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64)
                 updates = {key: q0 + n} if advances else {}
             else:
+                framed = None
                 queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
                 buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
             try:
-                _first, positions = self.appender.append_batch(PackedBodies(buf, starts), self.term)
+                if framed is not None:
+                    _first, positions = framed(buf, starts, self.term)
+                    wrote_bytes = len(buf) - n * BODY_OFFSET
+                else:
+                    _first, positions = self.appender.append_batch(PackedBodies(buf, starts), self.term)
+                    wrote_bytes = int(starts[-1])
             except DLedgerError as exc:
                 raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
             self.topic_queue_table.update(updates)
@@ -296,7 +316,7 @@ class DLedgerCommitLog(LogFiles):
         return AppendMessageResult(
             AppendMessageStatus.PUT_OK,
             wrote_offset=int(phys[0]),
-            wrote_bytes=int(starts[-1]),
+            wrote_bytes=wrote_bytes,
             store_timestamp=now,
             logics_offset=int(queue_offsets[0]),
             msg_num=n,

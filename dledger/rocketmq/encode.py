@@ -126,11 +126,18 @@ class PreparedBatch:
         return self.properties
 
     def encode_uniform(
-        self, queue_offset: int, phys_offset: int, store_timestamp: int, first: int = 0, last: int = -1
-    ) -> tuple[bytes, np.ndarray]:
+        self,
+        queue_offset: int,
+        phys_offset: int,
+        store_timestamp: int,
+        first: int = 0,
+        last: int = -1,
+        gap: int = 0,
+    ) -> tuple[Any, np.ndarray]:
         """Messages ``first:last`` of a uniform batch encoded by one kernel call, their queue
         offsets from ``queue_offset`` (the first message's) and physical offsets from
-        ``phys_offset``: ``(buffer, offsets)`` as ``K.encode_uniform``."""
+        ``phys_offset``: ``(buffer, offsets)`` as ``K.encode_uniform`` (``gap`` bytes before
+        each record: room for a DLedger entry header)."""
         last = self.n if last < 0 else last
         whole = first == 0 and last == self.n
         bodies = self.bodies if whole else self.bodies[first:last]
@@ -156,6 +163,7 @@ class PreparedBatch:
             queue_offset + first if adv else 0,
             adv,
             phys_offset,
+            gap,
         )
 
     @property

@@ -238,6 +238,16 @@ class MmapFileStore:
             self.flush()
         return int(first), positions
 
+    def append_framed(self, buf: bytearray, offsets: np.ndarray, term: int) -> tuple[int, np.ndarray]:
+        """``append_batch`` of entries the caller framed in ``buf`` (``EntryLog.append_framed``):
+        entry k is ``buf[offsets[k]:offsets[k + 1]]``, its first 48 bytes left for the header,
+        which is written into ``buf`` in place; the bodies are not copied again."""
+        self._writable()
+        first, positions = self._log.append_framed(buf, offsets, term)
+        if self.sync:
+            self.flush()
+        return int(first), positions
+
     def append_as_follower(self, entry: Entry) -> Entry:
         self._writable()
         self._log.append_entry(
