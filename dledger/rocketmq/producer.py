@@ -25,7 +25,14 @@ from dledger.client import AsyncClient
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
-from dledger.rocketmq.message import UNIQ_KEY, Message, UniqIdGenerator, create_message_id, encode_properties
+from dledger.rocketmq.message import (
+    PROPERTY_KEYS,
+    UNIQ_KEY,
+    Message,
+    UniqIdGenerator,
+    create_message_id,
+    encode_properties,
+)
 from dledger.rocketmq.status import PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 from dledger.sequences import checked_index
@@ -290,18 +297,31 @@ class AsyncProducer:
         if any(m.topic != topic for m in msgs):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "a batch's messages must share their topic")
         qid = await self._select(first, queue_id)
-        if all(
-            m.tags is None
-            and m.keys is None
-            and not m.properties
+        tags, base = first.tags, first.properties
+        if UNIQ_KEY not in base and all(
+            m.tags == tags
+            and m.properties == base
             and not m.delay_level
             and m.flag == first.flag
             and m.sys_flag == first.sys_flag
+            and m.born_timestamp == first.born_timestamp
+            and m.born_host is None
             for m in msgs
         ):
-            # Nothing but bodies differ: the columnar path.
+            # Only bodies and keys differ: the columnar path (one properties stem without keys).
+            keys = None if all(m.keys is None for m in msgs) else [m.keys_string or None for m in msgs]
+            if keys is not None:
+                base = {k: v for k, v in base.items() if k != PROPERTY_KEYS}
             return await self._send_columns(
-                topic, [bytes(m.body) for m in msgs], qid, None, None, {}, first.flag, first.sys_flag
+                topic,
+                [bytes(m.body) for m in msgs],
+                qid,
+                tags,
+                keys,
+                dict(base),
+                first.flag,
+                first.sys_flag,
+                first.born_timestamp,
             )
         parts: list[SendResults] = []
         chunk: list[Message] = []
@@ -347,6 +367,7 @@ class AsyncProducer:
         base: dict[str, str],
         flag: int,
         sys_flag: int,
+        born_timestamp: int = 0,
     ) -> SendResults:
         if tags:
             base["TAGS"] = tags
@@ -381,6 +402,7 @@ class AsyncProducer:
                     [],
                     flag,
                     sys_flag,
+                    born_timestamp,
                     props_stem=(joint + head).encode("utf-8", "surrogatepass"),
                     uniq_first=first,
                     body_sizes=sizes[start:end],
@@ -391,7 +413,9 @@ class AsyncProducer:
                     (joint + u + (f"\x02KEYS\x01{k}" if k else "")).encode("utf-8", "surrogatepass")
                     for u, k in zip(uniqs, keys[start:end], strict=True)
                 ]
-                req = SendRequest(topic, qid, bodies[start:end], props, flag, sys_flag, body_sizes=sizes[start:end])
+                req = SendRequest(
+                    topic, qid, bodies[start:end], props, flag, sys_flag, born_timestamp, body_sizes=sizes[start:end]
+                )
             code = MessageRequestCode.SEND_BATCH_MESSAGE if end - start > 1 else MessageRequestCode.SEND_MESSAGE
             parts.append(await self._request(code, req, uniqs))
         return SendResults.join(parts)
