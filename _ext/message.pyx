@@ -1148,3 +1148,4 @@ def index_lookup(buf, int32_t hash_slot_num, int32_t index_num, int32_t key_hash
 
 
 include "message_service.pxi"
+include "message_read.pxi"

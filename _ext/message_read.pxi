@@ -1,4 +1,5 @@
-# Included at the end of message.pyx (uses _ro, _Rec, _parse_record and C_OK from it).
+# Included at the end of message.pyx (uses _ro, _Rec, _parse_record and C_OK from it): the
+# read paths' kernels.
 #
 # The pull path's kernel: records a consume queue points at, read in place in a commit-log
 # file's mapping, straight into the columns of an Arrow table. Gathering the records into
@@ -88,3 +89,23 @@ def pull_records(buf, const int64_t[::1] offsets, const int32_t[::1] sizes):
         "reconsume_times": rec_a[:count],
     }
     return count, cols, body[:bat], body_vo[: count + 1], props[:pat], props_vo[: count + 1]
+
+
+def record_fields(buf, Py_ssize_t start=0):
+    """The fields of the one record at ``buf[start:]`` as a tuple (size, body_crc, queue_id, flag,
+    queue_offset, stored_phys_offset, sys_flag, born_timestamp, born_host_off, store_timestamp,
+    store_host_off, reconsume_times, prepared_offset, body_off, body_len, topic_off, topic_len,
+    props_off, props_len; offsets into ``buf``), or None when no whole valid record starts
+    there (the checks of ``scan_records``). For a lookup of one message, where the columns of
+    a scan would cost more than the record."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    if start < 0 or start >= b.shape[0]:
+        return None
+    cdef _Rec r
+    if _parse_record(&b[start], b.shape[0] - start, False, &r) != C_OK:
+        return None
+    return (
+        r.size, r.body_crc, r.queue_id, r.flag, r.queue_offset, r.phys, r.sys_flag, r.born_ts,
+        start + r.born_host_off, r.store_ts, start + r.store_host_off, r.reconsume, r.prepared,
+        start + r.body_off, r.body_len, start + r.topic_off, r.topic_len, start + r.props_off, r.props_len,
+    )

@@ -164,6 +164,8 @@ def decode_host(raw: bytes | memoryview) -> Host:
     """Inverse of ``encode_host`` (8 or 20 bytes)."""
     raw = bytes(raw)
     port = struct.unpack(">i", raw[-4:])[0]
+    if len(raw) == 8:
+        return socket.inet_ntoa(raw[:4]), port  # what ipaddress prints, without its parsing
     return str(ipaddress.ip_address(raw[:-4])), port
 
 

@@ -68,9 +68,43 @@ def messages_from_columns(buf: Any, cols: dict[str, np.ndarray], rows: Any = Non
         mv.release()
 
 
-def decode_record(data: bytes, phys_offset: int) -> MessageExt | None:
+def decode_record(data: bytes | memoryview, phys_offset: int) -> MessageExt | None:
     """The message of one record's bytes (None if they are not a whole record)."""
-    cols, _stop, _code = K.scan_records(data, phys_offset, 0, -1, False, 1)
-    if not len(cols["size"]):
+    f = K.record_fields(data)
+    if f is None:
         return None
-    return messages_from_columns(data, cols)[0]
+    (size, body_crc, queue_id, flag, queue_offset, stored_phys, sys_flag, born_ts, bo, store_ts, so,
+     reconsume, prepared, body_off, body_len, topic_off, topic_len, props_off, props_len) = f  # fmt: skip
+    mv = memoryview(data).cast("B")
+    try:
+        born_raw = bytes(mv[bo : bo + (20 if sys_flag & 16 else 8)])
+        store_raw = bytes(mv[so : so + (20 if sys_flag & 32 else 8)])
+        props_string = bytes(mv[props_off : props_off + props_len]).decode("utf-8", "replace")
+        props = decode_properties(props_string)
+        delay = props.get("DELAY")
+        return MessageExt(
+            topic=bytes(mv[topic_off : topic_off + topic_len]).decode("utf-8", "replace"),
+            body=bytes(mv[body_off : body_off + body_len]),
+            queue_id=queue_id,
+            flag=flag,
+            tags=props.get(PROPERTY_TAGS),
+            keys=props.get(PROPERTY_KEYS),
+            properties=props,
+            delay_level=int(delay) if delay and delay.isdigit() else 0,
+            sys_flag=sys_flag,
+            born_timestamp=born_ts,
+            born_host=decode_host(born_raw),
+            reconsume_times=reconsume,
+            prepared_offset=prepared,
+            queue_offset=queue_offset,
+            phys_offset=phys_offset,
+            size=size,
+            store_timestamp=store_ts,
+            store_host=decode_host(store_raw),
+            body_crc=body_crc,
+            msg_id=create_message_id(store_raw, phys_offset),
+            properties_string=props_string,
+            stored_phys_offset=stored_phys,
+        )
+    finally:
+        mv.release()

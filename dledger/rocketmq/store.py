@@ -496,37 +496,61 @@ class MessageStore:
         return buf, cols
 
     def pull_arrow(self, topic: str, queue_id: int, offset: int, max_count: int = 65536) -> Any:
-        """``pull_columns`` as a pyarrow Table: queue_offset, phys_offset, size, store_timestamp,
-        born_timestamp, sys_flag, flag, reconsume_times, body and properties (binary)."""
+        """Up to ``max_count`` messages of a queue from ``offset`` as a pyarrow Table:
+        queue_offset, phys_offset, size, store_timestamp, born_timestamp, sys_flag, flag,
+        reconsume_times, body and properties (binary). Stops at the first unit whose record is
+        not readable (not yet committed, or deleted) or not whole, as ``pull_columns``. The
+        records are read in place in the log's mapping (one kernel call per log file)."""
         import pyarrow as pa
 
-        buf, cols = self.pull_columns(topic, queue_id, offset, max_count)
-        names = (
-            "queue_offset",
-            "phys_offset",
-            "size",
-            "store_timestamp",
-            "born_timestamp",
-            "sys_flag",
-            "flag",
-            "reconsume_times",
-        )
-        if not len(buf):
-            return pa.table(
-                {
-                    **{k: pa.array([], pa.int64()) for k in names},
-                    "body": pa.array([], pa.binary()),
-                    "properties": pa.array([], pa.binary()),
-                }
-            )
-        raw = np.frombuffer(buf, dtype=np.uint8)
-        out: dict[str, Any] = {k: pa.array(cols[k]) for k in names}
-        for name, off, ln in (("body", "body_off", "body_len"), ("properties", "props_off", "props_len")):
-            data, voff = _gather.gather(raw, cols[off], cols[ln].astype(np.int32))
-            out[name] = pa.Array.from_buffers(
-                pa.binary(), len(voff) - 1, [None, pa.py_buffer(voff), pa.py_buffer(data)]
-            )
-        return pa.table(out)
+        names = ("size", "store_timestamp", "born_timestamp", "sys_flag", "flag", "reconsume_times")
+        tables = []
+        cq = self._cq(topic, queue_id)
+        if cq is not None and offset >= int(cq.min_offset):
+            phys, sizes, _tags = cq.get_units(offset, max_count)
+            cl = self.commitlog
+            ok = (phys + sizes <= int(cl.readable_end)) & (phys >= int(cl.min_offset))
+            if len(phys) and not ok.all():
+                cut = int(np.argmin(ok))
+                phys, sizes = phys[:cut], sizes[:cut]
+            fsize = int(cl.file_size)
+            cuts = np.flatnonzero(np.diff(phys // fsize)) + 1
+            at = 0
+            with cl.reading():
+                for part, part_sizes in zip(np.split(phys, cuts), np.split(sizes, cuts), strict=True):
+                    if not len(part):
+                        break
+                    f = cl.files.find(int(part[0]))
+                    if f is None:
+                        break
+                    view = f.view()
+                    try:
+                        n, cols, body, body_vo, props, props_vo = K.pull_records(
+                            view, part - f.file_from_offset, part_sizes
+                        )
+                    finally:
+                        view.release()
+                    if not n:
+                        break
+                    out: dict[str, Any] = {
+                        "queue_offset": pa.array(np.arange(offset + at, offset + at + n, dtype=np.int64)),
+                        "phys_offset": pa.array(part[:n]),
+                    }
+                    out.update((k, pa.array(cols[k])) for k in names)
+                    for name, data, vo in (("body", body, body_vo), ("properties", props, props_vo)):
+                        out[name] = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(vo), pa.py_buffer(data)])
+                    tables.append(pa.table(out))
+                    at += n
+                    if n < len(part):
+                        break
+        if not tables:
+            # The schema of a table with rows (the kernel's column types).
+            empty: dict[str, Any] = {k: pa.array([], pa.int64()) for k in ("queue_offset", "phys_offset")}
+            for k in names:
+                empty[k] = pa.array([], pa.int64() if k.endswith("timestamp") else pa.int32())
+            empty.update(body=pa.array([], pa.binary()), properties=pa.array([], pa.binary()))
+            return pa.table(empty)
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._cq(topic, queue_id)
