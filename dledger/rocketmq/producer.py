@@ -102,7 +102,7 @@ class SendResults(Sequence[SendResult]):
     """The SendResult of each message of a batch, made when asked for (a batch of thousands
     would otherwise spend more of the producer's time making results than sending)."""
 
-    __slots__ = ("_phys", "_uniqs", "first_offset", "queue_id", "reason", "status", "store_host", "topic")
+    __slots__ = ("_phys", "_phys_add", "_uniqs", "first_offset", "queue_id", "reason", "status", "store_host", "topic")
 
     def __init__(
         self,
@@ -114,6 +114,7 @@ class SendResults(Sequence[SendResult]):
         phys: list[int] | None = None,
         store_host: str = "",
         reason: str = "",
+        phys_add: int = 0,
     ) -> None:
         self.status = status
         self.topic = topic
@@ -123,6 +124,8 @@ class SendResults(Sequence[SendResult]):
         self.reason = reason
         self._uniqs = uniqs
         self._phys = phys or []
+        # Added to each of ``_phys`` (the member answers entry positions and the 48 to add).
+        self._phys_add = phys_add
 
     @property
     def ok(self) -> bool:
@@ -147,7 +150,7 @@ class SendResults(Sequence[SendResult]):
                 self._uniqs[i],
                 self.queue_id,
                 self.first_offset + i,
-                _offset_msg_id(self.store_host, self._phys[i]),
+                _offset_msg_id(self.store_host, self._phys[i] + self._phys_add),
                 self.topic,
             )
         return SendResult(self.status, self._uniqs[i], self.queue_id, -1, "", self.topic, self.reason)
@@ -181,7 +184,7 @@ class SendResults(Sequence[SendResult]):
                 first.queue_id,
                 uniqs,
                 first.first_offset,
-                [x for p in parts for x in p._phys],
+                [x + p._phys_add for p in parts for x in p._phys],
                 first.store_host,
             )
         return _Mixed(parts)
@@ -440,7 +443,16 @@ class AsyncProducer:
         if resp.code == ResponseCode.SUCCESS and "status" in body:
             r = SendResponse.from_wire(body)
             if r.status == PutMessageStatus.PUT_OK and len(r.phys_offsets) == len(uniqs):
-                return SendResults(SEND_OK, req.topic, r.queue_id, uniqs, r.queue_offset, r.phys_offsets, r.store_host)
+                return SendResults(
+                    SEND_OK,
+                    req.topic,
+                    r.queue_id,
+                    uniqs,
+                    r.queue_offset,
+                    r.phys_offsets,
+                    r.store_host,
+                    phys_add=r.phys_add,
+                )
             return SendResults(_status_name(r.status), req.topic, req.queue_id, uniqs, reason=r.reason)
         # No leader took it in time: what the last member said.
         status = _status_name(int(body["status"])) if "status" in body else PutMessageStatus.SERVICE_NOT_AVAILABLE.name

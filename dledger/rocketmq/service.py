@@ -291,6 +291,7 @@ class MessageService:
         self.node_store: MmapFileStore = opened[0]
         self.commitlog = self.store.commitlog
         self.queue_nums = config.default_topic_queue_nums
+        self._store_host_text = format_host(self.store.store_host)
         self._group: GroupHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Held pulls by (topic, queue id): the offset each waits to see and its future; and
@@ -299,6 +300,9 @@ class MessageService:
         self._waiters: list[asyncio.Future[None]] = []
         self._offsets_next = self.store.min_offset_in_queue(OFFSET_TOPIC, 0)
         self._stop = threading.Event()
+        # Set when a pull or an offset commit starts waiting: the watcher follows dispatch
+        # round by round only while someone waits (see _watch_dispatch).
+        self._armed = threading.Event()
         self._watcher: threading.Thread | None = None
         self._noop: asyncio.Future[Any] | None = None
         self._apply_offsets()
@@ -329,6 +333,7 @@ class MessageService:
 
     def close(self) -> None:
         self._stop.set()
+        self._armed.set()
         if self._watcher is not None:
             self._watcher.join(5)
         self._apply_offsets()
@@ -622,9 +627,15 @@ class MessageService:
                 leader=r.leader_id or g.leader_id,
             )
             return Response(r.code, resp.to_wire(), resp.reason)
-        phys = [p + BODY_OFFSET for p in r.positions] if r.positions else [r.pos + BODY_OFFSET]
         resp = SendResponse(
-            PutMessageStatus.PUT_OK, "", qid, first_offset, phys, format_host(self.store.store_host), g.self_id
+            PutMessageStatus.PUT_OK,
+            "",
+            qid,
+            first_offset,
+            r.positions or [r.pos],
+            self._store_host_text,
+            g.self_id,
+            phys_add=BODY_OFFSET,
         )
         return Response(ResponseCode.SUCCESS, resp.to_wire())
 
@@ -670,6 +681,7 @@ class MessageService:
                 held[:] = [h for h in held if not h[1].done()]
             # Registered before the look, so that an arrival between the two is not missed.
             held.append((req.offset, fut))
+            self._armed.set()
             try:
                 resp = await asyncio.to_thread(self._pull_once, req)
                 left = deadline - loop.time()
@@ -685,12 +697,28 @@ class MessageService:
 
     def _watch_dispatch(self) -> None:
         """Tell the loop when dispatch has put new units in the consume queues (the
-        MessageArrivingListener of RocketMQ's ReputMessageService)."""
+        MessageArrivingListener of RocketMQ's ReputMessageService).
+
+        Only while a pull or an offset commit waits: otherwise a thread and a loop wake-up per
+        dispatch round (every millisecond under load) would be spent on nobody. Then the
+        offset records dispatched meanwhile are applied ten times a second. ``seen`` is left
+        as it was while nobody waits, so the first look after a pull registers wakes the loop
+        if anything was dispatched since (the pull's own look may have come before it)."""
         reput = self.store.reput
         seen = reput.dispatched_messages
         loop = self._loop
         assert loop is not None
         while not self._stop.is_set():
+            if not (self._pulls or self._waiters):
+                self._armed.wait(0.1)
+                self._armed.clear()
+                if not (self._pulls or self._waiters or self._stop.is_set()):
+                    if self.store.max_offset_in_queue(OFFSET_TOPIC, 0) > self._offsets_next:
+                        try:
+                            loop.call_soon_threadsafe(self._apply_offsets)
+                        except RuntimeError:
+                            return  # the loop is closed
+                    continue
             with reput._cond:
                 if reput.dispatched_messages == seen:
                     reput._cond.wait(0.02)
@@ -770,6 +798,7 @@ class MessageService:
         while self._offsets_next <= record_offset and loop.time() < deadline:
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append(fut)
+            self._armed.set()
             self._apply_offsets()
             if self._offsets_next > record_offset:
                 break

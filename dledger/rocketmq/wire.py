@@ -157,9 +157,10 @@ class SendRequest:
 
 @dataclass(slots=True)
 class SendResponse:
-    """``status`` is a PutMessageStatus; on PUT_OK ``phys_offsets`` are the records' commit-log
-    offsets (entry position + 48) and ``queue_offset`` the first message's queue offset (the
-    rest follow it). ``store_host`` is the leader's address written into the records."""
+    """``status`` is a PutMessageStatus; on PUT_OK the records' commit-log offsets are
+    ``phys_offsets`` plus ``phys_add`` (entry positions and 48: the leader sends the positions
+    its log gave, not a list made per message) and ``queue_offset`` the first message's queue
+    offset (the rest follow it). ``store_host`` is the leader's address written into the records."""
 
     status: int
     reason: str = ""
@@ -168,6 +169,7 @@ class SendResponse:
     phys_offsets: list[int] = field(default_factory=list)
     store_host: str = ""
     leader: str | None = None
+    phys_add: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -176,6 +178,7 @@ class SendResponse:
             "queue_id": self.queue_id,
             "queue_offset": self.queue_offset,
             "phys": self.phys_offsets,
+            "phys_add": self.phys_add,
             "store_host": self.store_host,
             "leader": self.leader,
         }
@@ -190,6 +193,7 @@ class SendResponse:
             list(body.get("phys") or []),
             str(body.get("store_host") or ""),
             body.get("leader"),
+            int(body.get("phys_add") or 0),
         )
 
 
