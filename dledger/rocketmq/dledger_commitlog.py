@@ -355,8 +355,9 @@ class DLedgerCommitLog(LogFiles):
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        # The store's lock keeps its retention and close from unmapping a file we read.
-        with self.store._lock:
+        # Keeps the store's retention and close from unmapping a file we read; its flushes,
+        # which hold the store's main lock through an msync, do not hold this one.
+        with self.store._unmap_lock:
             yield
 
     def segment(self, offset: int, limit: int | None = None) -> Segment | None:
@@ -421,9 +422,9 @@ class DLedgerCommitLog(LogFiles):
         Java store hands it to DLedger; ``clean_immediately`` asks it as a full disk would."""
         if self.readonly:
             return 0
-        with self.reading():
-            ratio = 1.0 if clean_immediately else used_ratio
-            return int(self.store.delete_expired(now_ms / 1000.0, used_ratio=ratio))
+        # Not under reading(): the store takes its locks in its own order (main, then unmap).
+        ratio = 1.0 if clean_immediately else used_ratio
+        return int(self.store.delete_expired(now_ms / 1000.0, used_ratio=ratio))
 
     def close(self) -> None:
         if self.closed:

@@ -6,7 +6,9 @@ drop-behind and retention (FlushDataService, CleanSpaceService) in ``dledger.sto
 The store has one writer (the thread that appends, truncates and resets); a background
 thread flushes, writes the checkpoint and applies retention. Structural changes (truncate,
 reset, retention, close) and flushes exclude each other through one lock, because a flush
-runs msync without the GIL over a mapping that a truncate could otherwise unmap.
+runs msync without the GIL over a mapping that a truncate could otherwise unmap. Readers of
+the mapped files from outside (the DLedger commit log's) take a second lock that only the
+structural changes also take, so a flush does not hold them up.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class MmapFileStore:
         self.readonly = readonly
         self.sync = self.config.sync if sync is None else sync
         self._lock = threading.RLock()
+        # Held by readers of the mapped files from outside the store (DLedgerCommitLog's) and,
+        # after _lock, by every change that unmaps a file (truncate, begin reset, retention,
+        # close): readers exclude those, not the flushes, whose msync can take milliseconds.
+        self._unmap_lock = threading.RLock()
         self._closed = False
         self._committed = -1
         self._committed_pos = -1
@@ -352,7 +358,7 @@ class MmapFileStore:
         """Follower truncate: keep the log up to ``entry`` (appending it where it is absent)."""
         self._writable()
         lg = self._log
-        with self._lock:
+        with self._lock, self._unmap_lock:
             existing = None
             if lg.begin >= 0 and lg.begin <= entry.index <= lg.end:
                 existing = self.get(entry.index)
@@ -397,7 +403,7 @@ class MmapFileStore:
             ResponseCode.INDEX_OUT_OF_RANGE,
             f"begin index {index} outside [{self.ledger_begin_index}, {self.ledger_end_index + 1}]",
         )
-        with self._lock:
+        with self._lock, self._unmap_lock:
             if index > self.ledger_end_index:
                 return self.ledger_begin_index
             pos, _size = self.pos_and_size(index)
@@ -521,7 +527,7 @@ class MmapFileStore:
         if self._closed:
             return
         self._service.stop()
-        with self._lock:
+        with self._lock, self._unmap_lock:
             if not self.readonly:
                 self.flush()
                 self.persist_checkpoint()

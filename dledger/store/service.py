@@ -171,7 +171,7 @@ class CleanSpaceService:
         if not (time_up or ratio > cfg.disk_space_ratio_to_check_expired or force):
             return 0
         expired_ms = max(cfg.file_reserved_hours, 1) * 3600 * 1000.0
-        with store._lock:
+        with store._lock, store._unmap_lock:
             deleted = int(
                 store._log.data.delete_expired_by_time(
                     expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10
