@@ -284,6 +284,8 @@ class DLedgerCommitLog(LogFiles):
         n = batch.n
         if n == 1:
             return self._put_one(batch)
+        if batch.uniform and self._append_framed is not None:
+            return self._put_framed(batch, self._append_framed)
         with self.put_lock:
             now = max(int(time.time() * 1000), self.last_store_timestamp)
             if batch.uniform:
@@ -291,23 +293,15 @@ class DLedgerCommitLog(LogFiles):
                 key = batch.queue_keys[0]
                 advances = bool(batch.advances[0])
                 q0 = self.topic_queue_table.get(key, 0) if advances else 0
-                framed = self._append_framed
-                # Framed: each record encoded after room for its entry header, which the store
-                # fills in place, so the records are copied once, into the file.
-                buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET if framed is not None else 0)
+                buf, starts = batch.encode_uniform(q0, 0, now)
                 queue_offsets = np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64)
                 updates = {key: q0 + n} if advances else {}
             else:
-                framed = None
                 queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
                 buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
             try:
-                if framed is not None:
-                    _first, positions = framed(buf, starts, self.term)
-                    wrote_bytes = len(buf) - n * BODY_OFFSET
-                else:
-                    _first, positions = self.appender.append_batch(PackedBodies(buf, starts), self.term)
-                    wrote_bytes = int(starts[-1])
+                _first, positions = self.appender.append_batch(PackedBodies(buf, starts), self.term)
+                wrote_bytes = int(starts[-1])
             except DLedgerError as exc:
                 raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
             self.topic_queue_table.update(updates)
@@ -323,6 +317,42 @@ class DLedgerCommitLog(LogFiles):
             store_host=batch.store_hosts[0],
             wrote_offsets=phys,
             queue_offsets=queue_offsets,
+        )
+
+    def _put_framed(
+        self, batch: PreparedBatch, append: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]]
+    ) -> AppendMessageResult:
+        """``put`` of a uniform batch on the single member: one kernel call encodes the records
+        framed as entries (room for each 48-byte header before its record), the store fills the
+        headers in place and writes them, so the records are copied once, into the file."""
+        n = batch.n
+        key = batch.queue_keys[0]
+        sh = batch.shared
+        advances = bool(batch.advances[0]) if sh is None else sh[7]
+        table = self.topic_queue_table
+        with self.put_lock:
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
+            q0 = table.get(key, 0) if advances else 0
+            buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET)
+            try:
+                _first, positions = append(buf, starts, self.term)
+            except DLedgerError as exc:
+                raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
+            if advances:
+                table[key] = q0 + n
+            self.last_store_timestamp = now
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            int(positions[0]) + BODY_OFFSET,
+            len(buf) - n * BODY_OFFSET,
+            now,
+            q0,
+            n,
+            batch.store_hosts[0],
+            positions + BODY_OFFSET,
+            np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
         )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:

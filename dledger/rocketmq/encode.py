@@ -97,6 +97,9 @@ class PreparedBatch:
     longest: int = -1
     # With ``lengths`` lazy: calMsgLength less the body and the properties.
     fixed_len: int = 0
+    # With ``uniform``, the shared fields as plain values (topic, queue id, flag, sys flag, born
+    # timestamp, born host, store host, advances), so an encode reads no numpy scalars.
+    shared: tuple[Any, ...] | None = None
 
     def record_lengths(self) -> np.ndarray:
         """``lengths``, computed now if it was left lazy (a uniform batch's fast path needs none)."""
@@ -147,19 +150,31 @@ class PreparedBatch:
         else:
             props = self.properties if whole else self.properties[first:last]
             uniq = -1
-        adv = bool(self.advances[0])
+        sh = self.shared
+        if sh is None:
+            sh = (
+                self.topics[0],
+                int(self.queue_ids[0]),
+                int(self.flags[0]),
+                int(self.sys_flags[0]),
+                int(self.born_timestamps[0]),
+                self.born_hosts[0],
+                self.store_hosts[0],
+                bool(self.advances[0]),
+            )
+        topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, adv = sh
         return K.encode_uniform(
             bodies,
-            self.topics[0],
+            topic,
             props,
             uniq,
-            int(self.queue_ids[0]),
-            int(self.flags[0]),
-            int(self.sys_flags[0]),
-            int(self.born_timestamps[0]),
-            self.born_hosts[0],
+            queue_id,
+            flag,
+            sys_flag,
+            born_ts,
+            born_host,
             store_timestamp,
-            self.store_hosts[0],
+            store_host,
             queue_offset + first if adv else 0,
             adv,
             phys_offset,
@@ -462,6 +477,7 @@ class BatchPreparer:
             )
             if len(tpl.columns) < 64:
                 tpl.columns[n] = cols
+        born_ts = born_timestamp or int(time.time() * 1000)
         return PreparedBatch(
             n=n,
             topics=[tpl.traw] * n,
@@ -470,7 +486,7 @@ class BatchPreparer:
             properties=props,
             flags=cols[1],
             sys_flags=cols[2],
-            born_timestamps=[born_timestamp or int(time.time() * 1000)] * n,
+            born_timestamps=[born_ts] * n,
             born_hosts=[tpl.braw] * n,
             store_hosts=[store_raw] * n,
             reconsume_times=cols[3],
@@ -484,6 +500,7 @@ class BatchPreparer:
             uniq_first=uniq_first,
             longest=longest,
             fixed_len=tpl.fixed_len,
+            shared=(tpl.traw, queue_id, flag, tpl.sflag, born_ts, tpl.braw, store_raw, tpl.advances),
         )
 
 
