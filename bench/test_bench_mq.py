@@ -5,8 +5,9 @@
 A round of a put figure stores N messages into a fresh store and ends when dispatch has built
 their consume-queue units and index items (so the figure is "put with dispatch keeping up").
 Its baselines do the same bytes' worth of work without the message layer: ``raw_append`` is
-``MmapFileStore.append_batch`` of the same encoded records in the same batches, ``raw_write``
-a plain ``os.write`` of them. Messages per second = N / median (``extra_info['messages']``).
+``MmapFileStore.append_batch`` of the same encoded records in the same batches, ``raw_framed``
+(DLedger log, batches) ``MmapFileStore.append_framed`` of them as the DLedger put hands them to
+the store, ``raw_write`` a plain ``os.write`` of them. Messages per second = N / median (``extra_info['messages']``).
 DLEDGER_BENCH_FULL=1 runs the full sizes (1M messages per round).
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dledger._ext import load as _load_ext
 from dledger.config import DLedgerConfig
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.encode import BatchPreparer, encode_batch
@@ -29,6 +31,7 @@ from dledger.rocketmq.message import Message
 from dledger.rocketmq.store import MessageStore
 from dledger.store.file import MmapFileStore
 
+K = _load_ext("message")
 FULL = os.environ.get("DLEDGER_BENCH_FULL") == "1"
 N = int(os.environ.get("DLEDGER_BENCH_MQ_N", 1_000_000 if FULL else 256 * 1024))
 ROUNDS = 3 if FULL else 5
@@ -106,8 +109,16 @@ def run(
 PUT_CASES = [(mode, size, batch) for mode in ("classic", "dledger") for size in (100, 1024) for batch in (BATCH, 1)]
 
 
-@pytest.mark.parametrize("mode,size,batch", PUT_CASES, ids=[f"{m}-{s}B-b{b}" for m, s, b in PUT_CASES])
-@pytest.mark.parametrize("side", ["ours", "raw_append", "raw_write"])
+# The framed append is the DLedger log's batch path only.
+PUT_RUNS = [
+    (side, *case)
+    for case in PUT_CASES
+    for side in ("ours", "raw_append", "raw_framed", "raw_write")
+    if side != "raw_framed" or (case[0] == "dledger" and case[2] > 1)
+]
+
+
+@pytest.mark.parametrize("side,mode,size,batch", PUT_RUNS, ids=[f"{x}-{m}-{s}B-b{b}" for x, m, s, b in PUT_RUNS])
 def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side: str) -> None:
     n = N if batch > 1 else N // 4
     group = f"put {mode} {size}B batch {batch}"
@@ -149,6 +160,9 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
 
         run(benchmark, group, f"{group} [MmapFileStore.append_batch, same records]", setup_a, work_a, n, r)
         return
+    if side == "raw_framed":
+        put_framed_baseline(benchmark, r, group, batches[0], n)
+        return
     joined = [b"".join(b) for b in batches]
 
     def setup_w() -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -164,6 +178,33 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
         return n
 
     run(benchmark, group, f"{group} [os.write, same bytes]", setup_w, work_w, n)
+
+
+def put_framed_baseline(benchmark: Any, r: Round, group: str, records: list[bytes], n: int) -> None:
+    """What the DLedger put hands the store: the same records framed with room for each entry
+    header, which ``append_framed`` fills in place (so one buffer serves every batch)."""
+    framed = bytearray()
+    starts = [0]
+    for rec in records:
+        framed += bytes(48) + rec
+        starts.append(len(framed))
+    offsets = np.array(starts, dtype=np.int64)
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        d = MmapFileStore(
+            r.fresh() / "dledger-n0",
+            DLedgerConfig(mapped_file_size_for_entry_data=1 << 30),
+            body_pos_patch=K.PHY_POS_POSITION,
+        )
+        r.opened.append(d)
+        return (d,), {}
+
+    def work(d: MmapFileStore) -> int:
+        for _ in range(n // len(records)):
+            d.append_framed(framed, offsets, 0)
+        return n
+
+    run(benchmark, group, f"{group} [MmapFileStore.append_framed, same records]", setup, work, n, r)
 
 
 # -- dispatch alone ----------------------------------------------------------------------------
