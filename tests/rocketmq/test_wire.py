@@ -60,6 +60,7 @@ def test_send_request_round_trip_keeps_bodies_and_properties():
         "10.0.0.1:5555",
     )
     assert list(bodies) == [b"one", b"", b"three"]
+    assert props is not None  # None only for a request with a properties stem
     assert list(props) == [b"TAGS\x01a", b"", b"KEYS\x01k1 k2"]
 
 
