@@ -703,10 +703,11 @@ class MessageService:
     def _pull_inline(self, req: PullRequest) -> PullResponse | None:
         """A held pull's look after an arrival, on the loop: the few records just dispatched are
         in the page cache, and two thread hand-offs are most of the wait. None (look in a
-        thread) when more arrived or the log is busy (a flush or retention holds its lock)."""
+        thread) when more arrived or the log is busy unmapping files (retention, a truncate)."""
         if self.store.max_offset_in_queue(req.topic, req.queue_id) - req.offset > INLINE_PULL_MAX:
             return None
-        lock = self.node_store._lock
+        # The lock the commit log's readers take (reading()); flushes do not hold it.
+        lock = self.node_store._unmap_lock
         if not lock.acquire(blocking=False):
             return None
         try:
