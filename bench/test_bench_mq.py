@@ -112,8 +112,8 @@ PUT_CASES = [(mode, size, batch) for mode in ("classic", "dledger") for size in 
 # The framed append is the DLedger log's batch path only.
 PUT_RUNS = [
     (side, *case)
-    for case in PUT_CASES
     for side in ("ours", "raw_append", "raw_framed", "raw_write")
+    for case in PUT_CASES
     if side != "raw_framed" or (case[0] == "dledger" and case[2] > 1)
 ]
 
