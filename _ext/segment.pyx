@@ -64,7 +64,10 @@ cdef extern from "<sys/uio.h>" nogil:
 # directly, with no zero-fill to fault in first, and a full disk answers ENOSPC instead of
 # killing the process with SIGBUS. Reads still use the mapping, which sees the same page
 # cache, and msync still makes the written range durable.
-# Single entries still go through the mapping (see EntryLog._put).
+# Single entries still go through the mapping (see EntryLog._put), and so do framed batches
+# (EntryLog.append_framed) where the store service has populated the pages first: the fault and
+# its zero-fill then happened off the writer's thread, and a populated page has its blocks
+# reserved, so the copy cannot fault into a full disk.
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
 # RUN_ENTRIES entries, two buffers (header, body) each (see _put_run).
 cdef int IOV_MAX_ = 1024
