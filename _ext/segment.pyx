@@ -704,6 +704,14 @@ cdef class EntryLog:
         if self.begin == -1:
             self.begin = first
 
+    cdef inline void _check_leader_append(self, int64_t term) except *:
+        # What every leader append checks once its bodies passed: room on disk, no older term.
+        if self.disk_full:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
+        if term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               f"term {term} is below the ledger end term {self.end_term}")
+
     cdef inline void _check_patch(self, Py_ssize_t n) except *:
         if self.patch_at >= 0 and n < self.patch_at + 8:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
@@ -766,11 +774,7 @@ cdef class EntryLog:
         cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
         self._check_body(n)
         self._check_patch(n)
-        if self.disk_full:
-            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
-        if term < self.end_term:
-            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
-                               f"term {term} is below the ledger end term {self.end_term}")
+        self._check_leader_append(term)
         return self._put(<const unsigned char *>PyBytes_AS_STRING(body), n, self.end + 1, term, -1,
                          DL_CURRENT_MAGIC, 0, 0, -1, self.patch_at >= 0)
 
@@ -794,11 +798,7 @@ cdef class EntryLog:
         for k in range(count):
             self._check_body(bs.lens[k])
             self._check_patch(bs.lens[k])
-        if self.disk_full:
-            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
-        if term < self.end_term:
-            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
-                               f"term {term} is below the ledger end term {self.end_term}")
+        self._check_leader_append(term)
         positions = np.empty(count, dtype=np.int64)
         cdef int64_t[::1] ps = positions
         cdef int64_t first = self.end + 1
@@ -897,11 +897,7 @@ cdef class EntryLog:
                 raise ValueError(f"entry {k}: {off[k + 1] - off[k]} bytes leave no room for its header")
             self._check_body(off[k + 1] - off[k] - DL_BODY_OFFSET)
             self._check_patch(off[k + 1] - off[k] - DL_BODY_OFFSET)
-        if self.disk_full:
-            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused until space is freed")
-        if term < self.end_term:
-            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
-                               f"term {term} is below the ledger end term {self.end_term}")
+        self._check_leader_append(term)
         positions = np.empty(count, dtype=np.int64)
         cdef int64_t[::1] ps = positions
         cdef int64_t first = self.end + 1
