@@ -156,3 +156,10 @@ def pull_records(
     int, dict[str, NDArray[Any]], NDArray[np.uint8], NDArray[np.int32], NDArray[np.uint8], NDArray[np.int32]
 ]: ...
 def record_fields(buf: Buffer, start: int = 0) -> tuple[int, ...] | None: ...
+
+# -- dispatch (message_dispatch.pxi) --
+PREFAULT_READ: int
+PREFAULT_WRITE: int
+PREFAULT_WILLNEED: int
+
+def prefault(buf: Buffer, start: int = 0, end: int = -1, how: int = ...) -> int: ...

@@ -51,6 +51,18 @@ ITEM_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff",
 # Batch put and slot-chain lookup without a Python loop per item.
 _mk = _load_ext("message")
 
+# Items are faulted in this far ahead of the next put, this much at a time (in a thread of
+# their own, without the GIL): a put then writes to mapped pages instead of taking a fault per
+# page, and the put thread keeps the GIL.
+PREFAULT_CHUNK = 8 << 20
+
+
+def _prefault(mm: mmap.mmap, start: int, end: int) -> None:
+    try:
+        _mk.prefault(mm, start, end, _mk.PREFAULT_WRITE)
+    except (ValueError, BufferError):  # pragma: no cover - the file was closed under us
+        pass
+
 
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
@@ -149,6 +161,8 @@ class IndexFile:
         self.begin_phy_offset = self.end_phy_offset = 0
         self.hash_slot_count = 0
         self.index_count = 1
+        self._prefaulter: threading.Thread | None = None
+        self._prefaulted_to = 0
         if create:
             if end_phy_offset > 0:
                 self.begin_phy_offset = self.end_phy_offset = end_phy_offset
@@ -159,8 +173,28 @@ class IndexFile:
                 self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, 0, 0
             )
             self._dirty = True
+            # A new file's puts hit the slot table at random: fault it all in (one pass without
+            # the GIL, off the put path), with the first items.
+            self._prefault_from(0)
         else:
             self.load()
+
+    def _prefault_from(self, start: int) -> None:
+        """Fault in ``start`` up to ``PREFAULT_CHUNK`` past the next item, in a thread, unless one runs."""
+        if self.mm is None or self.readonly or (self._prefaulter is not None and self._prefaulter.is_alive()):
+            return
+        end = min(max(self._item_pos(self.index_count), self._item_pos(0)) + PREFAULT_CHUNK, self.file_size)
+        if start >= end:
+            return
+        self._prefaulted_to = end
+        t = threading.Thread(target=_prefault, args=(self.mm, start, end), name="IndexPrefault", daemon=True)
+        self._prefaulter = t
+        t.start()
+
+    def _join_prefault(self) -> None:
+        if self._prefaulter is not None:
+            self._prefaulter.join()
+            self._prefaulter = None
 
     @property
     def name(self) -> str:
@@ -248,6 +282,8 @@ class IndexFile:
         self.end_phy_offset = int(phys[-1])
         self.end_timestamp = int(ts[-1])
         self._write_header()
+        if self._item_pos(self.index_count) + PREFAULT_CHUNK // 2 > self._prefaulted_to and not self.is_write_full():
+            self._prefault_from(max(self._prefaulted_to, self._item_pos(self.index_count)))
         return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -287,6 +323,7 @@ class IndexFile:
         self._dirty = False
 
     def close(self) -> None:
+        self._join_prefault()  # it holds the mapping while it runs
         if self.mm is not None:
             self.flush()
             try:

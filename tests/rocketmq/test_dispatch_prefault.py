@@ -1,0 +1,74 @@
+"""Pre-faulting mapped files for dispatch: the kernel changes no byte, and an index file whose
+item pages are faulted in ahead of its puts ends up byte for byte as one that was not."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dledger._ext import load
+from dledger.rocketmq import index_file
+from dledger.rocketmq.index_file import IndexFile
+
+K = load("message")
+HOWS = [K.PREFAULT_READ, K.PREFAULT_WRITE, K.PREFAULT_WILLNEED]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.binary(min_size=1, max_size=3 * 4096 + 17),
+    start=st.integers(-5, 20_000),
+    end=st.integers(-1, 20_000),
+    how=st.sampled_from(HOWS),
+)
+def test_prefault_changes_no_byte(tmp_path: Path, data: bytes, start: int, end: int, how: int) -> None:
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    with open(p, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), len(data))
+        try:
+            assert K.prefault(mm, start, end, how) == 0
+            # A view that starts inside a page: its page is advised from its start.
+            assert K.prefault(memoryview(mm)[len(data) // 2 :], 0, -1, how) == 0
+            assert mm[:] == data
+        finally:
+            mm.close()
+    assert p.read_bytes() == data
+
+
+def test_prefault_of_a_read_only_buffer_and_an_empty_range() -> None:
+    buf = bytes(10_000)
+    assert K.prefault(buf, 0, -1, K.PREFAULT_READ) == 0
+    assert K.prefault(buf, 50, 50, K.PREFAULT_WRITE) == 0
+
+
+def _fill(path: Path, n: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    with monkeypatch.context() as m:
+        if chunk is None:
+            m.setattr(IndexFile, "_prefault_from", lambda self, start: None)
+        else:
+            m.setattr(index_file, "PREFAULT_CHUNK", chunk)
+        f = IndexFile(path, 97, n + 1, create=True)
+        rng = np.random.default_rng(n)
+        done = 0
+        while done < n:
+            k = int(rng.integers(1, 200))
+            h = rng.integers(0, 2**31, k).astype(np.int32)
+            phys = np.arange(done, done + k, dtype=np.int64) * 100
+            ts = 1_795_421_951_105 + np.arange(done, done + k, dtype=np.int64) * 7
+            done += f.put_hashes(h, phys, ts)
+        f.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("chunk", [4096, 3 * 4096 + 20, 1 << 20])
+def test_index_file_puts_with_pages_faulted_ahead_give_the_same_bytes(
+    tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = 5000
+    assert _fill(tmp_path / "a", n, chunk, monkeypatch) == _fill(tmp_path / "b", n, None, monkeypatch)
