@@ -1,1 +1,100 @@
 # Included at the end of message.pyx: the single-put path's kernels (putMessage of one message).
+
+
+cdef class PutTemplate:
+    """What every put of one (topic, queue, properties, sys flag, born host) shares, checked once
+    by the store: the record less its body, flag, born time, reconsume times, prepared offset and
+    what the lock assigns. The properties are ``props_head``, then (with ``uniq``) the UNIQ_KEY
+    value (the generator's head and 4 hex digits of its counter), then ``props_tail``."""
+
+    cdef readonly bytes topic
+    cdef readonly bytes props_head
+    cdef readonly bytes props_tail
+    cdef readonly bytes born_host
+    cdef readonly bytes store_host
+    cdef readonly int32_t queue_id
+    cdef readonly int32_t sys_flag
+    cdef readonly bint uniq
+    cdef readonly Py_ssize_t uniq_len
+    # calMsgLength less the body.
+    cdef readonly int64_t fixed_len
+    # "topic-queueId" (the topic-queue table's key), whether the put takes a queue offset, and
+    # whether it waits for the flush (the store's, read from Python).
+    cdef public object queue_key
+    cdef public bint advances
+    cdef public bint wait_store
+
+    def __init__(self, bytes topic, bytes props_head, bytes props_tail, bint uniq, Py_ssize_t uniq_head_len,
+                 int32_t queue_id, int32_t sys_flag, bytes born_host, bytes store_host, object queue_key,
+                 bint advances, bint wait_store):
+        if len(topic) > MQ_MAX_TOPIC:
+            raise ValueError(f"topic of {len(topic)} bytes is over {MQ_MAX_TOPIC}")
+        if len(born_host) != mq_host_len(sys_flag, MQ_BORNHOST_V6):
+            raise ValueError(f"born host of {len(born_host)} bytes disagrees with sys_flag {sys_flag:#x}")
+        if len(store_host) != mq_host_len(sys_flag, MQ_STOREHOST_V6):
+            raise ValueError(f"store host of {len(store_host)} bytes disagrees with sys_flag {sys_flag:#x}")
+        self.uniq_len = uniq_head_len + 4 if uniq else 0
+        cdef Py_ssize_t plen = len(props_head) + self.uniq_len + len(props_tail)
+        if plen > MQ_MAX_PROPS:
+            raise ValueError(f"properties of {plen} bytes are over {MQ_MAX_PROPS}")
+        self.topic = topic
+        self.props_head = props_head
+        self.props_tail = props_tail
+        self.uniq = uniq
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.born_host = born_host
+        self.store_host = store_host
+        self.fixed_len = mq_record_length(sys_flag, 0, len(topic), plen)
+        self.queue_key = queue_key
+        self.advances = advances
+        self.wait_store = wait_store
+
+    @property
+    def props_len(self):
+        return len(self.props_head) + self.uniq_len + len(self.props_tail)
+
+
+def encode_put(PutTemplate t, bytes body, bytes uniq_head, int64_t counter, int32_t flag, int64_t born_ts,
+               int32_t reconsume, int64_t prepared, int64_t queue_offset, int64_t phys_offset,
+               int64_t store_ts):
+    """The record of one message of template ``t`` (``encode_records`` of one, byte for byte):
+    BODYCRC computed here, UNIQ_KEY ``uniq_head`` + 4 hex digits of ``counter`` when ``t.uniq``."""
+    cdef Py_ssize_t body_len = len(body)
+    cdef Py_ssize_t hl = len(t.props_head), tl = len(t.props_tail), ul = 0
+    if t.uniq:
+        ul = len(uniq_head)
+        if ul + 4 != t.uniq_len:
+            raise ValueError(f"UNIQ_KEY head of {ul} bytes; the template was made for {t.uniq_len - 4}")
+    cdef int64_t size = t.fixed_len + body_len
+    cdef Py_ssize_t plen = hl + t.uniq_len + tl
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(out)
+    cdef const unsigned char *bh = <const unsigned char *>PyBytes_AS_STRING(t.born_host)
+    cdef const unsigned char *sh = <const unsigned char *>PyBytes_AS_STRING(t.store_host)
+    cdef const unsigned char *hp = <const unsigned char *>PyBytes_AS_STRING(t.props_head)
+    cdef const unsigned char *tp = <const unsigned char *>PyBytes_AS_STRING(t.props_tail)
+    cdef const unsigned char *up = <const unsigned char *>PyBytes_AS_STRING(uniq_head) if ul else NULL
+    cdef uint32_t c = <uint32_t>(counter & 0xFFFF)
+    # The record with empty properties, then its properties field (the last) written over.
+    _write_record(p, size, <const unsigned char *>PyBytes_AS_STRING(body), body_len,
+                  <const unsigned char *>PyBytes_AS_STRING(t.topic), len(t.topic), NULL, 0, t.queue_id, flag,
+                  queue_offset, phys_offset, t.sys_flag, born_ts, bh, len(t.born_host), store_ts, sh,
+                  len(t.store_host), reconsume, prepared)
+    cdef unsigned char *q = p + size - plen
+    mq_put16(q - 2, <uint16_t>plen)
+    if hl:
+        memcpy(q, hp, hl)
+    q += hl
+    if t.uniq:
+        if ul:
+            memcpy(q, up, ul)
+        q += ul
+        q[0] = _HEX[(c >> 12) & 0xF]
+        q[1] = _HEX[(c >> 8) & 0xF]
+        q[2] = _HEX[(c >> 4) & 0xF]
+        q[3] = _HEX[c & 0xF]
+        q += 4
+    if tl:
+        memcpy(q, tp, tl)
+    return out

@@ -163,3 +163,49 @@ PREFAULT_WRITE: int
 PREFAULT_WILLNEED: int
 
 def prefault(buf: Buffer, start: int = 0, end: int = -1, how: int = ...) -> int: ...
+
+# The single put (_ext/message_put.pxi).
+class PutTemplate:
+    topic: bytes
+    props_head: bytes
+    props_tail: bytes
+    born_host: bytes
+    store_host: bytes
+    queue_id: int
+    sys_flag: int
+    uniq: bool
+    uniq_len: int
+    fixed_len: int
+    queue_key: str
+    advances: bool
+    wait_store: bool
+    props_len: int
+    def __init__(
+        self,
+        topic: bytes,
+        props_head: bytes,
+        props_tail: bytes,
+        uniq: bool,
+        uniq_head_len: int,
+        queue_id: int,
+        sys_flag: int,
+        born_host: bytes,
+        store_host: bytes,
+        queue_key: str,
+        advances: bool,
+        wait_store: bool,
+    ) -> None: ...
+
+def encode_put(
+    t: PutTemplate,
+    body: bytes,
+    uniq_head: bytes,
+    counter: int,
+    flag: int,
+    born_ts: int,
+    reconsume: int,
+    prepared: int,
+    queue_offset: int,
+    phys_offset: int,
+    store_ts: int,
+) -> bytes: ...

@@ -36,6 +36,7 @@ require_built()
 from dledger._ext import segment as _segment  # noqa: E402
 
 K = _load_ext("message")
+_encode_put = K.encode_put
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16
@@ -440,6 +441,43 @@ class CommitLog(LogFiles):
             msg_num=1,
             store_host=batch.store_hosts[0],
         )
+
+    def put_one(
+        self,
+        tpl: Any,
+        body: bytes,
+        flag: int,
+        born_ts: int,
+        reconsume: int,
+        prepared: int,
+        uniq_head: bytes,
+        counter: int,
+    ) -> AppendMessageResult:
+        """putMessage of one message of template ``tpl`` (``K.PutTemplate``): one kernel call
+        encodes the record with what the lock assigns, one append writes it."""
+        length = tpl.fixed_len + len(body)
+        if length + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
+        key = tpl.queue_key
+        advances = tpl.advances
+        table = self.topic_queue_table
+        with self.put_lock:
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
+            queue_offset = table.get(key, 0) if advances else 0
+            f = self.files.last_file(0, True)
+            if f.wrote_position + length + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
+                self._end_file(f)
+                f = self.files.last_file(0, True)
+            pos = f.file_from_offset + f.wrote_position
+            rec = _encode_put(tpl, body, uniq_head, counter, flag, born_ts, reconsume, prepared, queue_offset, pos, now)
+            if f.append(rec) < 0:
+                raise OSError(f"{f.path}: the record did not fit where it was placed")
+            if advances:
+                table[key] = queue_offset + 1
+            self.last_store_timestamp = now
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, pos, length, now, queue_offset, 1, tpl.store_host)
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from dledger.store.file import MmapFileStore
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
+_encode_put = K.encode_put
 
 BODY_OFFSET = 48
 LEADER = "LEADER"
@@ -132,6 +133,19 @@ class EmbeddedAppender:
             self.on_committed(self.store.committed_pos)
         return first, positions
 
+    def append_one(self, body: bytes, term: int) -> int:
+        """One entry appended and committed; returns its position. ``MmapFileStore.append``
+        without the index lookup for the position (the store has no public call that returns it)."""
+        store = self.store
+        store._writable()
+        index, pos = store._log.append_with_pos(body, term)
+        if store.sync:
+            store.flush()
+        store.update_committed_index(term, index)
+        if self.on_committed is not None:
+            self.on_committed(pos + BODY_OFFSET + len(body))
+        return int(pos)
+
     @property
     def committed_pos(self) -> int:
         return self.store.committed_pos
@@ -153,11 +167,14 @@ class DLedgerCommitLog(LogFiles):
         self.appender: Appender | None = appender
         # The single member's appender takes records framed as entries (no second copy).
         self._append_framed: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]] | None = None
+        # ... and single records as one entry through the mapping, returning its position.
+        self._append_one: Callable[[bytes, int], int] | None = None
         if appender is None and not readonly:
             emb = EmbeddedAppender(store)
             emb.on_committed = self.on_committed
             self.appender = emb
             self._append_framed = emb.append_framed
+            self._append_one = emb.append_one
         # The data segment list of the store: reads walk its mapped files directly.
         self.files = store._log.data  # the store has no public handle on its files
         self.file_size = int(store.data_file_size)
@@ -379,6 +396,55 @@ class DLedgerCommitLog(LogFiles):
             logics_offset=queue_offset,
             msg_num=1,
             store_host=batch.store_hosts[0],
+        )
+
+    def put_one(
+        self,
+        tpl: Any,
+        body: bytes,
+        flag: int,
+        born_ts: int,
+        reconsume: int,
+        prepared: int,
+        uniq_head: bytes,
+        counter: int,
+    ) -> AppendMessageResult:
+        """putMessage of one message of template ``tpl`` (``K.PutTemplate``): one kernel call
+        encodes the record with its queue offset and store time (PHYSICALOFFSET is the hook's),
+        appended as one entry."""
+        if not self.writable or self.appender is None:
+            self._refuse()
+        key = tpl.queue_key
+        advances = tpl.advances
+        table = self.topic_queue_table
+        append_one = self._append_one
+        with self.put_lock:
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
+            queue_offset = table.get(key, 0) if advances else 0
+            rec = _encode_put(tpl, body, uniq_head, counter, flag, born_ts, reconsume, prepared, queue_offset, 0, now)
+            try:
+                if append_one is not None:
+                    pos = append_one(rec, self.term)
+                else:
+                    assert self.appender is not None
+                    pos = int(self.appender.append_batch([rec], self.term)[1][0])
+            except DLedgerError as exc:
+                raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
+            if advances:
+                table[key] = queue_offset + 1
+            self.last_store_timestamp = now
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK, pos + BODY_OFFSET, len(rec), now, queue_offset, 1, tpl.store_host
+        )
+
+    def _refuse(self) -> None:
+        if self.readonly or self.appender is None:
+            raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is read-only")
+        raise PutRefused(
+            PutMessageStatus.SERVICE_NOT_AVAILABLE,
+            f"this member is {self.role} (term {self.term}) and takes no writes now",
         )
 
     # -- reads ---------------------------------------------------------------------------

@@ -198,6 +198,7 @@ class BatchPreparer:
         self.uniq = UniqIdGenerator()
         self._topic_cache: dict[str, bytes] = {}
         self._templates: dict[tuple[Any, ...], _Template] = {}
+        self._put_templates: dict[tuple[Any, ...], Any] = {}
 
     def _topic_bytes(self, topic: str) -> bytes:
         raw = self._topic_cache.get(topic)
@@ -347,6 +348,85 @@ class BatchPreparer:
             queue_keys=queue_keys,
             wait_store=wait_store,
         )
+
+    def put_template(self, m: Message) -> Any:
+        """The single put's ``K.PutTemplate`` of ``m`` (what CommitLog does to a message before it
+        takes the put lock, as ``prepare`` does for one): cached for messages without their own
+        properties, so the puts of one topic-queue check and encode them once."""
+        if m.properties:
+            # Properties of its own (a client-set UNIQ_KEY, say): likely different each time.
+            return self._put_template(m)
+        keys: Any = m.keys
+        if type(keys) is list:
+            keys = tuple(keys)
+        key = (m.topic, m.queue_id, m.tags, keys, m.delay_level, m.sys_flag, m.born_host)
+        tpl = self._put_templates.get(key)
+        if tpl is None:
+            tpl = self._put_template(m)
+            if len(self._put_templates) >= 4096:
+                self._put_templates.clear()
+            self._put_templates[key] = tpl
+        elif self.config.topic_queue_nums:
+            self._check_queue(m.topic, m.queue_id)  # the table may have changed since
+        return tpl
+
+    def _put_template(self, m: Message) -> Any:
+        """``prepare``'s rules for one message, with the UNIQ_KEY value left to the encoder."""
+        cfg = self.config
+        topic, queue_id = m.topic, m.queue_id
+        traw = self._topic_bytes(topic)
+        self._check_queue(topic, queue_id)
+        p = m.store_properties()
+        uniq = cfg.create_uniq_key and UNIQ_KEY not in p
+        if uniq:
+            p[UNIQ_KEY] = ""  # its place in the order; the value is each put's
+        tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+        if PROPERTY_DELAY in p:
+            try:
+                level = int(p[PROPERTY_DELAY] or 0)
+            except ValueError:
+                raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
+            if level > 0 and advances:
+                level = min(level, self.max_delay_level)
+                p[PROPERTY_DELAY] = str(level)
+                p[PROPERTY_REAL_TOPIC] = topic
+                p[PROPERTY_REAL_QID] = str(queue_id)
+                topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
+                traw = self._topic_bytes(topic)
+        head: list[str] = []
+        tail: list[str] = []
+        at = head
+        for k, v in p.items():
+            if k == UNIQ_KEY and uniq:
+                head.append("UNIQ_KEY\x01")
+                at = tail
+            elif v is not None:
+                at.append(f"{k}\x01{v}")
+        if uniq:
+            head_text = "".join([part + "\x02" for part in head[:-1]]) + head[-1]
+            tail_text = "".join(["\x02" + part for part in tail])
+        else:
+            head_text, tail_text = "\x02".join(head), ""
+        store_raw = self.store_host_raw
+        braw = encode_host(m.born_host) if m.born_host is not None else store_raw
+        try:
+            return K.PutTemplate(
+                traw,
+                head_text.encode("utf-8", "surrogatepass"),
+                tail_text.encode("utf-8", "surrogatepass"),
+                uniq,
+                self.uniq.head_len,
+                queue_id,
+                host_v6_bits(m.sys_flag, braw, store_raw),
+                braw,
+                store_raw,
+                f"{topic}-{queue_id}",
+                advances,
+                p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false",
+            )
+        except ValueError as exc:
+            raise IllegalMessage(str(exc)) from None
 
     def _template(
         self,

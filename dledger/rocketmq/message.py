@@ -259,7 +259,7 @@ class UniqIdGenerator:
         self._lock = threading.Lock()
         self._start_ms = 0
         self._next_start_ms = 0
-        self._head: tuple[int, str] = (-1, "")
+        self._head: tuple[int, str, bytes] = (-1, "", b"")
         self._set_start(int(time.time() * 1000))
 
     def _set_start(self, now_ms: int) -> None:
@@ -295,8 +295,21 @@ class UniqIdGenerator:
         if cached[0] == now:
             return cached[1]
         head = f"{self.prefix}{self._diff():08X}"
-        self._head = (now, head)
+        self._head = (now, head, head.encode())
         return head
+
+    def head_raw(self) -> bytes:
+        """``head()`` as ASCII bytes (what a single put's encoder takes)."""
+        cached = self._head
+        if cached[0] == int(time.time() * 1000):
+            return cached[2]
+        self.head()
+        return self._head[2]
+
+    @property
+    def head_len(self) -> int:
+        """The length of ``head()``: the prefix and 8 hex digits of the month's milliseconds."""
+        return len(self.prefix) + 8
 
     def take(self, n: int) -> int:
         """Reserve ``n`` consecutive counter values; returns the first."""

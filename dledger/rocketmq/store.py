@@ -154,6 +154,8 @@ class MessageStore:
         addr, _, port = host.rpartition(":")
         self.store_host = (addr.strip("[]"), int(port))
         self.preparer = BatchPreparer(cfg, self.store_host)
+        # A put waits for its flush (SYNC_FLUSH); the DLedger log's appends flush themselves.
+        self._sync_classic = cfg.sync_flush and self.mode == CLASSIC
         self.commitlog: Any
         if self.mode == DLEDGER:
             from dledger.rocketmq.dledger_commitlog import DLedgerCommitLog, open_dledger_store
@@ -308,7 +310,58 @@ class MessageStore:
     # -- puts ----------------------------------------------------------------------------
 
     def put_message(self, msg: Message) -> PutMessageResult:
-        return self.put_messages([msg])
+        """putMessage of one message: its template (topic, queue, properties, hosts; checked and
+        encoded once per kind of message), then one kernel call under the lock writes the record.
+        Stores what ``put_messages([msg])`` stores, byte for byte."""
+        if self._closed or self.readonly or self.config.broker_role == SLAVE:
+            refused = self._refuse()
+            assert refused is not None
+            return refused
+        prep = self.preparer
+        try:
+            tpl = prep.put_template(msg)
+        except IllegalMessage as exc:
+            log.warning("put refused: %s", exc)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
+        body = msg.body
+        if type(body) is not bytes:
+            body = bytes(body)
+        if tpl.fixed_len + len(body) > self.config.max_message_size:
+            reason = (
+                f"message 0 is {tpl.fixed_len + len(body)} bytes as a record, "
+                f"over max_message_size {self.config.max_message_size}"
+            )
+            log.warning("put refused: %s", reason)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=reason)
+        # The counter is taken as the batch path takes it (for every message), so both number alike.
+        uniq = prep.uniq
+        counter = uniq.take(1)
+        head = uniq.head_raw() if tpl.uniq else b""
+        try:
+            result = self.commitlog.put_one(
+                tpl,
+                body,
+                msg.flag,
+                msg.born_timestamp or int(time.time() * 1000),
+                msg.reconsume_times,
+                msg.prepared_offset,
+                head,
+                counter,
+            )
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status is not None:
+                return PutMessageResult(status, reason=str(exc))
+            log.exception("put failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
+        if result.status == AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, result, reason="message larger than a commit-log file"
+            )
+        if self._sync_classic and tpl.wait_store:
+            if not self.commitlog.wait_flushed(result.wrote_offset + result.wrote_bytes):
+                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, reason="flush timed out")
+        return PutMessageResult(PutMessageStatus.PUT_OK, result)
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
         """Store messages (one batch: one lock hold, one write). A message the store refuses
