@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dledger._ext import load
-from dledger.rocketmq import index_file
+from dledger.rocketmq import consume_queue, index_file
+from dledger.rocketmq.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from dledger.rocketmq.index_file import IndexFile
 
 K = load("message")
@@ -72,3 +73,27 @@ def test_index_file_puts_with_pages_faulted_ahead_give_the_same_bytes(
 ) -> None:
     n = 5000
     assert _fill(tmp_path / "a", n, chunk, monkeypatch) == _fill(tmp_path / "b", n, None, monkeypatch)
+
+
+def _queue_bytes(root: Path, prefault: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    with monkeypatch.context() as m:
+        m.setattr(consume_queue, "PREFAULT_MIN_WRITE", 1 if prefault else 1 << 40)
+        q = ConsumeQueue(root, "T", 0, file_size=CQ_STORE_UNIT_SIZE * 3000)
+        rng = np.random.default_rng(3)
+        off = 0
+        while off < 10_000:
+            k = int(rng.integers(1, 1500))
+            q.put_units(
+                np.arange(off, off + k), np.arange(off, off + k) * 300 + 7, np.full(k, 300), rng.integers(0, 2**40, k)
+            )
+            off += k
+        q.close()
+    return {p.name: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_consume_queue_units_with_pages_faulted_ahead_give_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = _queue_bytes(tmp_path / "a", True, monkeypatch)
+    assert a == _queue_bytes(tmp_path / "b", False, monkeypatch)
+    assert len(a) == 4
