@@ -209,3 +209,13 @@ def encode_put(
     phys_offset: int,
     store_ts: int,
 ) -> bytes: ...
+def dispatch_keys(
+    buf: Buffer,
+    topic_buf: Buffer,
+    props_off: ArrayLike,
+    props_len: ArrayLike,
+    topic_off: ArrayLike,
+    topic_len: ArrayLike,
+    sys_flag: ArrayLike,
+    index_from: int = 0,
+) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int64], NDArray[np.int32], NDArray[np.int64]]: ...

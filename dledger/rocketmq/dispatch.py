@@ -32,7 +32,6 @@ _gather = _load_ext("gather")
 
 BATCH_RECORDS = 8192
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
-_NAMES = (b"TAGS", b"UNIQ_KEY", b"KEYS")
 
 
 def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
@@ -223,18 +222,31 @@ class ReputMessageService:
         sizes = cols["size"]
         tran = cols["sys_flag"] & 0xC
         topic_off = cols["topic_off"]
-        # Distinct topics numbered by one kernel pass (bytes compared, no hash to collide).
-        topic_id, firsts = K.topic_ids(tview, topic_off, cols["topic_len"])
+        # Index: every record but ROLLBACK, from the first past what the index has (buildIndex
+        # skips what the last file covers; a restart re-dispatches from the queues' end).
+        index = self.index if self.config.message_index_enable else None
+        index_from = len(phys)
+        if index is not None:
+            floor = max(self.index_from, int(index.get_and_create_last_file().end_phy_offset))
+            index_from = int(np.searchsorted(phys, floor))
+        # One kernel pass: topics numbered (bytes compared, no hash to collide), tagsCode (Java's
+        # hash of TAGS, 0 without) and the index key hashes of ``topic#key`` for UNIQ_KEY and
+        # each KEYS segment, from TAGS, UNIQ_KEY and KEYS found in one walk of the properties.
+        topic_id, firsts, tags_code, hashes, key_rows = K.dispatch_keys(
+            view,
+            tview,
+            cols["props_off"],
+            cols["props_len"],
+            topic_off,
+            cols["topic_len"],
+            cols["sys_flag"],
+            index_from,
+        )
         topics_raw = [
             bytes(tview[o : o + n])
             for o, n in zip(topic_off[firsts].tolist(), cols["topic_len"][firsts].tolist(), strict=True)
         ]
         groups = _group_by_queue(topic_id, cols["queue_id"])
-        # TAGS, UNIQ_KEY and KEYS found in one pass over the properties.
-        spans = K.property_spans_many(view, cols["props_off"], cols["props_len"], _NAMES)
-        tag_off, tag_len = spans[0]
-        # tagsCode: Java's hash of TAGS (0 without tags: an empty slice hashes to 0).
-        tags_code = K.java_hash_many(view, tag_off, tag_len).astype(np.int64)
         in_cq = (tran == 0) | (tran == 8)
         all_in_cq = bool(in_cq.all())
         for tid, qid, rows in groups:
@@ -252,9 +264,8 @@ class ReputMessageService:
             if topic_raw == _SCHEDULE:
                 codes = self._deliver_timestamps(view, keep, cols, codes)
             cq.put_units(cols["queue_offset"][keep], phys[keep], sizes[keep], codes)
-        # Index: every record but ROLLBACK, from its UNIQ_KEY and KEYS.
-        if self.index is not None and self.config.message_index_enable:
-            self._build_index(view, cols, topics_raw, topic_id, tran, spans)
+        if index is not None and len(hashes):
+            index.put_hashes(hashes, phys[key_rows], cols["store_timestamp"][key_rows])
         self.dispatched_store_timestamp = int(cols["store_timestamp"][-1])
         self.dispatched_messages += len(phys)
 
@@ -278,41 +289,3 @@ class ReputMessageService:
         finally:
             del u8
         return codes
-
-    def _build_index(
-        self,
-        view: memoryview,
-        cols: dict[str, np.ndarray],
-        topics_raw: list[bytes],
-        topic_id: np.ndarray,
-        tran: np.ndarray,
-        spans: list[tuple[np.ndarray, np.ndarray]],
-    ) -> None:
-        """IndexService.buildIndex for a batch: one item per UNIQ_KEY, then one per non-empty
-        KEYS segment, per message, in log order, keys ``topic#key`` hashed as Java does (one
-        kernel pass continues the hash of ``topic#`` over each key's bytes)."""
-        index = self.index
-        assert index is not None
-        last = index.get_and_create_last_file()
-        phys = cols["phys_offset"]
-        # buildIndex skips ROLLBACK records and what the last file already covers.
-        floor = max(self.index_from, int(last.end_phy_offset))
-        if int(phys[0]) >= floor and not bool((tran == 0xC).any()):
-            sel: np.ndarray | None = None
-        else:
-            sel = np.flatnonzero((tran != 0xC) & (phys >= floor))
-            if not len(sel):
-                return
-        prefix_of = np.array(
-            [K.java_hash(t.decode("utf-8", "replace") + "#") & 0xFFFFFFFF for t in topics_raw], dtype=np.int64
-        )
-        prefix = prefix_of[topic_id]
-        (uo, ul), (ko, kl) = spans[1], spans[2]
-        if sel is not None:
-            prefix, uo, ul, ko, kl = prefix[sel], uo[sel], ul[sel], ko[sel], kl[sel]
-        hashes, rows = K.index_key_hashes(view, prefix, uo, ul, ko, kl)
-        if not len(hashes):
-            return
-        if sel is not None:
-            rows = sel[rows]
-        index.put_hashes(hashes, phys[rows], cols["store_timestamp"][rows])
