@@ -313,9 +313,8 @@ class MessageStore:
         """putMessage of one message: its template (topic, queue, properties, hosts; checked and
         encoded once per kind of message), then one kernel call under the lock writes the record.
         Stores what ``put_messages([msg])`` stores, byte for byte."""
-        if self._closed or self.readonly or self.config.broker_role == SLAVE:
-            refused = self._refuse()
-            assert refused is not None
+        refused = self._refuse()
+        if refused is not None:
             return refused
         prep = self.preparer
         try:
