@@ -13,6 +13,7 @@ position in the DLedger log (whose record offsets are that + 48).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -31,6 +32,35 @@ K = _load_ext("message")
 _gather = _load_ext("gather")
 
 BATCH_RECORDS = 8192
+# When dispatch is this far behind, a thread reads the log up to READ_AHEAD past it from its own
+# file descriptor (pread, without the GIL): a log written a while ago may have left the page
+# cache, and reading it back a fault at a time in the dispatch thread is what kept dispatch of a
+# freshly written 10M-message DLedger log at half classic's rate.
+READ_AHEAD_BEHIND = 16 << 20
+READ_AHEAD = 64 << 20
+_READ_CHUNK = 1 << 20
+
+
+def _read_ahead(path: str, start: int, end: int) -> None:
+    """Bring ``path``'s bytes ``start``..``end`` into the page cache (the data are dropped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # deleted by retention meanwhile: nothing to read ahead
+        return
+    try:
+        buf = bytearray(_READ_CHUNK)
+        at = start
+        while at < end:
+            got = os.preadv(fd, [memoryview(buf)[: min(_READ_CHUNK, end - at)]], at)
+            if got <= 0:
+                break
+            at += got
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
 
 
@@ -69,6 +99,8 @@ class ReputMessageService:
         self.index_from = 0
         self.dispatched_store_timestamp = 0
         self.dispatched_messages = 0
+        self._reader: threading.Thread | None = None
+        self._read_to = (-1, 0)  # (file base, offset in it) the read-ahead reached
         self._lock = threading.RLock()
         self._cond = threading.Condition()
         self._wake = threading.Event()
@@ -165,6 +197,8 @@ class ReputMessageService:
                             self.reput_from = nxt
                             continue
                         break
+                    if seg.end - seg.start > READ_AHEAD_BEHIND:
+                        self._read_ahead(cl, seg)
                     try:
                         scan = K.scan_dledger_records if seg.dledger else K.scan_records
                         cols, stop, code = scan(seg.view, seg.base, seg.start, seg.end, False, BATCH_RECORDS)
@@ -206,6 +240,26 @@ class ReputMessageService:
             with self._cond:
                 self._cond.notify_all()
         return done
+
+    def _read_ahead(self, cl: Any, seg: Any) -> None:
+        """Start reading the log ahead of dispatch when the last read-ahead is done and less
+        than half of READ_AHEAD remains of it."""
+        if self._reader is not None and self._reader.is_alive():
+            return
+        base, to = self._read_to
+        start = max(to, seg.start) if base == seg.base else seg.start
+        if start - seg.start > READ_AHEAD // 2:
+            return
+        end = min(seg.start + READ_AHEAD, seg.end)
+        f = cl.files.find(seg.base + seg.start)
+        path = getattr(f, "path", None)
+        if path is None or start >= end:
+            return
+        self._read_to = (seg.base, end)
+        self._reader = threading.Thread(
+            target=_read_ahead, args=(str(path), start, end), name="rocketmq-reput-readahead", daemon=True
+        )
+        self._reader.start()
 
     # -- one batch -----------------------------------------------------------------------
 
