@@ -4,8 +4,7 @@ cdef extern from "<sys/mman.h>" nogil:
     int madvise(void *addr, size_t length, int advice)
     int MADV_WILLNEED
 
-cdef extern from "<errno.h>" nogil:
-    int errno
+# errno is declared once for the module, in message_service.pxi (included before this file).
 
 cdef extern from "<unistd.h>" nogil:
     long sysconf(int name)
