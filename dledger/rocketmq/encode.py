@@ -200,6 +200,24 @@ class BatchPreparer:
         self._templates: dict[tuple[Any, ...], _Template] = {}
         self._put_templates: dict[tuple[Any, ...], Any] = {}
 
+    def _delay_to_schedule(
+        self, p: dict[str, str], topic: str, queue_id: int, advances: bool
+    ) -> tuple[str, int, bytes] | None:
+        """CommitLog.asyncPutMessage: a message with a delay level that takes a queue offset goes
+        to SCHEDULE_TOPIC_XXXX (queue level - 1), the level clamped and the real destination kept
+        in ``p``; returns its (topic, queue id, topic bytes), or None when it stays."""
+        try:
+            level = int(p[PROPERTY_DELAY] or 0)
+        except ValueError:
+            raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
+        if level <= 0 or not advances:
+            return None
+        level = min(level, self.max_delay_level)
+        p[PROPERTY_DELAY] = str(level)
+        p[PROPERTY_REAL_TOPIC] = topic
+        p[PROPERTY_REAL_QID] = str(queue_id)
+        return RMQ_SYS_SCHEDULE_TOPIC, level - 1, self._topic_bytes(RMQ_SYS_SCHEDULE_TOPIC)
+
     def _topic_bytes(self, topic: str) -> bytes:
         raw = self._topic_cache.get(topic)
         if raw is None:
@@ -257,18 +275,9 @@ class BatchPreparer:
                 counter += 1
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
             if PROPERTY_DELAY in p:
-                try:
-                    level = int(p[PROPERTY_DELAY] or 0)
-                except ValueError:
-                    raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
-                if level > 0 and tran in (not_type, commit_type):
-                    # CommitLog.asyncPutMessage: clamp the level, keep the real destination in properties.
-                    level = min(level, self.max_delay_level)
-                    p[PROPERTY_DELAY] = str(level)
-                    p[PROPERTY_REAL_TOPIC] = topic
-                    p[PROPERTY_REAL_QID] = str(queue_id)
-                    topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
-                    traw = self._topic_bytes(topic)
+                moved = self._delay_to_schedule(p, topic, queue_id, tran in (not_type, commit_type))
+                if moved is not None:
+                    topic, queue_id, traw = moved
             if p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) == "false":
                 wait_store = False
             praw = "\x02".join([f"{k}\x01{v}" for k, v in p.items() if v is not None]).encode("utf-8", "surrogatepass")
@@ -383,17 +392,9 @@ class BatchPreparer:
         tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         advances = tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         if PROPERTY_DELAY in p:
-            try:
-                level = int(p[PROPERTY_DELAY] or 0)
-            except ValueError:
-                raise IllegalMessage(f"delay level {p.get(PROPERTY_DELAY)!r} is not an int") from None
-            if level > 0 and advances:
-                level = min(level, self.max_delay_level)
-                p[PROPERTY_DELAY] = str(level)
-                p[PROPERTY_REAL_TOPIC] = topic
-                p[PROPERTY_REAL_QID] = str(queue_id)
-                topic, queue_id = RMQ_SYS_SCHEDULE_TOPIC, level - 1
-                traw = self._topic_bytes(topic)
+            moved = self._delay_to_schedule(p, topic, queue_id, advances)
+            if moved is not None:
+                topic, queue_id, traw = moved
         head: list[str] = []
         tail: list[str] = []
         at = head

@@ -19,7 +19,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from dledger.rocketmq.message import (
 )
 from dledger.rocketmq.records import decode_record, messages_from_columns
 from dledger.rocketmq.status import (
+    AppendMessageResult,
     AppendMessageStatus,
     GetMessageResult,
     GetMessageStatus,
@@ -348,19 +349,10 @@ class MessageStore:
                 counter,
             )
         except Exception as exc:
-            status = getattr(exc, "status", None)
-            if status is not None:
-                return PutMessageResult(status, reason=str(exc))
-            log.exception("put failed")
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
-        if result.status == AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL, result, reason="message larger than a commit-log file"
-            )
+            return self._put_failed(exc)
         if self._sync_classic and tpl.wait_store:
-            if not self.commitlog.wait_flushed(result.wrote_offset + result.wrote_bytes):
-                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, reason="flush timed out")
-        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+            return self._put_done(result, lambda: result.wrote_offset + result.wrote_bytes)
+        return self._put_done(result, None)
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:
         """Store messages (one batch: one lock hold, one write). A message the store refuses
@@ -427,22 +419,33 @@ class MessageStore:
         try:
             result = self.commitlog.put(batch)
         except Exception as exc:
-            status = getattr(exc, "status", None)
-            if status is not None:
-                return PutMessageResult(status, reason=str(exc))
-            log.exception("put failed")
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
+            return self._put_failed(exc)
+
+        def written_end() -> int:
+            if result.wrote_offsets is not None:
+                return int(result.wrote_offsets[-1]) + int(batch.record_lengths()[-1])
+            return int(result.wrote_offset + result.wrote_bytes)
+
+        return self._put_done(result, written_end if self._sync_classic and batch.wait_store else None)
+
+    @staticmethod
+    def _put_failed(exc: Exception) -> PutMessageResult:
+        # A refusal the commit log names (PutRefused: the DLedger codes of §7.3) keeps its status.
+        status = getattr(exc, "status", None)
+        if status is not None:
+            return PutMessageResult(status, reason=str(exc))
+        log.exception("put failed")
+        return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
+
+    def _put_done(self, result: AppendMessageResult, wait_end: Callable[[], int] | None) -> PutMessageResult:
+        """The put's status once appended; with ``wait_end`` (SYNC_FLUSH on the classic log) after
+        the flush has passed the end of what it wrote (group commit)."""
         if result.status == AppendMessageStatus.MESSAGE_SIZE_EXCEEDED:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, result, reason="message larger than a commit-log file"
             )
-        if self.config.sync_flush and batch.wait_store and self.mode == CLASSIC:
-            if result.wrote_offsets is not None:
-                end = int(result.wrote_offsets[-1]) + int(batch.record_lengths()[-1])
-            else:
-                end = result.wrote_offset + result.wrote_bytes
-            if not self.commitlog.wait_flushed(end):
-                return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, reason="flush timed out")
+        if wait_end is not None and not self.commitlog.wait_flushed(wait_end()):
+            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, result, reason="flush timed out")
         return PutMessageResult(PutMessageStatus.PUT_OK, result)
 
     # -- reads ---------------------------------------------------------------------------
