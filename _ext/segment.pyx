@@ -704,6 +704,17 @@ cdef class EntryLog:
         if self.begin == -1:
             self.begin = first
 
+    cdef MappedFile _begin_run(self, int64_t first_len, int64_t index0):
+        """Make room for a run's first entry (``first_len`` bytes; the data file rolls if it must)
+        and its index unit; the data file the run goes to."""
+        if self.data.pre_append(first_len, True) < 0:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
+        cdef int64_t ipos = self.index.pre_append(DL_INDEX_UNIT, False)
+        if ipos != index0 * DL_INDEX_UNIT:
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
+        return self.data.files[len(self.data.files) - 1]
+
     cdef inline void _check_leader_append(self, int64_t term) except *:
         # What every leader append checks once its bodies passed: room on disk, no older term.
         if self.disk_full:
@@ -827,14 +838,7 @@ cdef class EntryLog:
         Each entry is two buffers: its scratch (``stride`` bytes: the header, and with the
         AppendHook the body's first ``patch_at`` bytes and the stamp) and the rest of its body,
         written from the caller's memory, which is never changed."""
-        cdef int64_t pos = self.data.pre_append(DL_BODY_OFFSET + bs.lens[start], True)
-        if pos < 0:
-            raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
-        cdef int64_t ipos = self.index.pre_append(DL_INDEX_UNIT, False)
-        if ipos != index0 * DL_INDEX_UNIT:
-            raise DLedgerError(ResponseCode.DISK_ERROR,
-                               f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
-        cdef MappedFile df = self.data.files[len(self.data.files) - 1]
+        cdef MappedFile df = self._begin_run(DL_BODY_OFFSET + bs.lens[start], index0)
         cdef int64_t at = df.wrote_position, size, pa = self.patch_at
         cdef Py_ssize_t j = 0, n, skip = stride - DL_BODY_OFFSET
         cdef uint32_t crc
@@ -910,14 +914,7 @@ cdef class EntryLog:
                                     Py_ssize_t count, int64_t index0, int64_t term, int64_t *pos_out) except -1:
         """Write the framed entries from ``start`` that fit in the current data file: headers
         filled in place, one pwrite, then their index units; returns how many."""
-        cdef int64_t pos = self.data.pre_append(off[start + 1] - off[start], True)
-        if pos < 0:
-            raise DLedgerError(ResponseCode.DISK_ERROR, "data pre-append failed")
-        cdef int64_t ipos = self.index.pre_append(DL_INDEX_UNIT, False)
-        if ipos != index0 * DL_INDEX_UNIT:
-            raise DLedgerError(ResponseCode.DISK_ERROR,
-                               f"index unit of entry {index0} would land at {ipos}, not {index0 * DL_INDEX_UNIT}")
-        cdef MappedFile df = self.data.files[len(self.data.files) - 1]
+        cdef MappedFile df = self._begin_run(off[start + 1] - off[start], index0)
         cdef int64_t at = df.wrote_position, size, base = df.file_from_offset + df.wrote_position - off[start]
         cdef Py_ssize_t j = 0
         while start + j < count:
