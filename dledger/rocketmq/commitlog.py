@@ -143,6 +143,13 @@ class LogFiles:
 
     files: Any
     file_size: int
+    last_store_timestamp: int
+
+    def _store_time(self) -> int:
+        """A put's STORETIMESTAMP, taken under the put lock: the clock, never behind the last
+        put's (CommitLog.putMessage's beginTimeInLock), so a binary search on store times holds."""
+        now = int(time.time() * 1000)
+        return now if now > self.last_store_timestamp else self.last_store_timestamp
 
     @property
     def max_offset(self) -> int:
@@ -344,10 +351,7 @@ class CommitLog(LogFiles):
         if batch.longest_record() + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
-            now = int(time.time() * 1000)
-            # Store timestamps never go backwards, so a binary search on them holds.
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
+            now = self._store_time()
             if batch.uniform:
                 res = self._put_uniform(batch, now)
                 if res is not None:
@@ -418,9 +422,7 @@ class CommitLog(LogFiles):
         key = batch.queue_keys[0]
         advances = bool(batch.advances[0])
         with self.put_lock:
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
+            now = self._store_time()
             queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
             f = self.files.last_file(0, True)
             if f.wrote_position + length + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
@@ -462,9 +464,7 @@ class CommitLog(LogFiles):
         advances = tpl.advances
         table = self.topic_queue_table
         with self.put_lock:
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
+            now = self._store_time()
             queue_offset = table.get(key, 0) if advances else 0
             f = self.files.last_file(0, True)
             if f.wrote_position + length + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:

@@ -304,7 +304,7 @@ class DLedgerCommitLog(LogFiles):
         if batch.uniform and self._append_framed is not None:
             return self._put_framed(batch, self._append_framed)
         with self.put_lock:
-            now = max(int(time.time() * 1000), self.last_store_timestamp)
+            now = self._store_time()
             if batch.uniform:
                 # One kernel call: the records and their queue offsets (PHYSICALOFFSET is the hook's).
                 key = batch.queue_keys[0]
@@ -348,9 +348,7 @@ class DLedgerCommitLog(LogFiles):
         advances = bool(batch.advances[0]) if sh is None else sh[7]
         table = self.topic_queue_table
         with self.put_lock:
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
+            now = self._store_time()
             q0 = table.get(key, 0) if advances else 0
             buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET)
             try:
@@ -378,7 +376,7 @@ class DLedgerCommitLog(LogFiles):
         key = batch.queue_keys[0]
         advances = bool(batch.advances[0])
         with self.put_lock:
-            now = max(int(time.time() * 1000), self.last_store_timestamp)
+            now = self._store_time()
             queue_offset = self.topic_queue_table.get(key, 0) if advances else 0
             rec = encode_one(batch, queue_offset, 0, now)
             try:
@@ -419,9 +417,7 @@ class DLedgerCommitLog(LogFiles):
         table = self.topic_queue_table
         append_one = self._append_one
         with self.put_lock:
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
+            now = self._store_time()
             queue_offset = table.get(key, 0) if advances else 0
             rec = _encode_put(tpl, body, uniq_head, counter, flag, born_ts, reconsume, prepared, queue_offset, 0, now)
             try:
