@@ -134,13 +134,9 @@ class EmbeddedAppender:
         return first, positions
 
     def append_one(self, body: bytes, term: int) -> int:
-        """One entry appended and committed; returns its position. ``MmapFileStore.append``
-        without the index lookup for the position (the store has no public call that returns it)."""
+        """One entry appended and committed; returns its position."""
         store = self.store
-        store._writable()
-        index, pos = store._log.append_with_pos(body, term)
-        if store.sync:
-            store.flush()
+        index, pos = store.append_with_pos(body, term)
         store.update_committed_index(term, index)
         if self.on_committed is not None:
             self.on_committed(pos + BODY_OFFSET + len(body))

@@ -226,11 +226,16 @@ class MmapFileStore:
         return index
 
     def append_as_leader(self, body: bytes, term: int) -> Entry:
+        index, pos = self.append_with_pos(body, term)
+        return Entry(index=index, term=term, pos=pos, body=bytes(body))
+
+    def append_with_pos(self, body: bytes, term: int) -> tuple[int, int]:
+        """``append_as_leader`` returning ``(index, pos)`` only, for callers that keep no Entry."""
         self._writable()
         index, pos = self._log.append_with_pos(body, term)
         if self.sync:
             self.flush()
-        return Entry(index=index, term=term, pos=pos, body=bytes(body))
+        return int(index), int(pos)
 
     def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
         first, positions = self.append_batch(bodies, term)
