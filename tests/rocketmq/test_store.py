@@ -349,6 +349,7 @@ def test_iter_messages_in_small_windows(store: MessageStore, monkeypatch: pytest
         store.put_batch("W", bodies[k : k + 40])
     monkeypatch.setattr(store_module, "_WINDOW", 5000)  # windows end inside records (each < 3 KiB)
     assert [m.body for m in store.iter_messages()] == bodies
+    assert store.wait_dispatched()  # get_messages reads the consume queue dispatch builds
     start = store.get_messages("W", 0, 123).messages[0].phys_offset
     assert [m.body for m in store.iter_messages(start)] == bodies[123:]
 
