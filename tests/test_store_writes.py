@@ -159,6 +159,38 @@ def test_flushed_data_behind_the_window_leaves_the_page_cache_and_still_reads(tm
         assert again.ledger_end_index == 7999 and again.get(3).body == bodies[3]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and fadvise semantics of Linux")
+def test_reopening_leaves_the_page_cache_of_the_log_it_opens(tmp_path):
+    # What the log held at the open is not handed back again: only data flushed after it, as it
+    # falls behind the window (a reopen used to evict the whole log and unmap what recovery read).
+    node = tmp_path / "dledger-n0"
+    cfg = DLedgerConfig(
+        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
+    )
+    store = _open(node, cfg)
+    store.append_batch_as_leader([os.urandom(1000) for _ in range(8000)], 1)  # ~8 MiB
+    store.close()
+    data_file = node / "data" / f"{0:020d}"
+    with open(data_file, "rb") as f:  # the log in the page cache, as a reader left it
+        while f.read(1 << 20):
+            pass
+    store = _open(node, cfg)
+    opened_end = _end_pos(store)
+    head = (opened_end - (1 << 20)) // 4096 * 4096  # what was behind the window at the open
+    before = _resident_pages(data_file, 0, head)
+    assert before > 0
+    assert store.drop_behind() == 0
+    assert _resident_pages(data_file, 0, head) == before
+    store.append_batch_as_leader([os.urandom(1000) for _ in range(6000)], 1)  # ~6 MiB more
+    store.flush()
+    end = _end_pos(store)
+    advised = store.drop_behind()
+    # From the window's start at the open to the window's start now, nothing before it.
+    assert 0 < advised <= end - opened_end + 4096
+    assert _resident_pages(data_file, 0, head) == before
+    store.close()
+
+
 def test_no_window_no_drop(tmp_path):
     store = _open(tmp_path / "dledger-n0", CFG.replace(data_cache_window=0))
     store.append_batch_as_leader([b"x" * 1000] * 8000, 1)

@@ -119,6 +119,7 @@ class MmapFileStore:
             self.recovery: RecoveryReport = Recovery(self._log, self.path, readonly).run(ckpt_end, truncate_corrupt)
             if ckpt_committed >= 0:
                 self.update_committed_index(-1, ckpt_committed)
+            self._service.flush.opened_at(int(data.flushed_where))
         except BaseException:
             self._log.close()
             raise

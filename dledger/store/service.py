@@ -46,7 +46,15 @@ class FlushDataService:
     def __init__(self, store: MmapFileStore) -> None:
         self.store = store
         self._prefault_ok = True
-        self._dropped_to = 0  # data before this absolute offset was handed back
+        self._dropped_to = 0  # data before this absolute offset was handed back (see opened_at)
+
+    def opened_at(self, end: int) -> None:
+        """The store opened a log whose data ends at ``end``: only what is flushed from now on
+        leaves the page cache as it falls behind the window. What the log held at the open was
+        handed back (or not) as it was written; handing it all back again at every open threw
+        away a page cache other readers had filled (on the same files, or a query right after a
+        restart) and unmapped the pages recovery had just faulted in."""
+        self._dropped_to = max(end - self.store.config.data_cache_window, 0)
 
     def tick(self, interval_s: float) -> None:
         store = self.store
