@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,6 +44,7 @@ K = _load_ext("message")
 _encode_put = K.encode_put
 
 BODY_OFFSET = 48
+_SIZE_MAGIC = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE
 LEADER = "LEADER"
 FOLLOWER = "FOLLOWER"
 CANDIDATE = "CANDIDATE"
@@ -441,12 +443,18 @@ class DLedgerCommitLog(LogFiles):
 
     # -- reads ---------------------------------------------------------------------------
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self) -> AbstractContextManager[Any]:
         # Keeps the store's retention and close from unmapping a file we read; its flushes,
-        # which hold the store's main lock through an msync, do not hold this one.
-        with self.store._unmap_lock:
-            yield
+        # which hold the store's main lock through an msync, do not hold this one. The lock
+        # itself, not a generator around it: a lookup enters it twice (about 1 us each).
+        return self.store._unmap_lock
+
+    def _readable_end(self) -> int:
+        """``readable_end`` (the committed position) without its chain of properties; a lookup
+        asks twice."""
+        app = self.appender
+        pos = int(app.committed_pos if app is not None else self.store.committed_pos)
+        return pos if pos > self._committed_pos else self._committed_pos
 
     def segment(self, offset: int, limit: int | None = None) -> Segment | None:
         """Entries from entry position ``offset`` to the end of its file's committed part."""
@@ -464,8 +472,8 @@ class DLedgerCommitLog(LogFiles):
 
     def read(self, offset: int, size: int) -> bytes | None:
         """The record of ``size`` bytes at physical offset ``offset`` (entry pos + 48), if committed."""
-        with self.reading():
-            if self.closed or offset + size > self.readable_end:
+        with self.store._unmap_lock:
+            if self.closed or offset + size > self._readable_end():
                 return None
             f = self.files.find(offset)
             if f is None:
@@ -476,13 +484,14 @@ class DLedgerCommitLog(LogFiles):
             return bytes(f.read(rel, size))
 
     def record_size_at(self, offset: int) -> int:
-        with self.reading():
-            f = self.files.find(offset)
-            if f is None or offset + 8 > self.readable_end:
+        with self.store._unmap_lock:
+            if self.closed or offset + 8 > self._readable_end():
                 return -1
-            raw = f.read(offset - f.file_from_offset, 8)
-            size, magic = int.from_bytes(raw[:4], "big", signed=True), int.from_bytes(raw[4:], "big", signed=True)
-            return size if magic == K.MESSAGE_MAGIC_CODE else -1
+            f = self.files.find(offset)
+            if f is None or offset - f.file_from_offset < BODY_OFFSET:
+                return -1
+            size, magic = _SIZE_MAGIC.unpack(f.read(offset - f.file_from_offset, 8))
+            return int(size) if magic == K.MESSAGE_MAGIC_CODE else -1
 
     # -- durability and lifecycle ----------------------------------------------------------
 

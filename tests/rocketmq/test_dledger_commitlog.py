@@ -137,6 +137,39 @@ def test_readers_see_only_committed(tmp_path: Path) -> None:
         assert s.put_message(Message("T", b"m5")).queue_offset == 5
 
 
+def test_a_record_reads_only_from_its_start_and_only_once_committed(tmp_path: Path) -> None:
+    holder: dict[str, ManualAppender] = {}
+
+    def factory(store: MmapFileStore) -> ManualAppender:
+        holder["a"] = ManualAppender(store)
+        return holder["a"]
+
+    with MessageStore(tmp_path / "s", config(), appender=factory) as s:
+        cl = s.commitlog
+        s.on_role_change(LEADER, 0)
+        wait_writable(s)
+        first = s.put_messages([Message("T", b"a%d" % i) for i in range(2)])
+        s.on_committed(holder["a"].commit_all())
+        later = s.put_messages([Message("T", b"b%d" % i) for i in range(2)])  # appended, not committed
+        a0, b0 = int(first.phys_offset), int(later.phys_offset)
+        size = cl.record_size_at(a0)
+        data = cl.read(a0, size)
+        assert data is not None and len(data) == size == int.from_bytes(data[:4], "big")
+        msg = s.lookup(a0)
+        assert msg is not None and msg.body == b"a0" and msg.phys_offset == a0
+        # the entry's own header is no record; neither is what is not committed
+        assert a0 == 48 and all(cl.record_size_at(p) == -1 for p in (0, 8, 40))
+        assert cl.read(0, 16) is None and s.lookup(0) is None
+        assert cl.record_size_at(b0) == -1 and cl.read(b0, 8) is None and s.lookup(b0) is None
+        # the readers' lock is the store's unmap lock, taken again inside (dispatch does)
+        with cl.reading(), cl.reading():
+            assert s.lookup(a0) is not None
+        s.on_committed(holder["a"].commit_all())
+        later_msg = s.lookup(b0)
+        assert later_msg is not None and later_msg.body == b"b0"
+    assert cl.record_size_at(a0) == -1 and cl.read(a0, size) is None  # closed
+
+
 def test_new_leader_rebuilds_queue_offsets(tmp_path: Path) -> None:
     """Entries that came from the old leader (appended here, committed, dispatched) give the
     queue offsets the new leader continues from."""
