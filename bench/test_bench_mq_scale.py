@@ -16,7 +16,11 @@ runs with the same N when ``DLEDGER_BENCH_KEEP=1`` (it is deleted at the end oth
   baselines: reading the commit-log bytes that hold them, and the kernel scan of the log.
 * query: one key a call, keys drawn at random (the median of the rounds is the p50); every
   query walks all index files, newest first (a key is one message, never 64). Baselines:
-  the offsets alone (``query_offsets_by_key``), and a key that is in no file.
+  the offsets alone (``query_offsets_by_key``), and a key that is in no file. Both commit
+  logs are measured the same way: the store opened (its recovery maps the log's pages), then
+  every file of the data set read once, so the reads come from the page cache;
+  ``extra_info`` says how much of the log was in the page cache (``log_cached``, mincore) and
+  mapped in the process (``log_mapped``, smaps Rss) after the rounds.
 * dispatch alone: consume queue and index built from a written commit log of the same
   messages (``ReputMessageService.dispatch_now``); baseline: the kernel scan alone.
 
@@ -26,8 +30,12 @@ DLEDGER_BENCH_SCALE_N overrides N; DLEDGER_BENCH_MODES picks the modes (``classi
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -138,6 +146,44 @@ def warm(ds: DataSet) -> None:
                     pass
 
 
+def log_residency(ds: DataSet) -> tuple[float, float]:
+    """(in the page cache, mapped in this process) as fractions of the commit log's written
+    bytes: the conditions a query's read of the message ran in. (-1, -1) off Linux."""
+    if not sys.platform.startswith("linux"):
+        return -1.0, -1.0
+    spans = {str(f.path): int(f.wrote_position) for f in ds.store.commitlog.files.files}
+    written = sum(spans.values()) or 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    cached = 0
+    for path, length in spans.items():
+        pages = -(-length // mmap.PAGESIZE)
+        if not pages:
+            continue
+        with open(path, "rb") as lf:
+            # A private writable view only so ctypes takes its address; never written.
+            m = mmap.mmap(lf.fileno(), pages * mmap.PAGESIZE, access=mmap.ACCESS_COPY)
+            try:
+                vec = (ctypes.c_ubyte * pages)()
+                base = ctypes.c_char.from_buffer(m)
+                rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(base)), ctypes.c_size_t(pages * mmap.PAGESIZE), vec)
+                del base
+                if rc != 0:
+                    return -1.0, -1.0
+                cached += int((np.frombuffer(memoryview(vec).cast("B"), dtype=np.uint8) & 1).sum()) * mmap.PAGESIZE
+            finally:
+                m.close()
+    mapped = 0
+    with open("/proc/self/smaps") as sm:
+        mapping = ""
+        for line in sm:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                head = line.split(None, 5)
+                mapping = head[5].strip() if len(head) > 5 else ""
+            elif line.startswith("Rss:") and mapping in spans:
+                mapped += int(line.split()[1]) * 1024
+    return min(cached / written, 1.0), min(mapped / written, 1.0)
+
+
 def throughput(benchmark: Any, fn: Any, messages: int) -> None:
     done = benchmark.pedantic(fn, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     assert done == messages
@@ -217,6 +263,9 @@ def test_query_by_key_scale(benchmark: Any, data: DataSet, side: str) -> None:
         benchmark.name = "query_offsets_by_key, key in no file"
         found = benchmark(lambda: s.query_offsets_by_key(TOPIC, next(it)))
         assert found == [] or len(found) <= 2  # a hash collision may give an offset
+    cached, mapped = log_residency(data)
+    benchmark.extra_info["log_cached"] = round(cached, 3)
+    benchmark.extra_info["log_mapped"] = round(mapped, 3)
 
 
 # -- dispatch alone ----------------------------------------------------------------------------
