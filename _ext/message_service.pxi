@@ -101,6 +101,41 @@ def check_packed_properties(buf, offsets):
     return -1, P_OK, bool(delay)
 
 
+# -- a producer's batch on the wire ------------------------------------------------------------
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
+
+
+def pack_bodies(list bodies):
+    """A producer's batch as it goes on the wire: ``(raw, sizes)``, the bodies joined and their
+    lengths as a uint32 array, in two passes over the list in C. ``b"".join`` and
+    ``np.fromiter(map(len, bodies))`` cost the producer 0.08 us a 100-byte message, more than
+    the rest of a send. Raises TypeError for an item that is not ``bytes`` (the caller packs
+    those its own way) and ValueError for one of 4 GiB or more."""
+    cdef Py_ssize_t n = len(bodies), k, size, total = 0
+    cdef object item
+    sizes = np.empty(n, dtype=np.uint32)
+    cdef uint32_t[::1] sz = sizes
+    for k in range(n):
+        item = <object>PyList_GET_ITEM(bodies, k)
+        if not PyBytes_CheckExact(item):
+            raise TypeError(f"body {k} is a {type(item).__name__}, not bytes")
+        size = PyBytes_GET_SIZE(item)
+        if size > 0xFFFFFFFF:
+            raise ValueError(f"body {k} of {size} bytes does not fit a uint32 size")
+        sz[k] = <uint32_t>size
+        total += size
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *p = PyBytes_AS_STRING(out)
+    for k in range(n):
+        # The list cannot change meanwhile: the GIL is held throughout.
+        item = <object>PyList_GET_ITEM(bodies, k)
+        memcpy(p, PyBytes_AS_STRING(item), sz[k])
+        p += sz[k]
+    return out, sizes
+
+
 # -- msync without the GIL ---------------------------------------------------------------------
 
 cdef extern from "<sys/mman.h>" nogil:

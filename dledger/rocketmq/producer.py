@@ -21,6 +21,7 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger.client import AsyncClient
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
@@ -38,6 +39,7 @@ from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 from dledger.sequences import checked_index
 
 T = TypeVar("T")
+K = _load_ext("message")
 
 SEND_OK = "SEND_OK"
 # One batch request carries at most this many bytes of records, or the group's max_message_size
@@ -111,7 +113,7 @@ class SendResults(Sequence[SendResult]):
         queue_id: int,
         uniqs: Sequence[str],
         first_offset: int = -1,
-        phys: list[int] | None = None,
+        phys: Sequence[int] | np.ndarray | None = None,
         store_host: str = "",
         reason: str = "",
         phys_add: int = 0,
@@ -123,7 +125,8 @@ class SendResults(Sequence[SendResult]):
         self.store_host = store_host
         self.reason = reason
         self._uniqs = uniqs
-        self._phys = phys or []
+        # The records' positions as the member sent them (an int64 array read in place).
+        self._phys: Sequence[int] | np.ndarray = [] if phys is None else phys
         # Added to each of ``_phys`` (the member answers entry positions and the 48 to add).
         self._phys_add = phys_add
 
@@ -150,7 +153,7 @@ class SendResults(Sequence[SendResult]):
                 self._uniqs[i],
                 self.queue_id,
                 self.first_offset + i,
-                _offset_msg_id(self.store_host, self._phys[i] + self._phys_add),
+                _offset_msg_id(self.store_host, int(self._phys[i]) + self._phys_add),
                 self.topic,
             )
         return SendResult(self.status, self._uniqs[i], self.queue_id, -1, "", self.topic, self.reason)
@@ -184,7 +187,7 @@ class SendResults(Sequence[SendResult]):
                 first.queue_id,
                 uniqs,
                 first.first_offset,
-                [x + p._phys_add for p in parts for x in p._phys],
+                np.concatenate([np.asarray(p._phys, dtype=np.int64) + p._phys_add for p in parts]),
                 first.store_host,
             )
         return _Mixed(parts)
@@ -378,7 +381,12 @@ class AsyncProducer:
         prefix = encode_properties(base)
         joint = f"{prefix}\x02UNIQ_KEY\x01" if prefix else "UNIQ_KEY\x01"
         n = len(bodies)
-        sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
+        try:
+            raw: bytes | None
+            raw, usizes = K.pack_bodies(bodies)
+        except TypeError:  # bytes-like bodies that are not bytes: joined per request below
+            raw, usizes = None, np.fromiter(map(len, bodies), dtype=np.uint32, count=n)
+        sizes = usizes.astype(np.int64)
         # Each record's bytes beyond its body, as the member counts them (keys aside).
         extra = RECORD_OVERHEAD + len(topic.encode("utf-8", "surrogatepass")) + len(joint.encode()) + 16
         if keys is not None:
@@ -391,17 +399,26 @@ class AsyncProducer:
         # Past the group's limit the batch goes in pieces; below BATCH_MAX_BYTES it goes whole
         # (and all of it is refused if the group finds it too big, as RocketMQ does).
         cuts = _cuts(sizes_rec, max(self._max_batch_bytes or 0, BATCH_MAX_BYTES))
+        ends = np.cumsum(sizes) if raw is not None and len(cuts) > 2 else None
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
             head = self._uniq.head()
             first = self._uniq.take(end - start)
+            packed: tuple[bytes, np.ndarray] | None = None
+            if raw is not None:
+                if ends is None:
+                    packed = (raw, usizes)
+                else:
+                    lo = int(ends[start - 1]) if start else 0
+                    packed = (raw[lo : int(ends[end - 1])], usizes[start:end])
+            piece = [] if packed is not None else bodies[start:end]
             if keys is None:
                 # One stem for all: the member appends each message's 4 counter digits.
                 uniqs: Sequence[str] = _Uniqs(head, first, end - start)
                 req = SendRequest(
                     topic,
                     qid,
-                    bodies[start:end],
+                    piece,
                     [],
                     flag,
                     sys_flag,
@@ -409,6 +426,7 @@ class AsyncProducer:
                     props_stem=(joint + head).encode("utf-8", "surrogatepass"),
                     uniq_first=first,
                     body_sizes=sizes[start:end],
+                    packed=packed,
                 )
             else:
                 uniqs = [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(end - start)]
@@ -417,7 +435,15 @@ class AsyncProducer:
                     for u, k in zip(uniqs, keys[start:end], strict=True)
                 ]
                 req = SendRequest(
-                    topic, qid, bodies[start:end], props, flag, sys_flag, born_timestamp, body_sizes=sizes[start:end]
+                    topic,
+                    qid,
+                    piece,
+                    props,
+                    flag,
+                    sys_flag,
+                    born_timestamp,
+                    body_sizes=sizes[start:end],
+                    packed=packed,
                 )
             code = MessageRequestCode.SEND_BATCH_MESSAGE if end - start > 1 else MessageRequestCode.SEND_MESSAGE
             parts.append(await self._request(code, req, uniqs))

@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from dledger._ext import load
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
@@ -21,6 +25,8 @@ from dledger.rocketmq.wire import (
     SendRequest,
     SendResponse,
 )
+
+K = load("message")
 
 
 def over_the_wire(body: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +96,11 @@ def test_an_empty_send_is_refused():
 
 
 def test_responses_and_other_requests_round_trip():
-    s = SendResponse(PutMessageStatus.PUT_OK, "", 2, 40, [48, 200], "127.0.0.1:10911", "n1")
-    assert SendResponse.from_wire(over_the_wire(s.to_wire())) == s
+    s = SendResponse(PutMessageStatus.PUT_OK, "", 2, 40, [48, 200], "127.0.0.1:10911", "n1", phys_add=48)
+    got = SendResponse.from_wire(over_the_wire(s.to_wire()))
+    assert got.phys_offsets.tolist() == [48, 200]  # type: ignore[union-attr]
+    got.phys_offsets = s.phys_offsets
+    assert got == s
     p = PullResponse(GetMessageStatus.FOUND, 12, 0, 13, b"records", [48])
     assert PullResponse.from_wire(over_the_wire(p.to_wire())) == p
     for req, cls in (
@@ -118,3 +127,25 @@ def test_the_clients_are_exported_by_the_package():
     from dledger.rocketmq.producer import Producer
 
     assert mq.Producer is Producer and mq.Consumer is Consumer
+
+
+def test_send_response_positions_must_be_int64s():
+    body = SendResponse(PutMessageStatus.PUT_OK, "", 0, 0, [48]).to_wire()
+    body["phys"] = b"\x00" * 12
+    with pytest.raises(DLedgerError):
+        SendResponse.from_wire(body)
+
+
+@given(st.lists(st.binary(max_size=40), max_size=30))
+def test_pack_bodies_joins_and_measures(bodies: list[bytes]):
+    raw, sizes = K.pack_bodies(bodies)
+    assert raw == b"".join(bodies)
+    assert sizes.dtype == np.uint32 and sizes.tolist() == [len(b) for b in bodies]
+    req = SendRequest("T", 0, [], [b""] * len(bodies), packed=(raw, sizes))
+    if bodies:
+        assert SendRequest.from_wire(over_the_wire(req.to_wire()))[1][:] == bodies
+
+
+def test_pack_bodies_takes_bytes_only():
+    with pytest.raises(TypeError):
+        K.pack_bodies([b"a", bytearray(b"b")])
