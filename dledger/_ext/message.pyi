@@ -220,3 +220,27 @@ def dispatch_keys(
     sys_flag: ArrayLike,
     index_from: int = 0,
 ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int64], NDArray[np.int32], NDArray[np.int64]]: ...
+def dispatch_round(
+    buf: Buffer,
+    base: int,
+    start: int,
+    end: int,
+    dledger: bool,
+    max_records: int,
+    index_floor: int,
+    index_buf: Buffer | None = None,
+    hash_slot_num: int = 0,
+    index_num: int = 0,
+    index_begin_ts: int = 0,
+) -> tuple[
+    dict[str, NDArray[Any]],
+    int,
+    int,
+    NDArray[np.int32],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    NDArray[np.int32],
+    NDArray[np.int64],
+    NDArray[np.uint8] | None,
+    int,
+]: ...

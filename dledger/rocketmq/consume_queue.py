@@ -122,7 +122,7 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
-    def write(self, pos: int, data: bytes) -> None:
+    def write(self, pos: int, data: bytes | memoryview) -> None:
         assert self.mm is not None and not self.readonly
         end = pos + len(data)
         self.mm[pos:end] = data
@@ -521,8 +521,29 @@ class ConsumeQueue:
         bad = np.flatnonzero(~ok)
         return int(bad[0]) if len(bad) else k
 
+    def append_run(self, units: Any, first_offset: int, first_end: int, last_end: int) -> bool:
+        """put_units of encoded units (``units``, 20 bytes each) whose queue offsets run on by one
+        from ``first_offset`` and whose messages end at ``first_end`` .. ``last_end``, growing: written
+        as they are when they continue this queue exactly (the next offset, past
+        ``max_physic_offset``, no pre-blank due), which is when put_units would write them all in
+        one run. False, with nothing written, otherwise (put_units then applies its rules)."""
+        self._writable()
+        if (
+            not self.files
+            or (self.files[-1].first_create_in_queue and self.files[-1].wrote_position == 0)
+            or first_offset != self.max_offset
+            or first_end <= self.max_physic_offset
+        ):
+            return False
+        self._append_bytes(units)
+        self.max_physic_offset = last_end
+        return True
+
     def _append(self, phys: NDArray[np.int64], size: NDArray[np.int32], tags: NDArray[np.int64]) -> None:
-        data = encode_units(phys, size, tags)
+        self._append_bytes(encode_units(phys, size, tags))
+
+    def _append_bytes(self, units: Any) -> None:
+        data = memoryview(units).cast("B")
         pos = 0
         while pos < len(data):
             f = self._last_file(self.max_offset * CQ_STORE_UNIT_SIZE)

@@ -1,10 +1,12 @@
 """ReputMessageService: follows the commit log and builds the consume queues and the index.
 
-It walks the (committed) commit log from ``reput_from`` in batches: one kernel scan gives the
-record columns, tags codes come from one Java-hash pass over the TAGS values, and the units
-of each topic-queue go to its consume queue in one call. PREPARED and ROLLBACK records get no
-unit; ROLLBACK records are not indexed. For ``SCHEDULE_TOPIC_XXXX`` the tags code is the
-delivery time (store time + the level's delay), as ``computeDeliverTimestamp``.
+It walks the (committed) commit log from ``reput_from`` in batches. One kernel call a batch
+(``dispatch_round``, without the GIL) scans the records into columns, hashes their TAGS
+(tagsCode) and index keys, puts the index items into the last index file and, when the records
+are one queue's run, encodes their consume-queue units, which go to the queue as they are;
+other batches go to their queues by topic-queue with put_units' rules. PREPARED and ROLLBACK
+records get no unit; ROLLBACK records are not indexed. For ``SCHEDULE_TOPIC_XXXX`` the tags
+code is the delivery time (store time + the level's delay), as ``computeDeliverTimestamp``.
 
 ``reput_from`` is a commit-log position: a record's offset in the classic log, an entry
 position in the DLedger log (whose record offsets are that + 48).
@@ -29,7 +31,6 @@ from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
-_gather = _load_ext("gather")
 
 BATCH_RECORDS = 8192
 # When dispatch is this far behind, a thread reads the log up to READ_AHEAD past it from its own
@@ -64,6 +65,7 @@ def _read_ahead(path: str, start: int, end: int) -> None:
 
 
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
+LONG_MAX = (1 << 63) - 1
 
 
 def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
@@ -202,25 +204,10 @@ class ReputMessageService:
                     if seg.end - seg.start > READ_AHEAD_BEHIND:
                         self._read_ahead(cl, seg)
                     try:
-                        scan = K.scan_dledger_records if seg.dledger else K.scan_records
-                        cols, stop, code = scan(seg.view, seg.base, seg.start, seg.end, False, BATCH_RECORDS)
-                        n = len(cols["size"])
-                        if n and not seg.dledger:
-                            self._dispatch(seg.view, cols, seg.dledger)
-                            done += n
-                        elif n:
-                            # The DLedger store's lock is the one its flushes and retention take:
-                            # copy what dispatch reads (topics and properties), then let it go.
-                            topics, topic_at = _gather.gather(seg.view, cols["topic_off"], cols["topic_len"])
-                            props, props_at = _gather.gather(seg.view, cols["props_off"], cols["props_len"])
+                        stop, code, n = self._dispatch_segment(seg)
                     finally:
                         seg.view.release()
-                if n and seg.dledger:
-                    # The other *_off columns are left pointing into the log file: not read below.
-                    cols["topic_off"] = topic_at[:-1].astype(np.int64)
-                    cols["props_off"] = props_at[:-1].astype(np.int64)
-                    self._dispatch_cols(memoryview(props), cols, memoryview(topics))
-                    done += n
+                done += n
                 batches += 1
                 if code == K.STOP_BLANK:
                     self.reput_from = cl.roll_next_file(seg.base + stop)
@@ -265,43 +252,83 @@ class ReputMessageService:
 
     # -- one batch -----------------------------------------------------------------------
 
-    def _dispatch(self, view: memoryview, cols: dict[str, np.ndarray], dledger: bool) -> None:
-        self._dispatch_cols(view, cols)
+    def _dispatch_segment(self, seg: Any) -> tuple[int, int, int]:
+        """One batch of ``seg``'s records, under the log's ``reading()``: ``(stop, code, records)``.
 
-    def _dispatch_cols(
-        self, view: memoryview, cols: dict[str, np.ndarray], topic_view: memoryview | None = None
+        One kernel call (``dispatch_round``, without the GIL) scans the records, numbers their
+        topics, hashes their tagsCodes and index keys, puts the index items into the last index
+        file and, when they are one queue's run, encodes their units, which then go to the queue
+        as they are. The dispatch thread takes the GIL back once per batch, not once per step:
+        each time it waits for the putting thread to let go of it, and each hand-over costs both
+        threads (about a fifth of the put thread's time with a step per kernel call)."""
+        index = self.index if self.config.message_index_enable else None
+        f = None
+        first_put = False
+        floor = LONG_MAX
+        if index is not None:
+            # Records past what the index has (buildIndex skips what the last file covers; a
+            # restart re-dispatches from the queues' end). A full (or missing) last file is left
+            # to put_hashes below, which rolls to a new one as IndexService does.
+            last = index.files[-1] if index.files else None
+            floor = max(self.index_from, int(last.end_phy_offset) if last is not None else 0)
+            if last is not None and not last.is_write_full() and last.mm is not None:
+                f = last
+                first_put = f.index_count <= 1
+        cols, stop, code, topic_id, firsts, tags_code, hashes, rows, units, put = K.dispatch_round(
+            seg.view,
+            seg.base,
+            seg.start,
+            seg.end,
+            seg.dledger,
+            BATCH_RECORDS,
+            floor,
+            f.mm if f is not None else None,
+            f.hash_slot_num if f is not None else 0,
+            f.index_num if f is not None else 0,
+            f.begin_timestamp if f is not None else 0,
+        )
+        n = len(cols["size"])
+        if not n:
+            return stop, code, 0
+        phys = cols["phys_offset"]
+        sizes = cols["size"]
+        ts = cols["store_timestamp"]
+        if put:
+            assert f is not None
+            r0, r1 = int(rows[0]), int(rows[put - 1])
+            f.after_put(first_put, int(phys[r0]), int(ts[r0]), int(phys[r1]), int(ts[r1]))
+        if index is not None and put < len(hashes):
+            rest = rows[put:]
+            index.put_hashes(hashes[put:], phys[rest], ts[rest])
+        view = seg.view
+        topic_off, topic_len = cols["topic_off"], cols["topic_len"]
+        topics_raw = [bytes(view[int(topic_off[k]) : int(topic_off[k]) + int(topic_len[k])]) for k in firsts.tolist()]
+        written = False
+        if units is not None and topics_raw[0] != _SCHEDULE:
+            cq = self.consume_queues.find_or_create(topics_raw[0].decode("utf-8", "replace"), int(cols["queue_id"][0]))
+            written = cq.append_run(
+                units, int(cols["queue_offset"][0]), int(phys[0]) + int(sizes[0]), int(phys[-1]) + int(sizes[-1])
+            )
+        if not written:
+            self._queue_units(view, cols, topic_id, topics_raw, tags_code)
+        self.dispatched_store_timestamp = int(ts[-1])
+        self.dispatched_messages += n
+        return stop, code, n
+
+    def _queue_units(
+        self,
+        view: memoryview,
+        cols: dict[str, np.ndarray],
+        topic_id: np.ndarray,
+        topics_raw: list[bytes],
+        tags_code: np.ndarray,
     ) -> None:
-        """Units and index items of scanned records: ``props_off`` points into ``view``,
-        ``topic_off`` into ``topic_view`` (default: ``view`` too)."""
-        tview = view if topic_view is None else topic_view
+        """The consume-queue units of scanned records by queue, with put_units' rules (the
+        records of several queues, PREPARED/ROLLBACK ones, a queue's first units, a re-dispatch,
+        SCHEDULE_TOPIC_XXXX's delivery times)."""
         phys = cols["phys_offset"]
         sizes = cols["size"]
         tran = cols["sys_flag"] & 0xC
-        topic_off = cols["topic_off"]
-        # Index: every record but ROLLBACK, from the first past what the index has (buildIndex
-        # skips what the last file covers; a restart re-dispatches from the queues' end).
-        index = self.index if self.config.message_index_enable else None
-        index_from = len(phys)
-        if index is not None:
-            floor = max(self.index_from, int(index.get_and_create_last_file().end_phy_offset))
-            index_from = int(np.searchsorted(phys, floor))
-        # One kernel pass: topics numbered (bytes compared, no hash to collide), tagsCode (Java's
-        # hash of TAGS, 0 without) and the index key hashes of ``topic#key`` for UNIQ_KEY and
-        # each KEYS segment, from TAGS, UNIQ_KEY and KEYS found in one walk of the properties.
-        topic_id, firsts, tags_code, hashes, key_rows = K.dispatch_keys(
-            view,
-            tview,
-            cols["props_off"],
-            cols["props_len"],
-            topic_off,
-            cols["topic_len"],
-            cols["sys_flag"],
-            index_from,
-        )
-        topics_raw = [
-            bytes(tview[o : o + n])
-            for o, n in zip(topic_off[firsts].tolist(), cols["topic_len"][firsts].tolist(), strict=True)
-        ]
         groups = _group_by_queue(topic_id, cols["queue_id"])
         in_cq = (tran == 0) | (tran == 8)
         all_in_cq = bool(in_cq.all())
@@ -320,10 +347,6 @@ class ReputMessageService:
             if topic_raw == _SCHEDULE:
                 codes = self._deliver_timestamps(view, keep, cols, codes)
             cq.put_units(cols["queue_offset"][keep], phys[keep], sizes[keep], codes)
-        if index is not None and len(hashes):
-            index.put_hashes(hashes, phys[key_rows], cols["store_timestamp"][key_rows])
-        self.dispatched_store_timestamp = int(cols["store_timestamp"][-1])
-        self.dispatched_messages += len(phys)
 
     def _deliver_timestamps(
         self, view: memoryview, rows: np.ndarray, cols: dict[str, np.ndarray], codes: np.ndarray

@@ -275,16 +275,24 @@ class IndexFile:
         done = int(_mk.index_put_many(self.mm, self.hash_slot_num, self.index_num, hashes, phys, diffs))
         if done != n:  # pragma: no cover - the kernel and this file disagree about the count
             raise RuntimeError(f"index_put_many wrote {done} of {n} items")
+        self.after_put(first_put, int(phys[0]), int(ts[0]), int(phys[-1]), int(ts[-1]))
+        return n
+
+    def after_put(self, first_put: bool, first_phys: int, first_ts: int, last_phys: int, last_ts: int) -> None:
+        """The header after a kernel put items (``index_put_many``, or dispatch's
+        ``dispatch_round``, which computes the time diffs as ``_time_diffs``): its counts as the
+        kernel left them, begin (when the file had no item before, ``first_put``) and end from
+        the first and last item put."""
+        assert self.mm is not None
         _, _, _, _, self.hash_slot_count, self.index_count = _HEADER.unpack_from(self.mm, 0)
         if first_put:
-            self.begin_phy_offset = int(phys[0])
-            self.begin_timestamp = int(ts[0])
-        self.end_phy_offset = int(phys[-1])
-        self.end_timestamp = int(ts[-1])
+            self.begin_phy_offset = first_phys
+            self.begin_timestamp = first_ts
+        self.end_phy_offset = last_phys
+        self.end_timestamp = last_ts
         self._write_header()
         if self._item_pos(self.index_count) + PREFAULT_CHUNK // 2 > self._prefaulted_to and not self.is_write_full():
             self._prefault_from(max(self._prefaulted_to, self._item_pos(self.index_count)))
-        return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         return (
