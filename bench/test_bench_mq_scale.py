@@ -258,7 +258,7 @@ def test_query_by_key_scale(benchmark: Any, data: DataSet, side: str) -> None:
     elif side == "offsets_only":
         benchmark.name = "query_offsets_by_key"
         found = benchmark(lambda: s.query_offsets_by_key(TOPIC, next(it)))
-        assert len(found) == 1
+        assert 1 <= len(found) <= 3  # the index holds key hashes: a collision adds an offset
     else:
         benchmark.name = "query_offsets_by_key, key in no file"
         found = benchmark(lambda: s.query_offsets_by_key(TOPIC, next(it)))
