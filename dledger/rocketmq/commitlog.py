@@ -40,6 +40,18 @@ _encode_put = K.encode_put
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16
+# The puts are pwrites into a sparse file: the first write to each page made the put thread
+# allocate and zero its page-cache page. A thread keeps PREFAULT_AHEAD bytes past the write
+# position faulted in, PREFAULT_STEP at a time, without the GIL (MADV_POPULATE_READ: zeroed
+# page-cache pages mapped read-only, which the pwrites then fill; mapped writable instead, as
+# MADV_POPULATE_WRITE would, every flush would have to write-protect them again, one TLB
+# shootdown per page, interrupting the put thread on the other core). It looks every
+# PREFAULT_POLL_S seconds while the log grows (16 MB last 40 ms at 1.3M puts/s of 100 B), every
+# PREFAULT_IDLE_S while it does not.
+PREFAULT_AHEAD = 16 << 20
+PREFAULT_STEP = 1 << 20
+PREFAULT_POLL_S = 0.002
+PREFAULT_IDLE_S = 0.05
 _BLANK = struct.Struct(">ii")
 # How much past a torn tail recovery zeroes, so that stale bytes cannot read as records.
 _TORN_ZERO_MIN = 1 << 16
@@ -194,6 +206,10 @@ class CommitLog(LogFiles):
         self.flush_service: FlushService | None = None
         self.recovered_from = 0
         self.closed = False
+        self._prefault_stop = threading.Event()
+        self._prefaulter: threading.Thread | None = None
+        # (file start offset, how far its pages are faulted in)
+        self._prefaulted = (-1, 0)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -547,9 +563,48 @@ class CommitLog(LogFiles):
             self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, ts)
         return where
 
+    def _prefault_loop(self) -> None:
+        wait = PREFAULT_IDLE_S
+        last_end = -1
+        while not self._prefault_stop.wait(wait):
+            try:
+                while self._prefault_step():
+                    pass
+            except Exception:  # a missed prefault costs the put thread a fault, nothing more
+                log.exception("commit log prefault failed; retrying")
+                self._prefault_stop.wait(1.0)
+            end = self.max_offset if not self.closed else -1
+            wait = PREFAULT_POLL_S if end != last_end else PREFAULT_IDLE_S
+            last_end = end
+
+    def _prefault_step(self) -> bool:
+        """Fault in the next PREFAULT_STEP of the last file if it is less than PREFAULT_AHEAD past
+        the write position; True when there may be more to do."""
+        with self.read_lock:  # what unmaps files (close, retention) takes it
+            if self.closed or not self.files.files:
+                return False
+            f = self.files.files[-1]
+            base, done = self._prefaulted
+            wrote = int(f.wrote_position)
+            start = max(done if base == f.file_from_offset else 0, wrote)
+            end = min(wrote + PREFAULT_AHEAD, int(f.file_size), start + PREFAULT_STEP)
+            if end - start < PREFAULT_STEP // 2 and end < f.file_size:
+                return False
+            if start >= end:
+                return False
+            view = f.view()
+            try:
+                K.prefault(view, start, end, K.PREFAULT_READ)
+            finally:
+                view.release()
+            self._prefaulted = (int(f.file_from_offset), end)
+            return True
+
     def start(self) -> None:
         if self.readonly or self.flush_service is not None:
             return
+        self._prefaulter = threading.Thread(target=self._prefault_loop, name="rocketmq-commitlog-prefault", daemon=True)
+        self._prefaulter.start()
         cfg = self.config
         if cfg.sync_flush:
             self.flush_service = FlushService(self, 10, 0, 0)
@@ -589,6 +644,10 @@ class CommitLog(LogFiles):
     def close(self) -> None:
         if self.closed:
             return
+        self._prefault_stop.set()
+        if self._prefaulter is not None:
+            self._prefaulter.join()
+            self._prefaulter = None
         if self.flush_service is not None:
             self.flush_service.stop()
             self.flush_service = None
