@@ -39,8 +39,10 @@ cdef extern from "<fcntl.h>" nogil:
     int posix_fadvise(int fd, int64_t offset, int64_t length, int advice)
     int POSIX_FADV_DONTNEED
 
-# madvise(MADV_POPULATE_WRITE), Linux 5.14: fault pages in writable as a write would, without
-# writing them. Older kernels answer EINVAL; populate() then reports False and does nothing.
+# madvise(MADV_POPULATE_READ / _WRITE), Linux 5.14: fault pages in (read-only, or writable as
+# a write would) without writing them. Older kernels answer EINVAL; populate() then reports
+# False and does nothing.
+cdef int MADV_POPULATE_READ_ = 22
 cdef int MADV_POPULATE_WRITE_ = 23
 
 cdef extern from "<unistd.h>" nogil:
@@ -64,10 +66,13 @@ cdef extern from "<sys/uio.h>" nogil:
 # directly, with no zero-fill to fault in first, and a full disk answers ENOSPC instead of
 # killing the process with SIGBUS. Reads still use the mapping, which sees the same page
 # cache, and msync still makes the written range durable.
-# Single entries still go through the mapping (see EntryLog._put), and so do framed batches
-# (EntryLog.append_framed) where the store service has populated the pages first: the fault and
-# its zero-fill then happened off the writer's thread, and a populated page has its blocks
-# reserved, so the copy cannot fault into a full disk.
+# Framed batches (EntryLog.append_framed) too: a copy through pages the service populated
+# writable costs less on the writer's thread, but every msync must then write-protect each of
+# those pages again, one TLB shootdown per page while another thread of the process runs (an
+# msync of 64 MB: 130 ms of CPU against 8 ms for pages populated read-only), and the put thread
+# takes the interrupts. For batches the service populates the pages read-only, so the pwrite
+# finds them allocated and zeroed. Single entries still go through the mapping (see
+# EntryLog._put), into pages the service populated writable: a syscall per entry would cost more.
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
 # RUN_ENTRIES entries, two buffers (header, body) each (see _put_run).
 cdef int IOV_MAX_ = 1024
@@ -342,10 +347,11 @@ cdef class MappedFile:
         self.flushed_position = wrote
         return wrote
 
-    def populate(self, int64_t start, int64_t end):
-        """Fault the pages of ``[start, end)`` in, writable, without changing a byte, so that
-        appends there take no page fault (run off the loop: see MmapFileStore's service).
-        Returns False when the kernel cannot (nothing is done then)."""
+    def populate(self, int64_t start, int64_t end, bint write=True):
+        """Fault the pages of ``[start, end)`` in, writable (or with ``write`` False read-only:
+        allocated and zeroed for a pwrite to fill), without changing a byte, so that appends
+        there take no page fault (run off the loop: see MmapFileStore's service). Returns False
+        when the kernel cannot (nothing is done then)."""
         self._check_open()
         if self.readonly:
             return False
@@ -359,7 +365,7 @@ cdef class MappedFile:
             return True
         cdef int rc
         with nogil:
-            rc = madvise(self.ptr + start, <size_t>(end - start), MADV_POPULATE_WRITE_)
+            rc = madvise(self.ptr + start, <size_t>(end - start), MADV_POPULATE_WRITE_ if write else MADV_POPULATE_READ_)
         if rc != 0:
             return False
         if end > self.populated_to:
@@ -929,18 +935,9 @@ cdef class EntryLog:
                 self._frame(buf, off, start, j, base, index0, term, pos_out)
         else:
             self._frame(buf, off, start, j, base, index0, term, pos_out)
-        # Where the service has faulted the pages in (populate), a copy through the mapping costs
-        # a fraction of the pwrite, which allocates and fills page-cache pages on this thread.
-        # Counted as mapped either way: it asks the service to keep the data pages ahead populated.
-        if df.populated_to >= at:
-            if span >= NOGIL_COPY:
-                with nogil:
-                    memcpy(df.ptr + df.wrote_position, buf + off[start], span)
-            else:
-                memcpy(df.ptr + df.wrote_position, buf + off[start], span)
-        else:
-            df._pwrite(df.wrote_position, buf + off[start], span)
-        self.mapped_bytes += span
+        # By pwrite, not through the mapping (see IOV_MAX_ for why).
+        df._pwrite(df.wrote_position, buf + off[start], span)
+        self.written_bytes += span
         df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef Py_ssize_t i

@@ -95,21 +95,29 @@ def test_writing_a_long_log_holds_one_extra_descriptor(tmp_path):
         assert again.ledger_end_index == 1999
 
 
-def test_batches_are_not_prefaulted_single_appends_are(tmp_path):
-    # Batches fill the page cache by pwritev; a data page faulted in ahead of them would only
-    # cost a zero-fill. Single entries are stored through the mapping: their pages are faulted
-    # in ahead, off the appending thread.
+def test_data_pages_are_prefaulted_after_batches_and_single_appends(tmp_path):
+    # Batches fill the page cache by pwritev, single entries through the mapping: either way the
+    # service faults the data pages ahead in, off the appending thread (read-only for batches,
+    # writable for single entries), without changing a byte.
     store = _open(tmp_path / "dledger-n0")
+    data = store._log.data
     store.append_batch_as_leader([b"b" * 1000] * 100, 1)
     if store.prefault() == 0:
         pytest.skip("kernel without MADV_POPULATE_WRITE (Linux < 5.14)")
-    data = store._log.data.files[-1]
-    assert data.populated_to == 0  # only the index was prefaulted
+    last = data.files[-1]
+    assert last.populated_to > last.wrote_position
+    framed_end = last.wrote_position
     for i in range(100):
         store.append_as_leader(b"s%d" % i, 1)
     store.prefault()
-    assert data.populated_to > data.wrote_position
+    assert last.populated_to > last.wrote_position
+    end = last.wrote_position
+    path = Path(last.path)
     store.close()
+    raw = path.read_bytes()
+    assert 0 < framed_end < end and not raw[end:].strip(b"\0")
+    with _open(tmp_path / "dledger-n0") as again:
+        assert again.ledger_end_index == 199 and again.get(199).body == b"s99"
 
 
 def _resident_pages(path: Path, start: int, end: int) -> int:

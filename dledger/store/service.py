@@ -23,9 +23,10 @@ log = logging.getLogger(__name__)
 
 # The service keeps this much past the write position faulted in (prefault), in steps of
 # PREFAULT_STEP per hold of the store lock: enough to stay ahead of appends between two ticks.
-# Data pages are prefaulted only while most appended bytes go through the mapping (single
-# entries): batches reach the file by pwritev, which fills the page cache without a fault, and
-# a page faulted in ahead of them would only cost a zero-fill (see _ext/segment.pyx).
+# Data pages are populated writable while most appended bytes go through the mapping (single
+# entries), read-only while they go by pwrite (batches): the pwrite then finds its page-cache
+# pages allocated and zeroed (an 8 KB pwrite into a hole: 9.3 us, into read-populated pages
+# 6.8 us), and the msyncs need not write-protect them again (see _ext/segment.pyx).
 PREFAULT_DATA_AHEAD = 8 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
@@ -74,21 +75,23 @@ class FlushDataService:
 
     def prefault(self) -> int:
         """Fault in the pages just past the write position of the last index file, and of the
-        last data file while appends since the last call went mostly through the mapping, so
-        that appends there take no page fault on the caller's thread. Returns the bytes
-        populated; 0 where the kernel cannot (Linux < 5.14)."""
+        last data file when entries were appended since the last call (writable while they went
+        mostly through the mapping, read-only while by pwrite), so that appends there take no
+        page fault on the caller's thread. Returns the bytes populated; 0 where the kernel
+        cannot (Linux < 5.14)."""
         store = self.store
         if store.readonly or store._closed or not self._prefault_ok:
             return 0
         lg = store._log
         # Advisory counts (an append racing this reset only shifts one tick's decision).
         through_mapping = lg.mapped_bytes > lg.written_bytes
+        appended = lg.mapped_bytes + lg.written_bytes > 0
         lg.mapped_bytes = lg.written_bytes = 0
-        targets = [(lg.index, PREFAULT_INDEX_AHEAD)]
-        if through_mapping:
-            targets.append((lg.data, PREFAULT_DATA_AHEAD))
+        targets = [(lg.index, PREFAULT_INDEX_AHEAD, True)]
+        if appended:
+            targets.append((lg.data, PREFAULT_DATA_AHEAD, through_mapping))
         done = 0
-        for files, ahead in targets:
+        for files, ahead, write in targets:
             while True:
                 with store._lock:
                     if store._closed or not files.files:
@@ -98,7 +101,7 @@ class FlushDataService:
                     end = min(f.wrote_position + ahead, f.file_size, start + PREFAULT_STEP)
                     if end <= start:
                         break
-                    if not f.populate(start, end):
+                    if not f.populate(start, end, write):
                         self._prefault_ok = False
                         return done
                     done += end - start
