@@ -93,3 +93,43 @@ class PackedBodies(Sequence[bytes]):
 
     def __repr__(self) -> str:
         return f"PackedBodies(count={len(self)}, bytes={len(self.raw)})"
+
+
+class FramedBodies(Sequence[bytes]):
+    """Bodies each behind room for its DLedger entry header: body k is
+    ``buf[offsets[k] + GAP:offsets[k + 1]]``. An encoder that leaves the gap (the message
+    service's ``encode_uniform(..., gap=GAP)``) hands its buffer to the file store as it is: the
+    store writes the headers into ``buf`` in place and each data file's share with one pwrite
+    (``MmapFileStore.append_framed``), where ``PackedBodies`` costs a header scratch and two
+    iovecs an entry. Once proposed, ``buf`` is the store's to write into; other stores take the
+    bodies one by one."""
+
+    __slots__ = ("buf", "offsets")
+
+    GAP = 48  # DLedgerEntry.BODY_OFFSET
+
+    def __init__(self, buf: bytearray, offsets: np.ndarray) -> None:
+        self.buf = buf
+        self.offsets = offsets  # int64, one more than there are bodies; offsets[-1] == len(buf)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        i = checked_index(i, len(self), "body")
+        return bytes(self.buf[int(self.offsets[i]) + self.GAP : int(self.offsets[i + 1])])
+
+    def __iter__(self) -> Iterator[bytes]:
+        for k in range(len(self)):
+            yield self[k]
+
+    def __repr__(self) -> str:
+        return f"FramedBodies(count={len(self)}, bytes={len(self.buf)})"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
-from dledger.packed import PackedBodies
+from dledger.packed import FramedBodies, PackedBodies
 from dledger.store.file import MmapFileStore
 from dledger.store.memory import MemoryStore
 
@@ -75,4 +75,41 @@ def test_memory_store_takes_a_packed_batch():
     store = MemoryStore(max_body_size=1 << 20)
     bodies = [b"one", b"two", b"three"]
     first, _ = store.append_batch_as_leader(_wire(bodies), 1)
+    assert [store.get(first + k).body for k in range(3)] == bodies
+
+
+def _framed(bodies: list[bytes]) -> FramedBodies:
+    gap = FramedBodies.GAP
+    offsets = np.zeros(len(bodies) + 1, dtype=np.int64)
+    np.cumsum([gap + len(b) for b in bodies], out=offsets[1:])
+    buf = bytearray(int(offsets[-1]))
+    for k, b in enumerate(bodies):
+        buf[int(offsets[k]) + gap : int(offsets[k + 1])] = b
+    return FramedBodies(buf, offsets)
+
+
+def test_file_store_writes_a_framed_batch_as_it_writes_the_list(tmp_path):
+    # The framed path (headers written in place, one pwrite a data file) leaves the same files.
+    bodies = [os.urandom(1 + (i * 37) % 3000) for i in range(400)]
+    framed = _framed(bodies)
+    assert len(framed) == len(bodies) and list(framed) == bodies and framed[1:3] == bodies[1:3]
+    stores = [MmapFileStore(tmp_path / name / "dledger-n0", CFG, start_services=False) for name in ("a", "b")]
+    firsts = []
+    for store, batch in zip(stores, (bodies, framed), strict=True):
+        first, positions = store.append_batch_as_leader(batch, 3)
+        firsts.append((first, positions))
+        assert [store.get(first + k).body for k in range(len(bodies))] == bodies
+        store.close()
+    assert firsts[0] == firsts[1]
+    for sub in ("data", "index"):
+        a = sorted((tmp_path / "a" / "dledger-n0" / sub).iterdir())
+        b = sorted((tmp_path / "b" / "dledger-n0" / sub).iterdir())
+        assert [p.name for p in a] == [p.name for p in b]
+        assert all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b, strict=True))
+
+
+def test_memory_store_takes_a_framed_batch():
+    store = MemoryStore(max_body_size=1 << 20)
+    bodies = [b"one", b"two", b"three"]
+    first, _ = store.append_batch_as_leader(_framed(bodies), 1)
     assert [store.get(first + k).body for k in range(3)] == bodies

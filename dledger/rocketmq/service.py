@@ -44,7 +44,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
-from dledger.packed import PackedBodies
+from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
 from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
 from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
@@ -245,10 +245,11 @@ class _PackedSend:
     born_host: bytes
     store_host: bytes
 
-    def encode(self, first_offset: int, store_timestamp: int) -> tuple[bytes, np.ndarray]:
-        """The records back to back, queue offsets from ``first_offset``, and their n+1 starts.
-        Their PHYSICALOFFSET is written by the AppendHook as they are appended."""
-        return K.encode_uniform(
+    def encode(self, first_offset: int, store_timestamp: int) -> FramedBodies:
+        """The records, queue offsets from ``first_offset``, each behind room for its entry
+        header, as the file store appends them (in place, one pwrite). Their PHYSICALOFFSET is
+        written by the AppendHook as they are appended."""
+        buf, starts = K.encode_uniform(
             self.bodies,
             self.topic,
             self.properties,
@@ -263,7 +264,9 @@ class _PackedSend:
             first_offset,
             self.advances,
             0,
+            FramedBodies.GAP,
         )
+        return FramedBodies(buf, starts)
 
 
 class MessageService:
@@ -595,18 +598,20 @@ class MessageService:
         st = self.node_store
         with cl.put_lock:
             now = max(int(time.time() * 1000), cl.last_store_timestamp)
+            bodies: FramedBodies | PackedBodies
             if isinstance(batch, _PackedSend):
                 first_offset = cl.topic_queue_table.get(batch.queue_key, 0) if batch.advances else 0
-                buf, starts = batch.encode(first_offset, now)
+                bodies = batch.encode(first_offset, now)
                 updates = {batch.queue_key: first_offset + n} if batch.advances else {}
                 qid = batch.queue_id
             else:
                 queue_offsets, updates = assign_queue_offsets(cl.topic_queue_table, batch)
                 buf, starts = encode_batch(batch, queue_offsets, np.zeros(n, dtype=np.int64), now)
+                bodies = PackedBodies(buf, starts)
                 first_offset = int(queue_offsets[0])
                 qid = int(batch.queue_ids[0])
             before = st.ledger_end_index
-            fut = g.propose(PackedBodies(buf, starts))
+            fut = g.propose(bodies)
             if st.ledger_end_index == before + n:
                 # In the log: later puts of this term follow these offsets.
                 cl.topic_queue_table.update(updates)

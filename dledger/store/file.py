@@ -26,6 +26,7 @@ from dledger._ext import require_built
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError, check
+from dledger.packed import FramedBodies
 from dledger.store.entry import Entry
 from dledger.store.layout import (
     BODY_OFFSET,
@@ -239,7 +240,11 @@ class MmapFileStore:
         return int(index), int(pos)
 
     def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
-        first, positions = self.append_batch(bodies, term)
+        if type(bodies) is FramedBodies:
+            # Framed by the proposer (the message service): headers in place, one pwrite.
+            first, positions = self.append_framed(bodies.buf, bodies.offsets, term)
+        else:
+            first, positions = self.append_batch(bodies, term)
         return first, positions.tolist()
 
     def append_batch(self, bodies: Sequence[bytes], term: int) -> tuple[int, np.ndarray]:

@@ -82,7 +82,7 @@ def _records(svc: MessageService, req: SendRequest) -> bytes:
     got, bodies, props = SendRequest.from_wire(req.to_wire())
     batch = svc._prepare(got, bodies, props)
     if isinstance(batch, _PackedSend):
-        return batch.encode(7, 1234)[0]
+        return b"".join(batch.encode(7, 1234))  # the records, without the room for entry headers
     offsets = np.arange(7, 7 + batch.n, dtype=np.int64)
     return encode_batch(batch, offsets, np.zeros(batch.n, dtype=np.int64), 1234)[0]
 
