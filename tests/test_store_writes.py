@@ -98,8 +98,10 @@ def test_writing_a_long_log_holds_one_extra_descriptor(tmp_path):
 def test_data_pages_are_prefaulted_after_batches_and_single_appends(tmp_path):
     # Batches fill the page cache by pwritev, single entries through the mapping: either way the
     # service faults the data pages ahead in, off the appending thread (read-only for batches,
-    # writable for single entries), without changing a byte.
+    # writable for single entries), without changing a byte. Read-only after batches where the
+    # store asks for it (the embedded message store does).
     store = _open(tmp_path / "dledger-n0")
+    store.populate_after_batches = True
     data = store._log.data
     store.append_batch_as_leader([b"b" * 1000] * 100, 1)
     if store.prefault() == 0:
@@ -118,6 +120,17 @@ def test_data_pages_are_prefaulted_after_batches_and_single_appends(tmp_path):
     assert 0 < framed_end < end and not raw[end:].strip(b"\0")
     with _open(tmp_path / "dledger-n0") as again:
         assert again.ledger_end_index == 199 and again.get(199).body == b"s99"
+
+
+def test_a_members_data_pages_are_not_prefaulted_after_batches(tmp_path):
+    # By default (a group's member: batches of thousands) the pwrite fills the pages itself:
+    # populating them ahead cost the service more than it saved the writer.
+    store = _open(tmp_path / "dledger-n0")
+    store.append_batch_as_leader([b"b" * 1000] * 100, 1)
+    store.prefault()
+    last = store._log.data.files[-1]
+    assert last.populated_to == 0
+    store.close()
 
 
 def _resident_pages(path: Path, start: int, end: int) -> int:

@@ -118,6 +118,8 @@ class EmbeddedAppender:
 
     def __init__(self, store: MmapFileStore) -> None:
         self.store = store
+        # One process putting small framed batches: the pwrites gain from pages populated ahead.
+        store.populate_after_batches = True
         self.on_committed: Callable[[int], None] | None = None
 
     def append_batch(self, bodies: Sequence[Any], term: int) -> tuple[int, np.ndarray]:

@@ -24,9 +24,10 @@ log = logging.getLogger(__name__)
 # The service keeps this much past the write position faulted in (prefault), in steps of
 # PREFAULT_STEP per hold of the store lock: enough to stay ahead of appends between two ticks.
 # Data pages are populated writable while most appended bytes go through the mapping (single
-# entries), read-only while they go by pwrite (batches): the pwrite then finds its page-cache
-# pages allocated and zeroed (an 8 KB pwrite into a hole: 9.3 us, into read-populated pages
-# 6.8 us), and the msyncs need not write-protect them again (see _ext/segment.pyx).
+# entries), read-only while they go by pwrite (batches) where the store asks for it
+# (MmapFileStore.populate_after_batches): the pwrite then finds its page-cache pages allocated
+# and zeroed (an 8 KB pwrite into a hole: 9.3 us, into read-populated pages 6.8 us), and the
+# msyncs need not write-protect them again (see _ext/segment.pyx).
 PREFAULT_DATA_AHEAD = 8 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
@@ -88,8 +89,10 @@ class FlushDataService:
         appended = lg.mapped_bytes + lg.written_bytes > 0
         lg.mapped_bytes = lg.written_bytes = 0
         targets = [(lg.index, PREFAULT_INDEX_AHEAD, True)]
-        if appended:
-            targets.append((lg.data, PREFAULT_DATA_AHEAD, through_mapping))
+        if through_mapping:
+            targets.append((lg.data, PREFAULT_DATA_AHEAD, True))
+        elif appended and store.populate_after_batches:
+            targets.append((lg.data, PREFAULT_DATA_AHEAD, False))
         done = 0
         for files, ahead, write in targets:
             while True:
