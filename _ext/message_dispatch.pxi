@@ -332,7 +332,9 @@ cdef void _round_keys(_Cols *c, _KeyCols *kc, Py_ssize_t count, int64_t index_fl
 
 def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dledger, Py_ssize_t max_records,
                    int64_t index_floor, index_buf=None, int32_t hash_slot_num=0, int32_t index_num=0,
-                   int64_t index_begin_ts=0):
+                   int64_t index_begin_ts=0, cq_buf=None, Py_ssize_t cq_pos=0, Py_ssize_t cq_room=0,
+                   bytes cq_topic=None, int32_t cq_queue_id=-1, int64_t cq_next=-1, int64_t cq_max_phys=-1,
+                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0):
     """One dispatch round over ``buf[start:end]`` in one pass without the GIL: the scan
     (``scan_records``, or ``scan_dledger_records`` with ``dledger``), ``dispatch_keys`` of what it
     found with the index keys of the records whose physical offset is ``index_floor`` or more,
@@ -345,13 +347,40 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     the scan's three, ``dispatch_keys``' five, ``units`` (``consume_queue_units`` of every
     record, a uint8 array) when the records share one topic and queue id, none is PREPARED or
     ROLLBACK and their queue offsets run on by one, else None, and ``put``, how many of
-    ``hashes`` went into the index file (the rest did not fit)."""
+    ``hashes`` went into the index file (the rest did not fit).
+
+    With ``cq_buf`` (a consume-queue file's mapping) the units of such a run of topic
+    ``cq_topic``, queue ``cq_queue_id`` that continues the queue exactly (its first queue offset
+    ``cq_next``, its first message ending past ``cq_max_phys``) and fits the ``cq_room`` bytes
+    there are also written at ``cq_pos`` (so the page faults of the write happen without the
+    GIL); ``units`` is then an empty array (its length says nothing was left to write). The
+    pages of ``cq_buf[cq_prefault_start:cq_prefault_end]`` are then faulted in, writable
+    (``prefault``), for the next rounds' writes."""
     cdef const unsigned char[::1] b = _ro(buf)
     cdef Py_ssize_t n = b.shape[0]
     if end < 0 or end > n:
         end = n
     if start < 0 or start > end:
         raise ValueError(f"start {start} outside buffer of {end} bytes")
+    cdef unsigned char[::1] cb
+    cdef unsigned char *cqp = NULL
+    cdef unsigned char *cq_base = NULL
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE), lo, hi
+    cdef Py_ssize_t cq_tl = 0
+    cdef const unsigned char *cq_tp = NULL
+    if cq_buf is not None:
+        cb = memoryview(cq_buf).cast("B")
+        if cq_pos < 0 or cq_room < 0 or cq_pos + cq_room > cb.shape[0]:
+            raise ValueError(f"consume-queue range {cq_pos}+{cq_room} outside its {cb.shape[0]} bytes")
+        if cq_topic is None:
+            raise ValueError("cq_buf without cq_topic")
+        if cq_prefault_start < 0 or cq_prefault_end > cb.shape[0]:
+            raise ValueError(f"prefault range {cq_prefault_start}..{cq_prefault_end} outside {cb.shape[0]} bytes")
+        cqp = &cb[0] + cq_pos
+        cq_base = &cb[0]
+        cq_tl = len(cq_topic)
+        cq_tp = <const unsigned char *>PyBytes_AS_STRING(cq_topic)
+    cdef bint in_cq = False
     cdef unsigned char[::1] ib
     cdef unsigned char *ip = NULL
     if index_buf is not None:
@@ -431,6 +460,17 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
             if not full:
                 _round_keys(&c, &kc, count, index_floor, ip, hash_slot_num, index_num, index_begin_ts,
                             ids_p, firsts_p, tags_p, units_p, &hs, &rs, &at, &distinct, &put, &uniform, &oom)
+                # The run continues the queue the caller named: its units go into that file.
+                if (uniform and cqp != NULL and count * MQ_CQ_UNIT <= cq_room and c.queue_id[0] == cq_queue_id
+                        and c.queue_offset[0] == cq_next and c.phys_offset[0] + c.size[0] > cq_max_phys
+                        and c.topic_len[0] == cq_tl and memcmp(p + c.topic_off[0], cq_tp, <size_t>cq_tl) == 0):
+                    memcpy(cqp, units_p, count * MQ_CQ_UNIT)
+                    in_cq = True
+            if not full and cq_base != NULL and cq_prefault_end > cq_prefault_start:
+                lo = <size_t>cq_base + <size_t>cq_prefault_start
+                lo -= lo % page
+                hi = <size_t>cq_base + <size_t>cq_prefault_end
+                madvise(<void *>lo, hi - lo, _MADV_POPULATE_WRITE)
         if not full:
             break
         cap = min(cap * 2, upper)
@@ -456,4 +496,4 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     if count < cap:
         cols = {name: a[:count] for name, a in cols.items()}
     return (cols, off, code, ids[:count], firsts_arr[:distinct], tags[:count], hashes, rows,
-            units[:count * MQ_CQ_UNIT] if uniform else None, put)
+            (units[:0] if in_cq else units[:count * MQ_CQ_UNIT]) if uniform else None, put)

@@ -126,10 +126,16 @@ class MappedFile:
         assert self.mm is not None and not self.readonly
         end = pos + len(data)
         self.mm[pos:end] = data
+        self.written(pos, end)
+
+    def written(self, pos: int, end: int) -> None:
+        """Bookkeeping of bytes ``pos``..``end`` written into the mapping (by ``write``, or by a
+        kernel: dispatch's ``dispatch_round``): what the next flush covers, and the pages ahead."""
         self.dirty_from = min(self.dirty_from, pos)
         self.dirty_to = max(self.dirty_to, end)
-        if len(data) >= PREFAULT_MIN_WRITE and end + len(data) > self._prefaulted_to and end < self.file_size:
-            self._prefault_ahead(end, len(data) * PREFAULT_WRITES)
+        n = end - pos
+        if n >= PREFAULT_MIN_WRITE and end + n > self._prefaulted_to and end < self.file_size:
+            self._prefault_ahead(end, n * PREFAULT_WRITES)
 
     def _prefault_ahead(self, start: int, length: int) -> None:
         if self._prefaulter is not None and self._prefaulter.is_alive():
@@ -538,6 +544,46 @@ class ConsumeQueue:
         self._append_bytes(units)
         self.max_physic_offset = last_end
         return True
+
+    def run_target(self) -> tuple[Any, int, int, int, int] | None:
+        """Where a run that continues this queue exactly goes, for a kernel to write it in place
+        (dispatch's ``dispatch_round``): ``(mapping, position, room, next queue offset,
+        max_physic_offset)`` of the last file, or None when the next run must go through
+        ``put_units`` / ``append_run`` (no file, a full one, a pre-blank due)."""
+        if self.readonly or not self.files:
+            return None
+        f = self.files[-1]
+        if f.mm is None or f.is_full() or (f.first_create_in_queue and f.wrote_position == 0):
+            return None
+        return f.mm, f.wrote_position, f.file_size - f.wrote_position, self.max_offset, self.max_physic_offset
+
+    def prefault_range(self, ahead: int) -> tuple[int, int]:
+        """The part of the last file a caller should fault in to keep ``ahead`` bytes past the
+        write position ready, when less than half of that is: ``(start, end)``, else (0, 0)."""
+        if not self.files:
+            return 0, 0
+        f = self.files[-1]
+        if f._prefaulter is not None and f._prefaulter.is_alive():
+            return 0, 0  # the file's own prefault thread is at it
+        start = max(f._prefaulted_to, f.wrote_position)
+        end = min(f.wrote_position + ahead, f.file_size)
+        if end - start < ahead // 2 and end < f.file_size:
+            return 0, 0
+        return (start, end) if start < end else (0, 0)
+
+    def prefaulted(self, end: int) -> None:
+        """The last file's pages up to ``end`` were faulted in (``prefault_range``)."""
+        f = self.files[-1]
+        f._prefaulted_to = max(f._prefaulted_to, end)
+
+    def run_written(self, nbytes: int, last_end: int) -> None:
+        """A kernel wrote ``nbytes`` of units at the position ``run_target`` gave, the last for a
+        message ending at ``last_end``."""
+        f = self.files[-1]
+        pos = f.wrote_position
+        f.wrote_position = pos + nbytes
+        f.written(pos, pos + nbytes)
+        self.max_physic_offset = last_end
 
     def _append(self, phys: NDArray[np.int64], size: NDArray[np.int32], tags: NDArray[np.int64]) -> None:
         self._append_bytes(encode_units(phys, size, tags))

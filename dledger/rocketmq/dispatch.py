@@ -25,7 +25,7 @@ import numpy as np
 from dledger._ext import load as _load_ext
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.consume_queue import ConsumeQueueTable
+from dledger.rocketmq.consume_queue import ConsumeQueue, ConsumeQueueTable
 from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
 
@@ -66,6 +66,9 @@ def _read_ahead(path: str, start: int, end: int) -> None:
 
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
 LONG_MAX = (1 << 63) - 1
+CQ_UNIT = K.CQ_UNIT_SIZE
+# How far ahead of a busy queue's writes dispatch keeps its file's pages faulted in.
+CQ_PREFAULT = 256 << 10
 
 
 def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
@@ -112,6 +115,8 @@ class ReputMessageService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        # (consume queue, its topic's bytes) the last batch's run went to.
+        self._cq_hint: tuple[ConsumeQueue, bytes] | None = None
 
     # -- position ------------------------------------------------------------------------
 
@@ -280,6 +285,21 @@ class ReputMessageService:
             if last is not None and not last.is_write_full() and last.mm is not None:
                 f = last
                 first_put = f.index_count <= 1
+        # The queue the last batch went to: a batch that continues it has its units written into
+        # its file by the kernel too (the page faults of that write then hold no GIL).
+        # Its next pages are faulted in by the same call (CQ_PREFAULT ahead, written a round later).
+        hint = self._cq_hint
+        hint_cq: ConsumeQueue | None = None
+        target = None
+        if hint is not None and self.consume_queues.get(hint[0].topic, hint[0].queue_id) is hint[0]:
+            hint_cq = hint[0]
+            target = hint_cq.run_target()
+        cq_args: tuple[Any, ...] = ()
+        pf_end = 0
+        if target is not None and hint is not None and hint_cq is not None:
+            mm, pos, room, nxt, max_phys = target
+            pf_start, pf_end = hint_cq.prefault_range(CQ_PREFAULT)
+            cq_args = (mm, pos, room, hint[1], hint_cq.queue_id, nxt, max_phys, pf_start, pf_end)
         cols, stop, code, topic_id, firsts, tags_code, hashes, rows, units, put = K.dispatch_round(
             seg.view,
             seg.base,
@@ -292,7 +312,10 @@ class ReputMessageService:
             f.hash_slot_num if f is not None else 0,
             f.index_num if f is not None else 0,
             f.begin_timestamp if f is not None else 0,
+            *cq_args,
         )
+        if pf_end and hint_cq is not None:
+            hint_cq.prefaulted(pf_end)
         n = len(cols["size"])
         if not n:
             return stop, code, 0
@@ -310,11 +333,17 @@ class ReputMessageService:
         topic_off, topic_len = cols["topic_off"], cols["topic_len"]
         topics_raw = [bytes(view[int(topic_off[k]) : int(topic_off[k]) + int(topic_len[k])]) for k in firsts.tolist()]
         written = False
-        if units is not None and topics_raw[0] != _SCHEDULE:
+        last_end = int(phys[-1]) + int(sizes[-1])
+        if units is not None and not len(units):
+            # The kernel wrote the run into the hinted queue's file.
+            assert hint_cq is not None
+            hint_cq.run_written(n * CQ_UNIT, last_end)
+            written = True
+        elif units is not None and topics_raw[0] != _SCHEDULE:
             cq = self.consume_queues.find_or_create(topics_raw[0].decode("utf-8", "replace"), int(cols["queue_id"][0]))
-            written = cq.append_run(
-                units, int(cols["queue_offset"][0]), int(phys[0]) + int(sizes[0]), int(phys[-1]) + int(sizes[-1])
-            )
+            written = cq.append_run(units, int(cols["queue_offset"][0]), int(phys[0]) + int(sizes[0]), last_end)
+            if written:
+                self._cq_hint = (cq, topics_raw[0])
         if not written:
             self._queue_units(view, cols, topic_id, topics_raw, tags_code)
         self.dispatched_store_timestamp = int(ts[-1])

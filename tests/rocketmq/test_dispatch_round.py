@@ -156,3 +156,50 @@ def test_dispatch_round_without_an_index_file_and_past_the_floor() -> None:
         buf, 0, start, -1, False, -1, 0
     )
     assert list(rows) == [0, 0, 1, 1, 2, 2] and put == 0  # keys found, none put (no index file)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(_record, min_size=1, max_size=12),
+    dledger=st.booleans(),
+    next_shift=st.sampled_from([0, 0, 1]),
+    phys_shift=st.sampled_from([-1, -1, 0]),
+    room_short=st.sampled_from([0, 0, 1]),
+    topic=st.sampled_from([b"TopicA", b"TopicA", b"B"]),
+    queue_id=st.sampled_from([0, 0, 1]),
+)
+def test_dispatch_round_writes_a_run_that_continues_the_queue_into_its_file(
+    records: list[dict],
+    dledger: bool,
+    next_shift: int,
+    phys_shift: int,
+    room_short: int,
+    topic: bytes,
+    queue_id: int,
+) -> None:
+    buf, start = _log(records, dledger, 0, 0)
+    cols, *_rest, units, _put = K.dispatch_round(buf, 0, start, -1, dledger, -1, 1 << 62)
+    n = len(cols["size"])
+    cq = bytearray(b"\xee" * (40 + n * 20 + 16))
+    first_end = int(cols["phys_offset"][0]) + int(cols["size"][0])
+    room = n * 20 - room_short
+    got = K.dispatch_round(
+        buf, 0, start, -1, dledger, -1, 1 << 62, None, 0, 0, 0,
+        cq, 40, room, topic, queue_id, int(cols["queue_offset"][0]) + next_shift, first_end + phys_shift,
+        0, len(cq),
+    )  # fmt: skip
+    fits = (
+        units is not None
+        and topic == records[0]["topic"].encode()
+        and queue_id == int(cols["queue_id"][0])
+        and next_shift == 0
+        and phys_shift < 0
+        and room_short == 0
+    )
+    if fits:
+        assert units is not None and got[8] is not None and len(got[8]) == 0
+        assert bytes(cq[40 : 40 + n * 20]) == bytes(units)
+        assert cq[:40] == b"\xee" * 40 and cq[40 + n * 20 :] == b"\xee" * 16
+    else:
+        assert cq == bytearray(b"\xee" * len(cq))
+        assert (got[8] is None) == (units is None) and (units is None or bytes(got[8]) == bytes(units))
