@@ -46,11 +46,12 @@ _SCAN_CHUNK = 1 << 16
 # page-cache pages mapped read-only, which the pwrites then fill; mapped writable instead, as
 # MADV_POPULATE_WRITE would, every flush would have to write-protect them again, one TLB
 # shootdown per page, interrupting the put thread on the other core). It looks every
-# PREFAULT_POLL_S seconds while the log grows (16 MB last 40 ms at 1.3M puts/s of 100 B), every
-# PREFAULT_IDLE_S while it does not.
-PREFAULT_AHEAD = 16 << 20
+# PREFAULT_POLL_S seconds while the log grows (32 MB last 80 ms at 1.3M puts/s of 100 B), every
+# PREFAULT_IDLE_S while it does not: each look takes the GIL, which a put thread that never
+# lets go of it (single puts) hands over only at the interpreter's switch interval.
+PREFAULT_AHEAD = 32 << 20
 PREFAULT_STEP = 1 << 20
-PREFAULT_POLL_S = 0.002
+PREFAULT_POLL_S = 0.01
 PREFAULT_IDLE_S = 0.05
 _BLANK = struct.Struct(">ii")
 # How much past a torn tail recovery zeroes, so that stale bytes cannot read as records.
