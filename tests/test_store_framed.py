@@ -18,6 +18,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.store.file import MmapFileStore
+from dledger.store.properties import read_properties
 from tests.format_oracle import decode_header, decode_index
 
 HEADER = 48
@@ -33,8 +34,13 @@ def frame(bodies: list[bytes]) -> tuple[bytearray, np.ndarray]:
     return buf, np.array(offsets, dtype=np.int64)
 
 
-def files_of(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+def files_of(path: Path) -> dict[str, object]:
+    """Every file's bytes; the checkpoint's properties (its first line is the time it was written)."""
+    return {
+        str(p.relative_to(path)): read_properties(p) if p.name == "checkpoint" else p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _open(path: Path, cfg: DLedgerConfig, patch: int | None) -> MmapFileStore:
