@@ -25,10 +25,39 @@ from dledger.sequences import checked_index
 SIZE_DTYPE = np.dtype("<u4")
 
 
-class PackedBodies(Sequence[bytes]):
+class _BodySequence(Sequence[bytes]):
+    """The read-only ``Sequence[bytes]`` both batch forms are: subclasses say where body k is."""
+
+    __slots__ = ("offsets",)
+
+    offsets: np.ndarray  # int64, one more than there are bodies
+
+    def _body(self, i: int) -> bytes:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return self._body(checked_index(i, len(self), "body"))
+
+    def __iter__(self) -> Iterator[bytes]:
+        for k in range(len(self)):
+            yield self[k]
+
+
+class PackedBodies(_BodySequence):
     """Bodies ``raw[offsets[k]:offsets[k + 1]]``; build with ``pack`` or ``from_wire``."""
 
-    __slots__ = ("offsets", "raw")
+    __slots__ = ("raw",)
 
     def __init__(self, raw: bytes | bytearray | memoryview, offsets: np.ndarray) -> None:
         self.raw = raw
@@ -72,30 +101,14 @@ class PackedBodies(Sequence[bytes]):
         """``(raw, offsets)`` for kernels that read the bodies in place."""
         return self.raw, self.offsets
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @overload
-    def __getitem__(self, i: int) -> bytes: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[bytes]: ...
-
-    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        i = checked_index(i, len(self), "body")
+    def _body(self, i: int) -> bytes:
         return bytes(self.raw[int(self.offsets[i]) : int(self.offsets[i + 1])])
-
-    def __iter__(self) -> Iterator[bytes]:
-        for k in range(len(self)):
-            yield self[k]
 
     def __repr__(self) -> str:
         return f"PackedBodies(count={len(self)}, bytes={len(self.raw)})"
 
 
-class FramedBodies(Sequence[bytes]):
+class FramedBodies(_BodySequence):
     """Bodies each behind room for its DLedger entry header: body k is
     ``buf[offsets[k] + GAP:offsets[k + 1]]``. An encoder that leaves the gap (the message
     service's ``encode_uniform(..., gap=GAP)``) hands its buffer to the file store as it is: the
@@ -104,7 +117,7 @@ class FramedBodies(Sequence[bytes]):
     iovecs an entry. Once proposed, ``buf`` is the store's to write into; other stores take the
     bodies one by one."""
 
-    __slots__ = ("buf", "offsets")
+    __slots__ = ("buf",)
 
     GAP = 48  # DLedgerEntry.BODY_OFFSET
 
@@ -112,24 +125,8 @@ class FramedBodies(Sequence[bytes]):
         self.buf = buf
         self.offsets = offsets  # int64, one more than there are bodies; offsets[-1] == len(buf)
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @overload
-    def __getitem__(self, i: int) -> bytes: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[bytes]: ...
-
-    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        i = checked_index(i, len(self), "body")
+    def _body(self, i: int) -> bytes:
         return bytes(self.buf[int(self.offsets[i]) + self.GAP : int(self.offsets[i + 1])])
-
-    def __iter__(self) -> Iterator[bytes]:
-        for k in range(len(self)):
-            yield self[k]
 
     def __repr__(self) -> str:
         return f"FramedBodies(count={len(self)}, bytes={len(self.buf)})"
