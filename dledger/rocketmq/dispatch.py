@@ -286,8 +286,8 @@ class ReputMessageService:
                 f = last
                 first_put = f.index_count <= 1
         # The queue the last batch went to: a batch that continues it has its units written into
-        # its file by the kernel too (the page faults of that write then hold no GIL).
-        # Its next pages are faulted in by the same call (CQ_PREFAULT ahead, written a round later).
+        # its file by the kernel too, and the file's pages CQ_PREFAULT ahead faulted in (the page
+        # faults then hold no GIL).
         hint = self._cq_hint
         hint_cq: ConsumeQueue | None = None
         target = None
