@@ -42,6 +42,7 @@ from dledger.store.file import MmapFileStore
 log = logging.getLogger(__name__)
 K = _load_ext("message")
 _encode_put = K.encode_put
+_encode_uniform = K.encode_uniform
 
 BODY_OFFSET = 48
 _SIZE_MAGIC = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE
@@ -169,12 +170,16 @@ class DLedgerCommitLog(LogFiles):
         self._append_framed: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]] | None = None
         # ... and single records as one entry through the mapping, returning its position.
         self._append_one: Callable[[bytes, int], int] | None = None
+        # The single member's store itself, which the framed put calls directly (an append
+        # there is committed at once; see ``_put_framed``).
+        self._embedded: MmapFileStore | None = None
         if appender is None and not readonly:
             emb = EmbeddedAppender(store)
             emb.on_committed = self.on_committed
             self.appender = emb
             self._append_framed = emb.append_framed
             self._append_one = emb.append_one
+            self._embedded = store
         # The data segment list of the store: reads walk its mapped files directly.
         self.files = store._log.data  # the store has no public handle on its files
         self.file_size = int(store.data_file_size)
@@ -341,7 +346,70 @@ class DLedgerCommitLog(LogFiles):
     ) -> AppendMessageResult:
         """``put`` of a uniform batch on the single member: one kernel call encodes the records
         framed as entries (room for each 48-byte header before its record), the store fills the
-        headers in place and writes them, so the records are copied once, into the file."""
+        headers in place and writes them, so the records are copied once, into the file.
+        What ``EmbeddedAppender.append_framed`` and ``on_committed`` do is done here inline
+        (a batch of small messages pays for each Python call on the put thread)."""
+        n = batch.n
+        sh = batch.shared
+        stem = batch.props_stem
+        if sh is None or stem is None or batch.properties:
+            return self._put_framed_slow(batch, append)
+        topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, advances = sh
+        key = batch.queue_keys[0]
+        table = self.topic_queue_table
+        store = self._embedded
+        with self.put_lock:
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
+            q0 = table.get(key, 0) if advances else 0
+            buf, starts = _encode_uniform(
+                batch.bodies,
+                topic,
+                stem,
+                batch.uniq_first,
+                queue_id,
+                flag,
+                sys_flag,
+                born_ts,
+                born_host,
+                now,
+                store_host,
+                q0,
+                advances,
+                0,
+                BODY_OFFSET,
+            )
+            try:
+                if store is not None:
+                    _first, positions, end = store.append_framed_committed(buf, starts, self.term)
+                    if end > self._committed_pos:
+                        self._committed_pos = end
+                        if self.wakeup is not None:
+                            self.wakeup()
+                else:
+                    _first, positions = append(buf, starts, self.term)
+            except DLedgerError as exc:
+                raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
+            if advances:
+                table[key] = q0 + n
+            self.last_store_timestamp = now
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            int(positions[0]) + BODY_OFFSET,
+            len(buf) - n * BODY_OFFSET,
+            now,
+            q0,
+            n,
+            store_host,
+            positions + BODY_OFFSET,
+            np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
+        )
+
+    def _put_framed_slow(
+        self, batch: PreparedBatch, append: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]]
+    ) -> AppendMessageResult:
+        """``_put_framed`` of a uniform batch whose properties are one per message (keys)."""
         n = batch.n
         key = batch.queue_keys[0]
         sh = batch.shared

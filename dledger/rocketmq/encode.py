@@ -545,7 +545,8 @@ class BatchPreparer:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
         store_raw = self.store_host_raw
         # The shared columns: one value repeated (the uniform encoder reads the first), made
-        # once per batch size.
+        # once per batch size; the lists among them are shared between batches too (nothing
+        # writes into a batch's columns).
         cols = tpl.columns.get(n)
         if cols is None:
             cols = (
@@ -555,33 +556,38 @@ class BatchPreparer:
                 _full(n, 0, np.int32),
                 _full(n, 0, np.int64),
                 _full(n, tpl.advances, np.bool_),
+                [tpl.traw] * n,
+                [tpl.braw] * n,
+                [store_raw] * n,
+                [tpl.queue_key] * n,
             )
             if len(tpl.columns) < 64:
                 tpl.columns[n] = cols
         born_ts = born_timestamp or int(time.time() * 1000)
+        # Positional: a batch of small messages pays for every keyword here.
         return PreparedBatch(
-            n=n,
-            topics=[tpl.traw] * n,
-            queue_ids=cols[0],
-            bodies=body_list,
-            properties=props,
-            flags=cols[1],
-            sys_flags=cols[2],
-            born_timestamps=[born_ts] * n,
-            born_hosts=[tpl.braw] * n,
-            store_hosts=[store_raw] * n,
-            reconsume_times=cols[3],
-            prepared_offsets=cols[4],
-            lengths=lengths,
-            advances=cols[5],
-            queue_keys=[tpl.queue_key] * n,
-            wait_store=tpl.wait_store,
-            uniform=True,
-            props_stem=stem,
-            uniq_first=uniq_first,
-            longest=longest,
-            fixed_len=tpl.fixed_len,
-            shared=(tpl.traw, queue_id, flag, tpl.sflag, born_ts, tpl.braw, store_raw, tpl.advances),
+            n,
+            cols[6],
+            cols[0],
+            body_list,
+            props,
+            cols[1],
+            cols[2],
+            [born_ts] * n,
+            cols[7],
+            cols[8],
+            cols[3],
+            cols[4],
+            lengths,
+            cols[5],
+            cols[9],
+            tpl.wait_store,
+            True,
+            stem,
+            uniq_first,
+            longest,
+            tpl.fixed_len,
+            (tpl.traw, queue_id, flag, tpl.sflag, born_ts, tpl.braw, store_raw, tpl.advances),
         )
 
 
@@ -600,8 +606,8 @@ class _Template:
     advances: bool
     queue_key: str
     wait_store: bool
-    # The shared columns of a batch, by batch size (read-only arrays).
-    columns: dict[int, tuple[np.ndarray, ...]] = field(default_factory=dict)
+    # The shared columns of a batch, by batch size (read-only arrays, and lists nobody changes).
+    columns: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[np.ndarray, dict[str, int]]:

@@ -420,13 +420,17 @@ class MessageStore:
             result = self.commitlog.put(batch)
         except Exception as exc:
             return self._put_failed(exc)
+        if not (self._sync_classic and batch.wait_store):
+            if result.status == AppendMessageStatus.PUT_OK:
+                return PutMessageResult(PutMessageStatus.PUT_OK, result)
+            return self._put_done(result, None)
 
         def written_end() -> int:
             if result.wrote_offsets is not None:
                 return int(result.wrote_offsets[-1]) + int(batch.record_lengths()[-1])
             return int(result.wrote_offset + result.wrote_bytes)
 
-        return self._put_done(result, written_end if self._sync_classic and batch.wait_store else None)
+        return self._put_done(result, written_end)
 
     @staticmethod
     def _put_failed(exc: Exception) -> PutMessageResult:

@@ -271,6 +271,22 @@ class MmapFileStore:
             self.flush()
         return int(first), positions
 
+    def append_framed_committed(self, buf: bytearray, offsets: np.ndarray, term: int) -> tuple[int, np.ndarray, int]:
+        """``append_framed`` where an append is committed at once (a single member): also moves
+        the committed index to the last entry, as ``update_committed_index`` would, without its
+        checks and property reads. Returns ``(first, positions, committed_pos)``."""
+        if self._closed or self.readonly:
+            self._writable()
+        lg = self._log
+        first, positions = lg.append_framed(buf, offsets, term)
+        if self.sync:
+            self.flush()
+        last = lg.end
+        pos, size = lg.pos_and_size(last)
+        self._committed_pos = end = pos + size
+        self._committed = last
+        return first, positions, end
+
     def append_as_follower(self, entry: Entry) -> Entry:
         self._writable()
         self._log.append_entry(
