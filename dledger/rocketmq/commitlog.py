@@ -38,6 +38,7 @@ from dledger._ext import segment as _segment  # noqa: E402
 K = _load_ext("message")
 _encode_put = K.encode_put
 _encode_uniform = K.encode_uniform
+_END_MIN_BLANK = K.END_FILE_MIN_BLANK_LENGTH
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16
@@ -366,10 +367,16 @@ class CommitLog(LogFiles):
         recorded in the topic-queue table."""
         if batch.n == 1:
             return self._put_one(batch)
-        if batch.longest_record() + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+        longest = batch.longest
+        if longest < 0:
+            longest = batch.longest_record()
+        if longest + _END_MIN_BLANK > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
-            now = self._store_time()
+            # _store_time, inline
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
             if batch.uniform:
                 res = self._put_uniform(batch, now)
                 if res is not None:

@@ -483,6 +483,25 @@ class BatchPreparer:
     ) -> PreparedBatch:
         """A batch of one topic-queue whose messages differ only in body and keys (RocketMQ's
         MessageExtBatch), prepared without a Message object per message."""
+        return self.prepare_columns_at(
+            topic, bodies, queue_id, tags, keys, properties, flag, sys_flag, born_host, born_timestamp
+        )
+
+    def prepare_columns_at(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_id: int,
+        tags: str | None,
+        keys: Sequence[str | None] | None,
+        properties: dict[str, str] | None,
+        flag: int,
+        sys_flag: int,
+        born_host: tuple[str, int] | None,
+        born_timestamp: int,
+    ) -> PreparedBatch:
+        """``prepare_columns`` with its arguments by position (the store's put_batch: keywords
+        cost a batch of small messages more than the rest of the call)."""
         n = len(bodies)
         if n == 0:
             raise IllegalMessage("no messages")
@@ -500,33 +519,27 @@ class BatchPreparer:
             raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
         stem: bytes | None = None
         uniq_first = -1
-        parts = tpl.parts
         if tpl.create_uniq:
             head = self.uniq.head()
             first = self.uniq.take(n)
             if keys is None:
-                # Left to the encoder: the stem, then each message's 4 counter digits.
-                stem = tpl.uniq_stem + head.encode()
+                # Left to the encoder: the stem, then each message's 4 counter digits. The head
+                # is the same string for every put within a millisecond: its stem is kept.
+                last = tpl.last_stem
+                if last[0] is head:
+                    stem = last[1]
+                else:
+                    stem = tpl.uniq_stem + head.encode()
+                    tpl.last_stem = (head, stem)
                 uniq_first = first
                 props: list[bytes] = []
             else:
-                joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
-                props = [
-                    (
-                        f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}"
-                        if k
-                        else f"{joint}{(first + i) & 0xFFFF:04X}"
-                    ).encode("utf-8", "surrogatepass")
-                    for i, k in enumerate(keys)
-                ]
+                props = _keyed_properties(tpl, keys, head, first)
         elif keys is None:
             stem = tpl.fixed
             props = []
         else:
-            props = [
-                ("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed
-                for k in keys
-            ]
+            props = _keyed_properties(tpl, keys, None, 0)
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         # calMsgLength, with everything but the body and properties the same for every message
         lengths: np.ndarray | None = None
@@ -536,10 +549,7 @@ class BatchPreparer:
                 raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
             longest = max(map(len, body_list)) + plen + tpl.fixed_len  # lengths: when needed
         else:
-            plens = np.fromiter(map(len, props), dtype=np.int64, count=n)
-            if int(plens.max()) > MAX_PROPERTIES_BYTES:
-                raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            lengths = np.fromiter(map(len, body_list), dtype=np.int64, count=n) + plens + tpl.fixed_len
+            lengths = _keyed_lengths(body_list, props, tpl.fixed_len)
             longest = int(lengths.max())
         if longest > cfg.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
@@ -608,6 +618,32 @@ class _Template:
     wait_store: bool
     # The shared columns of a batch, by batch size (read-only arrays, and lists nobody changes).
     columns: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # The UNIQ_KEY head of the last batch and its properties stem.
+    last_stem: tuple[str, bytes] = ("", b"")
+
+
+def _keyed_properties(tpl: _Template, keys: Sequence[str | None], head: str | None, first: int) -> list[bytes]:
+    """Each message's properties: the template's, then (with ``head``) its UNIQ_KEY, then its KEYS."""
+    parts = tpl.parts
+    if head is not None:
+        joint = "\x02".join([*parts, f"UNIQ_KEY\x01{head}"])
+        return [
+            (f"{joint}{(first + i) & 0xFFFF:04X}\x02KEYS\x01{k}" if k else f"{joint}{(first + i) & 0xFFFF:04X}").encode(
+                "utf-8", "surrogatepass"
+            )
+            for i, k in enumerate(keys)
+        ]
+    return [("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed for k in keys]
+
+
+def _keyed_lengths(bodies: list[bytes], props: list[bytes], fixed_len: int) -> np.ndarray:
+    """calMsgLength of each message of a batch whose properties are one per message."""
+    n = len(bodies)
+    plens = np.fromiter(map(len, props), dtype=np.int64, count=n)
+    if int(plens.max()) > MAX_PROPERTIES_BYTES:
+        raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
+    lengths: np.ndarray = np.fromiter(map(len, bodies), dtype=np.int64, count=n) + plens + fixed_len
+    return lengths
 
 
 def assign_queue_offsets(table: dict[str, int], batch: PreparedBatch) -> tuple[np.ndarray, dict[str, int]]:

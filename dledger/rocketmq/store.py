@@ -384,21 +384,13 @@ class MessageStore:
         """putMessages of a MessageExtBatch: many bodies to one topic-queue, sharing tags,
         properties and flags, each with its own keys (a space-separated string) if given.
         The fast way to store many messages; no delay level (as RocketMQ's batch)."""
-        refused = self._refuse()
-        if refused is not None:
-            return refused
+        if self._closed or self.readonly or self.config.broker_role == SLAVE:
+            refused = self._refuse()
+            if refused is not None:
+                return refused
         try:
-            batch = self.preparer.prepare_columns(
-                topic,
-                bodies,
-                queue_id=queue_id,
-                tags=tags,
-                keys=keys,
-                properties=properties,
-                flag=flag,
-                sys_flag=sys_flag,
-                born_host=born_host,
-                born_timestamp=born_timestamp,
+            batch = self.preparer.prepare_columns_at(
+                topic, bodies, queue_id, tags, keys, properties, flag, sys_flag, born_host, born_timestamp
             )
         except IllegalMessage as exc:
             log.warning("put refused: %s", exc)
