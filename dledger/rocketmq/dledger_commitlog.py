@@ -156,6 +156,24 @@ class EmbeddedAppender:
         return max(self.store.ledger_end_term, 0)
 
 
+def _framed_result(
+    positions: np.ndarray, framed_len: int, n: int, now: int, q0: int, advances: bool, store_host: bytes
+) -> AppendMessageResult:
+    """The put result of ``n`` records framed as entries (``framed_len`` bytes with their headers)
+    at entry ``positions``, queue offsets from ``q0``."""
+    return AppendMessageResult(
+        AppendMessageStatus.PUT_OK,
+        int(positions[0]) + BODY_OFFSET,
+        framed_len - n * BODY_OFFSET,
+        now,
+        q0,
+        n,
+        store_host,
+        positions + BODY_OFFSET,
+        np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
+    )
+
+
 class DLedgerCommitLog(LogFiles):
     dledger = True
 
@@ -394,17 +412,7 @@ class DLedgerCommitLog(LogFiles):
             if advances:
                 table[key] = q0 + n
             self.last_store_timestamp = now
-        return AppendMessageResult(
-            AppendMessageStatus.PUT_OK,
-            int(positions[0]) + BODY_OFFSET,
-            len(buf) - n * BODY_OFFSET,
-            now,
-            q0,
-            n,
-            store_host,
-            positions + BODY_OFFSET,
-            np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
-        )
+        return _framed_result(positions, len(buf), n, now, q0, advances, store_host)
 
     def _put_framed_slow(
         self, batch: PreparedBatch, append: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]]
@@ -426,17 +434,7 @@ class DLedgerCommitLog(LogFiles):
             if advances:
                 table[key] = q0 + n
             self.last_store_timestamp = now
-        return AppendMessageResult(
-            AppendMessageStatus.PUT_OK,
-            int(positions[0]) + BODY_OFFSET,
-            len(buf) - n * BODY_OFFSET,
-            now,
-            q0,
-            n,
-            batch.store_hosts[0],
-            positions + BODY_OFFSET,
-            np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
-        )
+        return _framed_result(positions, len(buf), n, now, q0, advances, batch.store_hosts[0])
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
         """``put`` of one message without numpy (it costs more than it saves for one record)."""
