@@ -37,7 +37,6 @@ from dledger._ext import segment as _segment  # noqa: E402
 
 K = _load_ext("message")
 _encode_put = K.encode_put
-_encode_uniform = K.encode_uniform
 _END_MIN_BLANK = K.END_FILE_MIN_BLANK_LENGTH
 log = logging.getLogger(__name__)
 
@@ -417,32 +416,9 @@ class CommitLog(LogFiles):
         pos = f.file_from_offset + f.wrote_position
         key = batch.queue_keys[0]
         sh = batch.shared
-        stem = batch.props_stem
-        if sh is not None and stem is not None and not batch.properties:
-            # The usual batch (no keys): the kernel called here, not through encode_uniform.
-            topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, advances = sh
-            first = self.topic_queue_table.get(key, 0) if advances else 0
-            buf, offsets = _encode_uniform(
-                batch.bodies,
-                topic,
-                stem,
-                batch.uniq_first,
-                queue_id,
-                flag,
-                sys_flag,
-                born_ts,
-                born_host,
-                now,
-                store_host,
-                first,
-                advances,
-                pos,
-                0,
-            )
-        else:
-            advances = bool(batch.advances[0])
-            first = self.topic_queue_table.get(key, 0) if advances else 0
-            buf, offsets = batch.encode_uniform(first, pos, now)
+        advances = sh[7] if sh is not None else bool(batch.advances[0])
+        first = self.topic_queue_table.get(key, 0) if advances else 0
+        buf, offsets = batch.encode_uniform(first, pos, now)
         if f.wrote_position + len(buf) + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
             return None
         if f.append(buf) < 0:

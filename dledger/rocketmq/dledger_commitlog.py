@@ -42,7 +42,6 @@ from dledger.store.file import MmapFileStore
 log = logging.getLogger(__name__)
 K = _load_ext("message")
 _encode_put = K.encode_put
-_encode_uniform = K.encode_uniform
 
 BODY_OFFSET = 48
 _SIZE_MAGIC = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE
@@ -130,14 +129,6 @@ class EmbeddedAppender:
             self.on_committed(self.store.committed_pos)
         return first, positions
 
-    def append_framed(self, buf: bytearray, offsets: np.ndarray, term: int) -> tuple[int, np.ndarray]:
-        """``append_batch`` of entries framed in ``buf`` (``MmapFileStore.append_framed``)."""
-        first, positions = self.store.append_framed(buf, offsets, term)
-        self.store.update_committed_index(term, first + len(positions) - 1)
-        if self.on_committed is not None:
-            self.on_committed(self.store.committed_pos)
-        return first, positions
-
     def append_one(self, body: bytes, term: int) -> int:
         """One entry appended and committed; returns its position."""
         store = self.store
@@ -156,24 +147,6 @@ class EmbeddedAppender:
         return max(self.store.ledger_end_term, 0)
 
 
-def _framed_result(
-    positions: np.ndarray, framed_len: int, n: int, now: int, q0: int, advances: bool, store_host: bytes
-) -> AppendMessageResult:
-    """The put result of ``n`` records framed as entries (``framed_len`` bytes with their headers)
-    at entry ``positions``, queue offsets from ``q0``."""
-    return AppendMessageResult(
-        AppendMessageStatus.PUT_OK,
-        int(positions[0]) + BODY_OFFSET,
-        framed_len - n * BODY_OFFSET,
-        now,
-        q0,
-        n,
-        store_host,
-        positions + BODY_OFFSET,
-        np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
-    )
-
-
 class DLedgerCommitLog(LogFiles):
     dledger = True
 
@@ -184,9 +157,8 @@ class DLedgerCommitLog(LogFiles):
         self.store = store
         self.readonly = readonly
         self.appender: Appender | None = appender
-        # The single member's appender takes records framed as entries (no second copy).
-        self._append_framed: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]] | None = None
-        # ... and single records as one entry through the mapping, returning its position.
+        # The single member's appender takes a single record as one entry through the mapping
+        # and returns its position.
         self._append_one: Callable[[bytes, int], int] | None = None
         # The single member's store itself, which the framed put calls directly (an append
         # there is committed at once; see ``_put_framed``).
@@ -195,7 +167,6 @@ class DLedgerCommitLog(LogFiles):
             emb = EmbeddedAppender(store)
             emb.on_committed = self.on_committed
             self.appender = emb
-            self._append_framed = emb.append_framed
             self._append_one = emb.append_one
             self._embedded = store
         # The data segment list of the store: reads walk its mapped files directly.
@@ -324,8 +295,8 @@ class DLedgerCommitLog(LogFiles):
         n = batch.n
         if n == 1:
             return self._put_one(batch)
-        if batch.uniform and self._append_framed is not None:
-            return self._put_framed(batch, self._append_framed)
+        if batch.uniform and self._embedded is not None:
+            return self._put_framed(batch, self._embedded)
         with self.put_lock:
             now = self._store_time()
             if batch.uniform:
@@ -359,9 +330,7 @@ class DLedgerCommitLog(LogFiles):
             queue_offsets=queue_offsets,
         )
 
-    def _put_framed(
-        self, batch: PreparedBatch, append: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]]
-    ) -> AppendMessageResult:
+    def _put_framed(self, batch: PreparedBatch, store: MmapFileStore) -> AppendMessageResult:
         """``put`` of a uniform batch on the single member: one kernel call encodes the records
         framed as entries (room for each 48-byte header before its record), the store fills the
         headers in place and writes them, so the records are copied once, into the file.
@@ -369,72 +338,35 @@ class DLedgerCommitLog(LogFiles):
         (a batch of small messages pays for each Python call on the put thread)."""
         n = batch.n
         sh = batch.shared
-        stem = batch.props_stem
-        if sh is None or stem is None or batch.properties:
-            return self._put_framed_slow(batch, append)
-        topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, advances = sh
+        advances = sh[7] if sh is not None else bool(batch.advances[0])
         key = batch.queue_keys[0]
-        table = self.topic_queue_table
-        store = self._embedded
-        with self.put_lock:
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
-            q0 = table.get(key, 0) if advances else 0
-            buf, starts = _encode_uniform(
-                batch.bodies,
-                topic,
-                stem,
-                batch.uniq_first,
-                queue_id,
-                flag,
-                sys_flag,
-                born_ts,
-                born_host,
-                now,
-                store_host,
-                q0,
-                advances,
-                0,
-                BODY_OFFSET,
-            )
-            try:
-                if store is not None:
-                    _first, positions, end = store.append_framed_committed(buf, starts, self.term)
-                    if end > self._committed_pos:
-                        self._committed_pos = end
-                        if self.wakeup is not None:
-                            self.wakeup()
-                else:
-                    _first, positions = append(buf, starts, self.term)
-            except DLedgerError as exc:
-                raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
-            if advances:
-                table[key] = q0 + n
-            self.last_store_timestamp = now
-        return _framed_result(positions, len(buf), n, now, q0, advances, store_host)
-
-    def _put_framed_slow(
-        self, batch: PreparedBatch, append: Callable[[bytearray, np.ndarray, int], tuple[int, np.ndarray]]
-    ) -> AppendMessageResult:
-        """``_put_framed`` of a uniform batch whose properties are one per message (keys)."""
-        n = batch.n
-        key = batch.queue_keys[0]
-        sh = batch.shared
-        advances = bool(batch.advances[0]) if sh is None else sh[7]
         table = self.topic_queue_table
         with self.put_lock:
             now = self._store_time()
             q0 = table.get(key, 0) if advances else 0
             buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET)
             try:
-                _first, positions = append(buf, starts, self.term)
+                _first, positions, end = store.append_framed_committed(buf, starts, self.term)
             except DLedgerError as exc:
                 raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
+            if end > self._committed_pos:
+                self._committed_pos = end
+                if self.wakeup is not None:
+                    self.wakeup()
             if advances:
                 table[key] = q0 + n
             self.last_store_timestamp = now
-        return _framed_result(positions, len(buf), n, now, q0, advances, batch.store_hosts[0])
+        return AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            int(positions[0]) + BODY_OFFSET,
+            len(buf) - n * BODY_OFFSET,
+            now,
+            q0,
+            n,
+            batch.store_hosts[0],
+            positions + BODY_OFFSET,
+            np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
+        )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:
         """``put`` of one message without numpy (it costs more than it saves for one record)."""
