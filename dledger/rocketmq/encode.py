@@ -141,29 +141,6 @@ class PreparedBatch:
         offsets from ``queue_offset`` (the first message's) and physical offsets from
         ``phys_offset``: ``(buffer, offsets)`` as ``K.encode_uniform`` (``gap`` bytes before
         each record: room for a DLedger entry header)."""
-        sh = self.shared
-        stem = self.props_stem
-        if sh is not None and stem is not None and not self.properties and first == 0 and last < 0:
-            # The usual batch (shared fields, one properties stem, all of it): straight to the
-            # kernel, as few steps as a put of 32 small messages can afford.
-            topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, adv = sh
-            return K.encode_uniform(
-                self.bodies,
-                topic,
-                stem,
-                self.uniq_first,
-                queue_id,
-                flag,
-                sys_flag,
-                born_ts,
-                born_host,
-                store_timestamp,
-                store_host,
-                queue_offset if adv else 0,
-                adv,
-                phys_offset,
-                gap,
-            )
         last = self.n if last < 0 else last
         whole = first == 0 and last == self.n
         bodies = self.bodies if whole else self.bodies[first:last]
@@ -173,6 +150,7 @@ class PreparedBatch:
         else:
             props = self.properties if whole else self.properties[first:last]
             uniq = -1
+        sh = self.shared
         if sh is None:
             sh = (
                 self.topics[0],
