@@ -20,7 +20,7 @@ import ssl as ssl_module
 import threading
 from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from dledger.errors import DLedgerError
 from dledger.net.transport import Response, RpcClient
 from dledger.packed import SIZE_DTYPE
 from dledger.peers import parse_peers
-from dledger.sequences import checked_index
+from dledger.sequences import LazySequence
 from dledger.store.entry import Entry
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class AppendResult(NamedTuple):
     pos: int
 
 
-class AppendResults(Sequence[AppendResult]):
+class AppendResults(LazySequence[AppendResult]):
     """What ``append_batch`` returns: the ``AppendResult`` of each body, in order.
 
     A read-only sequence that makes each result when it is asked for: a batch of 10^6 small
@@ -93,16 +93,9 @@ class AppendResults(Sequence[AppendResult]):
     def __len__(self) -> int:
         return self._starts[-1]
 
-    @overload
-    def __getitem__(self, i: int) -> AppendResult: ...
+    _what = "append result"
 
-    @overload
-    def __getitem__(self, i: slice) -> list[AppendResult]: ...
-
-    def __getitem__(self, i: int | slice) -> AppendResult | list[AppendResult]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        i = checked_index(i, len(self), "append result")
+    def _item(self, i: int) -> AppendResult:
         k = bisect.bisect_right(self._starts, i) - 1
         off = i - self._starts[k]
         return AppendResult(self._firsts[k] + off, self._positions[k][off])

@@ -13,45 +13,27 @@ bodies (the node, the memory store) takes it too; the file store's kernel reads
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import overload
+from collections.abc import Sequence
 
 import numpy as np
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-from dledger.sequences import checked_index
+from dledger.sequences import LazySequence
 
 SIZE_DTYPE = np.dtype("<u4")
 
 
-class _BodySequence(Sequence[bytes]):
+class _BodySequence(LazySequence[bytes]):
     """The read-only ``Sequence[bytes]`` both batch forms are: subclasses say where body k is."""
 
     __slots__ = ("offsets",)
 
+    _what = "body"
     offsets: np.ndarray  # int64, one more than there are bodies
-
-    def _body(self, i: int) -> bytes:
-        raise NotImplementedError
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
-
-    @overload
-    def __getitem__(self, i: int) -> bytes: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[bytes]: ...
-
-    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        return self._body(checked_index(i, len(self), "body"))
-
-    def __iter__(self) -> Iterator[bytes]:
-        for k in range(len(self)):
-            yield self[k]
 
 
 class PackedBodies(_BodySequence):
@@ -101,7 +83,7 @@ class PackedBodies(_BodySequence):
         """``(raw, offsets)`` for kernels that read the bodies in place."""
         return self.raw, self.offsets
 
-    def _body(self, i: int) -> bytes:
+    def _item(self, i: int) -> bytes:
         return bytes(self.raw[int(self.offsets[i]) : int(self.offsets[i + 1])])
 
     def __repr__(self) -> str:
@@ -125,7 +107,7 @@ class FramedBodies(_BodySequence):
         self.buf = buf
         self.offsets = offsets  # int64, one more than there are bodies; offsets[-1] == len(buf)
 
-    def _body(self, i: int) -> bytes:
+    def _item(self, i: int) -> bytes:
         return bytes(self.buf[int(self.offsets[i]) + self.GAP : int(self.offsets[i + 1])])
 
     def __repr__(self) -> str:

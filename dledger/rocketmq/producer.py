@@ -15,9 +15,9 @@ import bisect
 import itertools
 import ssl as ssl_module
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from dledger.rocketmq.message import (
 )
 from dledger.rocketmq.status import PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
-from dledger.sequences import checked_index
+from dledger.sequences import LazySequence
 
 T = TypeVar("T")
 K = _load_ext("message")
@@ -75,7 +75,7 @@ class SendResult:
         return self.status == SEND_OK
 
 
-class _Uniqs(Sequence[str]):
+class _Uniqs(LazySequence[str]):
     """The UNIQ_KEYs of a batch from one producer: a head and a counter's 4 hex digits, made
     when asked for."""
 
@@ -84,23 +84,16 @@ class _Uniqs(Sequence[str]):
     def __init__(self, head: str, first: int, n: int) -> None:
         self.head, self.first, self.n = head, first, n
 
+    _what = "UNIQ_KEY"
+
     def __len__(self) -> int:
         return self.n
 
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self.n))]
-        i = checked_index(i, self.n, "UNIQ_KEY")
+    def _item(self, i: int) -> str:
         return f"{self.head}{(self.first + i) & 0xFFFF:04X}"
 
 
-class SendResults(Sequence[SendResult]):
+class SendResults(LazySequence[SendResult]):
     """The SendResult of each message of a batch, made when asked for (a batch of thousands
     would otherwise spend more of the producer's time making results than sending)."""
 
@@ -137,16 +130,9 @@ class SendResults(Sequence[SendResult]):
     def __len__(self) -> int:
         return len(self._uniqs)
 
-    @overload
-    def __getitem__(self, i: int) -> SendResult: ...
+    _what = "send result"
 
-    @overload
-    def __getitem__(self, i: slice) -> list[SendResult]: ...
-
-    def __getitem__(self, i: int | slice) -> SendResult | list[SendResult]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        i = checked_index(i, len(self), "send result")
+    def _item(self, i: int) -> SendResult:
         if self.ok:
             return SendResult(
                 SEND_OK,
@@ -157,10 +143,6 @@ class SendResults(Sequence[SendResult]):
                 self.topic,
             )
         return SendResult(self.status, self._uniqs[i], self.queue_id, -1, "", self.topic, self.reason)
-
-    def __iter__(self) -> Iterator[SendResult]:
-        for i in range(len(self)):
-            yield self[i]
 
     def __repr__(self) -> str:
         return f"SendResults({self.status}, {len(self)} messages, queue {self.queue_id}, from {self.first_offset})"
@@ -204,10 +186,7 @@ class _Mixed(SendResults):
         self._parts = parts
         self._starts = list(itertools.accumulate((len(p) for p in parts), initial=0))
 
-    def __getitem__(self, i: int | slice) -> Any:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        i = checked_index(i, len(self), "send result")
+    def _item(self, i: int) -> SendResult:
         k = bisect.bisect_right(self._starts, i) - 1
         return self._parts[k][i - self._starts[k]]
 
