@@ -4,6 +4,13 @@ cdef extern from "<sys/mman.h>" nogil:
     int madvise(void *addr, size_t length, int advice)
     int MADV_WILLNEED
 
+from libc.stdlib cimport realloc
+
+cdef extern from "mq_format.h" nogil:
+    int mq_same(const unsigned char *a, const unsigned char *b, size_t n)
+    void mq_dispatch_props(const unsigned char *q, size_t n, int64_t *vo, int64_t *vl)
+    void mq_prefetch_w(const void *p)
+
 # errno is declared once for the module, in message_service.pxi (included before this file).
 
 cdef extern from "<unistd.h>" nogil:
@@ -66,6 +73,41 @@ ctypedef struct _KeyCols:
     Py_ssize_t index_from
 
 
+ctypedef struct _KeyState:
+    # What the keys pass carries from one record to the next: where its results go (topic
+    # numbers ``out``, first rows ``firsts``, tagsCodes ``tc``, index key hashes and their rows
+    # ``hs``/``rs`` with room for ``hcap``; ``grow``: malloc'd, realloc'd when short), how many
+    # hashes and topics so far, the last record's topic number and the hash of each topic's
+    # "topic#" (``pre``: ``prefixes`` up to 256 topics, then a heap array of ``pre_cap``).
+    int32_t *out
+    int64_t *firsts
+    int64_t *tc
+    int32_t *hs
+    int64_t *rs
+    Py_ssize_t hcap
+    bint grow
+    Py_ssize_t at
+    Py_ssize_t distinct
+    int32_t prev
+    uint32_t *pre
+    uint32_t *pre_heap
+    Py_ssize_t pre_cap
+    uint32_t prefixes[256]
+
+
+cdef inline void _key_state_init(_KeyState *st) noexcept nogil:
+    st.hs = NULL
+    st.rs = NULL
+    st.hcap = 0
+    st.grow = False
+    st.at = 0
+    st.distinct = 0
+    st.prev = -1
+    st.pre = st.prefixes
+    st.pre_heap = NULL
+    st.pre_cap = 256
+
+
 cdef int64_t _hash_cap(const _KeyCols *kc) noexcept nogil:
     """Room for the index keys of the records from ``index_from``: at most one UNIQ_KEY and
     (len + 1) / 2 KEYS segments a record."""
@@ -76,105 +118,92 @@ cdef int64_t _hash_cap(const _KeyCols *kc) noexcept nogil:
     return cap
 
 
-cdef Py_ssize_t _keys_pass(const _KeyCols *kc, int32_t *out, int64_t *firsts, int64_t *tc, int32_t *hs,
-                           int64_t *rs, Py_ssize_t *distinct_out) noexcept nogil:
-    """``dispatch_keys``' pass: topic numbers into ``out`` (first rows into ``firsts``), tagsCodes
-    into ``tc``, index key hashes and their rows into ``hs``/``rs`` (room for ``_hash_cap``).
-    Returns how many hashes, or -1 when memory ran out."""
-    cdef const unsigned char *p = kc.props
+cdef inline bint _hash_room(_KeyState *st, int64_t need) noexcept nogil:
+    """Room for ``need`` more hashes in a growing ``hs``/``rs`` (False when memory ran out)."""
+    if st.at + need <= st.hcap:
+        return True
+    cdef Py_ssize_t cap = st.hcap * 2 if st.hcap * 2 >= st.at + need else st.at + need
+    cdef int32_t *hs = <int32_t *>realloc(st.hs, cap * sizeof(int32_t))
+    if hs == NULL:
+        return False
+    st.hs = hs
+    cdef int64_t *rs = <int64_t *>realloc(st.rs, cap * sizeof(int64_t))
+    if rs == NULL:
+        return False
+    st.rs = rs
+    st.hcap = cap
+    return True
+
+
+cdef int _key_one(_KeyState *st, const _KeyCols *kc, Py_ssize_t k, bint indexed) noexcept nogil:
+    """The keys pass over record ``k`` (``dispatch_keys``): its topic number (as topic_ids),
+    tagsCode and, when ``indexed`` and not ROLLBACK, its index key hashes. -1 when memory ran
+    out. Run record by record right after the scan read it (the bytes still in the cache)."""
     cdef const unsigned char *tp = kc.topics
-    cdef const int64_t *po = kc.po
-    cdef const int32_t *pl = kc.pl
     cdef const int64_t *to = kc.to
     cdef const int32_t *tl = kc.tl
-    cdef Py_ssize_t count = kc.count, index_from = kc.index_from, k, j
-    cdef Py_ssize_t distinct = 0, f, at = 0
-    cdef int32_t prev = -1
-    cdef uint32_t prefix = 0
-    cdef uint32_t[256] prefixes
+    cdef Py_ssize_t f, j
+    cdef int32_t prev = st.prev
+    cdef uint32_t prefix
+    cdef uint32_t *grown
     cdef const unsigned char *q
-    cdef const unsigned char *hit
-    cdef int64_t i, e, sep, n, start
+    cdef int64_t i, n, start
     cdef int64_t vo[3]
     cdef int64_t vl[3]
-    cdef const char *names[3]
-    names[0] = b"TAGS"
-    names[1] = b"UNIQ_KEY"
-    names[2] = b"KEYS"
-    cdef int64_t nlen[3]
-    nlen[0] = 4
-    nlen[1] = 8
-    nlen[2] = 4
-    cdef uint32_t *pre = prefixes
-    cdef uint32_t *pre_heap = NULL
-    for k in range(count):
-        # The topic's number (as topic_ids) and the hash of its "topic#".
-        if prev >= 0:
-            f = firsts[prev]
-            if not (tl[f] == tl[k] and memcmp(tp + to[f], tp + to[k], <size_t>tl[k]) == 0):
-                prev = -1
-        if prev < 0:
-            for j in range(distinct):
-                f = firsts[j]
-                if tl[f] == tl[k] and memcmp(tp + to[f], tp + to[k], <size_t>tl[k]) == 0:
-                    prev = <int32_t>j
-                    break
-        if prev < 0:
-            prev = <int32_t>distinct
-            if distinct == 256 and pre_heap == NULL:
-                pre_heap = <uint32_t *>malloc(count * sizeof(uint32_t))
-                if pre_heap == NULL:
-                    return -1
-                memcpy(pre_heap, prefixes, 256 * sizeof(uint32_t))
-                pre = pre_heap
-            firsts[distinct] = k
-            pre[distinct] = 31 * (mq_java_hash_utf8_from(0, tp + to[k], <size_t>tl[k]) if tl[k] else 0) + 35
-            distinct += 1
-        out[k] = prev
-        prefix = pre[prev]
-        # TAGS, UNIQ_KEY and KEYS (as property_spans_many).
-        vo[0] = vo[1] = vo[2] = -1
-        vl[0] = vl[1] = vl[2] = 0
-        n = pl[k]
-        q = p + po[k]
-        i = 0
+    # The topic's number (as topic_ids) and the hash of its "topic#".
+    if prev >= 0:
+        f = st.firsts[prev]
+        if not (tl[f] == tl[k] and mq_same(tp + to[f], tp + to[k], <size_t>tl[k])):
+            prev = -1
+    if prev < 0:
+        for j in range(st.distinct):
+            f = st.firsts[j]
+            if tl[f] == tl[k] and mq_same(tp + to[f], tp + to[k], <size_t>tl[k]):
+                prev = <int32_t>j
+                break
+    if prev < 0:
+        prev = <int32_t>st.distinct
+        if st.distinct == st.pre_cap:
+            grown = <uint32_t *>realloc(st.pre_heap, 2 * st.pre_cap * sizeof(uint32_t))
+            if grown == NULL:
+                return -1
+            if st.pre_heap == NULL:
+                memcpy(grown, st.prefixes, 256 * sizeof(uint32_t))
+            st.pre_heap = st.pre = grown
+            st.pre_cap *= 2
+        st.firsts[st.distinct] = k
+        st.pre[st.distinct] = 31 * (mq_java_hash_utf8_from(0, tp + to[k], <size_t>tl[k]) if tl[k] else 0) + 35
+        st.distinct += 1
+    st.prev = prev
+    st.out[k] = prev
+    prefix = st.pre[prev]
+    # TAGS, UNIQ_KEY and KEYS (as property_spans_many).
+    q = kc.props + kc.po[k]
+    mq_dispatch_props(q, <size_t>kc.pl[k], vo, vl)
+    st.tc[k] = <int64_t>(<int32_t>mq_java_hash_utf8(q + vo[0], <size_t>vl[0])) if vl[0] else 0
+    if not indexed or (kc.sf[k] & 0xC) == 0xC:
+        return 0
+    if st.grow and not _hash_room(st, 1 + (kc.pl[k] + 1) // 2):
+        return -1
+    # The index items (as index_key_hashes): UNIQ_KEY, then each KEYS segment.
+    if vl[1] > 0:
+        st.hs[st.at] = _index_hash(mq_java_hash_utf8_from(prefix, q + vo[1], <size_t>vl[1]))
+        st.rs[st.at] = k
+        st.at += 1
+    if vo[2] >= 0:
+        i = vo[2]
+        n = vo[2] + vl[2]
         while i < n:
-            hit = <const unsigned char *>memchr(q + i, 2, <size_t>(n - i))
-            e = (hit - q) if hit != NULL else n
-            hit = <const unsigned char *>memchr(q + i, 1, <size_t>(e - i))
-            if hit != NULL:
-                sep = hit - q
-                if sep > i and sep < e - 1:
-                    for j in range(3):
-                        if sep - i == nlen[j] and memcmp(q + i, names[j], <size_t>nlen[j]) == 0:
-                            vo[j] = sep + 1
-                            vl[j] = e - sep - 1
-                            break
-            i = e + 1
-        tc[k] = <int64_t>(<int32_t>mq_java_hash_utf8(q + vo[0], <size_t>vl[0])) if vl[0] else 0
-        if k < index_from or (kc.sf[k] & 0xC) == 0xC:
-            continue
-        # The index items (as index_key_hashes): UNIQ_KEY, then each KEYS segment.
-        if vl[1] > 0:
-            hs[at] = _index_hash(mq_java_hash_utf8_from(prefix, q + vo[1], <size_t>vl[1]))
-            rs[at] = k
-            at += 1
-        if vo[2] >= 0:
-            i = vo[2]
-            n = vo[2] + vl[2]
-            while i < n:
-                while i < n and q[i] == 32:
-                    i += 1
-                start = i
-                while i < n and q[i] != 32:
-                    i += 1
-                if i > start:
-                    hs[at] = _index_hash(mq_java_hash_utf8_from(prefix, q + start, <size_t>(i - start)))
-                    rs[at] = k
-                    at += 1
-    free(pre_heap)
-    distinct_out[0] = distinct
-    return at
+            while i < n and q[i] == 32:
+                i += 1
+            start = i
+            while i < n and q[i] != 32:
+                i += 1
+            if i > start:
+                st.hs[st.at] = _index_hash(mq_java_hash_utf8_from(prefix, q + start, <size_t>(i - start)))
+                st.rs[st.at] = k
+                st.at += 1
+    return 0
 
 
 def dispatch_keys(buf, topic_buf, props_off, props_len, topic_off, topic_len, sys_flag, Py_ssize_t index_from=0):
@@ -221,24 +250,31 @@ def dispatch_keys(buf, topic_buf, props_off, props_len, topic_off, topic_len, sy
     cdef int64_t cap = _hash_cap(&kc)
     hashes = np.empty(cap, dtype=np.int32)
     rows = np.empty(cap, dtype=np.int64)
-    cdef Py_ssize_t distinct = 0, at
-    cdef int32_t *ids_p = <int32_t *>_ptr(ids)
-    cdef int64_t *firsts_p = <int64_t *>_ptr(firsts_arr)
-    cdef int64_t *tags_p = <int64_t *>_ptr(tags)
-    cdef int32_t *hs_p = <int32_t *>_ptr(hashes)
-    cdef int64_t *rs_p = <int64_t *>_ptr(rows)
+    cdef _KeyState st
+    _key_state_init(&st)
+    st.out = <int32_t *>_ptr(ids)
+    st.firsts = <int64_t *>_ptr(firsts_arr)
+    st.tc = <int64_t *>_ptr(tags)
+    st.hs = <int32_t *>_ptr(hashes)
+    st.rs = <int64_t *>_ptr(rows)
+    st.hcap = cap
+    cdef int rc = 0
+    cdef Py_ssize_t k
     with nogil:
-        at = _keys_pass(&kc, ids_p, firsts_p, tags_p, hs_p, rs_p, &distinct)
-    if at < 0:
+        for k in range(count):
+            rc = _key_one(&st, &kc, k, k >= index_from)
+            if rc < 0:
+                break
+        free(st.pre_heap)
+    if rc < 0:
         raise MemoryError()
-    return ids, firsts_arr[:distinct], tags, hashes[:at], rows[:at]
+    return ids, firsts_arr[:st.distinct], tags, hashes[:st.at], rows[:st.at]
 
 
-cdef inline void _index_item(unsigned char *p, int32_t hash_slot_num, int64_t items_at, int32_t key, int64_t phys,
+cdef inline void _index_item(unsigned char *p, unsigned char *slot, int64_t items_at, int32_t key, int64_t phys,
                              int32_t diff, int32_t *count, int32_t *slots) noexcept nogil:
-    """One IndexFile.putKey item, as ``index_put_many`` writes it: at ``count``, chained to its
-    slot's previous item; the slot takes ``count``, which moves on."""
-    cdef unsigned char *slot = p + MQ_INDEX_HEADER + <int64_t>(key % hash_slot_num) * MQ_INDEX_SLOT
+    """One IndexFile.putKey item, as ``index_put_many`` writes it: at ``count``, chained to the
+    previous item of its ``slot``; the slot takes ``count``, which moves on."""
     cdef int32_t prev = <int32_t>dl_get32(slot)
     if prev <= 0 or prev > count[0]:
         prev = 0
@@ -252,6 +288,12 @@ cdef inline void _index_item(unsigned char *p, int32_t hash_slot_num, int64_t it
     count[0] += 1
 
 
+# How many items ahead of the one being put its slot is fetched: a slot of a large table is a
+# cache miss, and the items' slots are known in advance.
+cdef enum:
+    _SLOT_AHEAD = 8
+
+
 cdef Py_ssize_t _index_put_rows(unsigned char *p, int32_t hash_slot_num, int32_t index_num, int64_t begin_ts,
                                 const int32_t *keys, const int64_t *rows, Py_ssize_t n, const int64_t *phys,
                                 const int64_t *ts) noexcept nogil:
@@ -261,20 +303,30 @@ cdef Py_ssize_t _index_put_rows(unsigned char *p, int32_t hash_slot_num, int32_t
     Returns how many fitted; the header's counts follow."""
     cdef int32_t count = <int32_t>dl_get32(p + 36), slots = <int32_t>dl_get32(p + 32), diff
     cdef int64_t items_at = MQ_INDEX_HEADER + <int64_t>hash_slot_num * MQ_INDEX_SLOT, begin, d
+    cdef unsigned char *table = p + MQ_INDEX_HEADER
+    cdef unsigned char *ahead[_SLOT_AHEAD]
+    cdef unsigned char *slot
     if count <= 0:
         count = 1  # IndexHeader.load
     cdef bint fresh = count <= 1
     cdef Py_ssize_t put = 0, i
+    for i in range(n if n < _SLOT_AHEAD else _SLOT_AHEAD):
+        ahead[i] = table + <int64_t>(keys[i] % hash_slot_num) * MQ_INDEX_SLOT
+        mq_prefetch_w(ahead[i])
     for i in range(n):
         if count >= index_num:
             break
+        slot = ahead[i % _SLOT_AHEAD]
+        if i + _SLOT_AHEAD < n:
+            ahead[i % _SLOT_AHEAD] = table + <int64_t>(keys[i + _SLOT_AHEAD] % hash_slot_num) * MQ_INDEX_SLOT
+            mq_prefetch_w(ahead[i % _SLOT_AHEAD])
         begin = ts[rows[0]] if fresh and i > 0 else begin_ts
         d = ts[rows[i]] - begin
         d = 0 if d < 0 else d // 1000
         if d > 0x7FFFFFFF:
             d = 0x7FFFFFFF
         diff = 0 if begin <= 0 else <int32_t>d
-        _index_item(p, hash_slot_num, items_at, keys[i], phys[rows[i]], diff, &count, &slots)
+        _index_item(p, slot, items_at, keys[i], phys[rows[i]], diff, &count, &slots)
         put += 1
     if put:
         dl_put32(p + 32, <uint32_t>slots)
@@ -282,41 +334,18 @@ cdef Py_ssize_t _index_put_rows(unsigned char *p, int32_t hash_slot_num, int32_t
     return put
 
 
-cdef void _round_keys(_Cols *c, _KeyCols *kc, Py_ssize_t count, int64_t index_floor, unsigned char *ip,
-                      int32_t hash_slot_num, int32_t index_num, int64_t index_begin_ts, int32_t *ids,
-                      int64_t *firsts, int64_t *tags, unsigned char *up, int32_t **hs, int64_t **rs,
-                      Py_ssize_t *at, Py_ssize_t *distinct, Py_ssize_t *put, bint *uniform,
-                      bint *oom) noexcept nogil:
-    """``dispatch_round`` past its scan of ``count`` records into ``c``: the keys pass, the index
-    puts and the units (see there). ``hs``/``rs`` are malloc'd here, for the caller to free."""
-    cdef Py_ssize_t k = count
+cdef void _round_rest(_Cols *c, const _KeyState *st, Py_ssize_t count, unsigned char *ip, int32_t hash_slot_num,
+                      int32_t index_num, int64_t index_begin_ts, unsigned char *up, Py_ssize_t *put,
+                      bint *uniform) noexcept nogil:
+    """``dispatch_round`` past its scan and keys pass of ``count`` records into ``c``/``st``: the
+    index puts and the units (see there)."""
+    cdef Py_ssize_t k
     cdef int32_t tran
-    kc.po = c.props_off
-    kc.pl = c.props_len
-    kc.to = c.topic_off
-    kc.tl = c.topic_len
-    kc.sf = c.sys_flag
-    kc.count = count
-    # The index keys of the records from the first at or past index_floor (offsets grow).
-    while k > 0 and c.phys_offset[k - 1] >= index_floor:
-        k -= 1
-    kc.index_from = k
-    cdef int64_t hcap = _hash_cap(kc)
-    if hcap:
-        hs[0] = <int32_t *>malloc(hcap * sizeof(int32_t))
-        rs[0] = <int64_t *>malloc(hcap * sizeof(int64_t))
-        if hs[0] == NULL or rs[0] == NULL:
-            oom[0] = True
-            return
-    at[0] = _keys_pass(kc, ids, firsts, tags, hs[0], rs[0], distinct)
-    if at[0] < 0:
-        oom[0] = True
-        return
-    if ip != NULL and at[0]:
-        put[0] = _index_put_rows(ip, hash_slot_num, index_num, index_begin_ts, hs[0], rs[0], at[0],
+    if ip != NULL and st.at:
+        put[0] = _index_put_rows(ip, hash_slot_num, index_num, index_begin_ts, st.hs, st.rs, st.at,
                                  c.phys_offset, c.store_ts)
     # One queue's run: one topic and queue, no PREPARED/ROLLBACK, queue offsets one apart.
-    uniform[0] = count > 0 and distinct[0] == 1
+    uniform[0] = count > 0 and st.distinct == 1
     for k in range(count):
         if not uniform[0]:
             break
@@ -327,7 +356,7 @@ cdef void _round_keys(_Cols *c, _KeyCols *kc, Py_ssize_t count, int64_t index_fl
         for k in range(count):
             dl_put64(up + k * MQ_CQ_UNIT, <uint64_t>c.phys_offset[k])
             dl_put32(up + k * MQ_CQ_UNIT + 8, <uint32_t>c.size[k])
-            dl_put64(up + k * MQ_CQ_UNIT + 12, <uint64_t>tags[k])
+            dl_put64(up + k * MQ_CQ_UNIT + 12, <uint64_t>st.tc[k])
 
 
 def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dledger, Py_ssize_t max_records,
@@ -407,12 +436,11 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     cdef _Cols c
     cdef _Rec r
     cdef _KeyCols kc
-    cdef Py_ssize_t off = start, count = 0, distinct = 0, at = 0, put = 0
+    cdef _KeyState st
+    cdef Py_ssize_t off = start, count = 0, put = 0, at
     cdef int code = C_END
     cdef bint full, uniform = False, oom = False
     cdef const unsigned char *q
-    cdef int32_t *hs = NULL
-    cdef int64_t *rs = NULL
     # What the keys pass fills, sized as the columns (and grown with them).
     ids = np.empty(cap, dtype=np.int32)
     firsts_arr = np.empty(max(cap, 1), dtype=np.int64)
@@ -420,80 +448,94 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     units = np.empty(cap * MQ_CQ_UNIT, dtype=np.uint8)
     kc.props = p
     kc.topics = p
-    cdef int32_t *ids_p
-    cdef int64_t *firsts_p
-    cdef int64_t *tags_p
+    # The keys pass runs record by record with the scan, while the record's bytes are in the
+    # cache (a pass after the scan of a batch read them back from memory). Its hashes go to
+    # arrays that grow with them.
+    _key_state_init(&st)
+    st.grow = True
     cdef unsigned char *units_p
-    while True:
-        _bind(cols, &c)
-        ids_p = <int32_t *>_ptr(ids)
-        firsts_p = <int64_t *>_ptr(firsts_arr)
-        tags_p = <int64_t *>_ptr(tags)
-        units_p = <unsigned char *>_ptr(units)
-        full = False
-        with nogil:
-            while True:
-                if max_records >= 0 and count >= max_records:
-                    code = C_LIMIT
-                    break
-                if off >= end:
-                    code = C_END
-                    break
-                if count >= cap:
-                    full = True
-                    break
-                q = p + off
-                if dledger:
-                    code = _parse_entry(q, off, end - off, base, False, &r)
-                    if code != C_OK:
-                        break
-                    _store(&c, count, &r, off + DL_BODY_OFFSET, base + off + DL_BODY_OFFSET)
-                    c.entry_index[count] = <int64_t>dl_get64(q + 8)
-                    off += DL_BODY_OFFSET + r.size
-                else:
-                    code = _parse_record(q, end - off, False, &r)
-                    if code != C_OK:
-                        break
-                    _store(&c, count, &r, off, base + off)
-                    off += r.size
-                count += 1
-            if not full:
-                _round_keys(&c, &kc, count, index_floor, ip, hash_slot_num, index_num, index_begin_ts,
-                            ids_p, firsts_p, tags_p, units_p, &hs, &rs, &at, &distinct, &put, &uniform, &oom)
-                # The run continues the queue the caller named: its units go into that file.
-                if (uniform and cqp != NULL and count * MQ_CQ_UNIT <= cq_room and c.queue_id[0] == cq_queue_id
-                        and c.queue_offset[0] == cq_next and c.phys_offset[0] + c.size[0] > cq_max_phys
-                        and c.topic_len[0] == cq_tl and memcmp(p + c.topic_off[0], cq_tp, <size_t>cq_tl) == 0):
-                    memcpy(cqp, units_p, count * MQ_CQ_UNIT)
-                    in_cq = True
-            if not full and cq_base != NULL and cq_prefault_end > cq_prefault_start:
-                lo = <size_t>cq_base + <size_t>cq_prefault_start
-                lo -= lo % page
-                hi = <size_t>cq_base + <size_t>cq_prefault_end
-                madvise(<void *>lo, hi - lo, _MADV_POPULATE_WRITE)
-        if not full:
-            break
-        cap = min(cap * 2, upper)
-        grown = _alloc(types, cap)
-        for name in cols:
-            grown[name][:count] = cols[name][:count]
-        cols = grown
-        ids = np.empty(cap, dtype=np.int32)
-        firsts_arr = np.empty(cap, dtype=np.int64)
-        tags = np.empty(cap, dtype=np.int64)
-        units = np.empty(cap * MQ_CQ_UNIT, dtype=np.uint8)
     try:
+        while True:
+            _bind(cols, &c)
+            kc.po = c.props_off
+            kc.pl = c.props_len
+            kc.to = c.topic_off
+            kc.tl = c.topic_len
+            kc.sf = c.sys_flag
+            st.out = <int32_t *>_ptr(ids)
+            st.firsts = <int64_t *>_ptr(firsts_arr)
+            st.tc = <int64_t *>_ptr(tags)
+            units_p = <unsigned char *>_ptr(units)
+            full = False
+            with nogil:
+                while True:
+                    if max_records >= 0 and count >= max_records:
+                        code = C_LIMIT
+                        break
+                    if off >= end:
+                        code = C_END
+                        break
+                    if count >= cap:
+                        full = True
+                        break
+                    q = p + off
+                    if dledger:
+                        code = _parse_entry(q, off, end - off, base, False, &r)
+                        if code != C_OK:
+                            break
+                        _store(&c, count, &r, off + DL_BODY_OFFSET, base + off + DL_BODY_OFFSET)
+                        c.entry_index[count] = <int64_t>dl_get64(q + 8)
+                        off += DL_BODY_OFFSET + r.size
+                    else:
+                        code = _parse_record(q, end - off, False, &r)
+                        if code != C_OK:
+                            break
+                        _store(&c, count, &r, off, base + off)
+                        off += r.size
+                    # Indexed from the first record at or past index_floor (offsets grow).
+                    if _key_one(&st, &kc, count, c.phys_offset[count] >= index_floor) < 0:
+                        oom = True
+                        break
+                    count += 1
+                if not full and not oom:
+                    _round_rest(&c, &st, count, ip, hash_slot_num, index_num, index_begin_ts, units_p, &put,
+                                &uniform)
+                    # The run continues the queue the caller named: its units go into that file.
+                    if (uniform and cqp != NULL and count * MQ_CQ_UNIT <= cq_room and c.queue_id[0] == cq_queue_id
+                            and c.queue_offset[0] == cq_next and c.phys_offset[0] + c.size[0] > cq_max_phys
+                            and c.topic_len[0] == cq_tl and memcmp(p + c.topic_off[0], cq_tp, <size_t>cq_tl) == 0):
+                        memcpy(cqp, units_p, count * MQ_CQ_UNIT)
+                        in_cq = True
+                if not full and cq_base != NULL and cq_prefault_end > cq_prefault_start:
+                    lo = <size_t>cq_base + <size_t>cq_prefault_start
+                    lo -= lo % page
+                    hi = <size_t>cq_base + <size_t>cq_prefault_end
+                    madvise(<void *>lo, hi - lo, _MADV_POPULATE_WRITE)
+            if not full or oom:
+                break
+            cap = min(cap * 2, upper)
+            grown = _alloc(types, cap)
+            for name in cols:
+                grown[name][:count] = cols[name][:count]
+            cols = grown
+            # The keys pass's results so far move with the columns.
+            ids = np.concatenate((ids[:count], np.empty(cap - count, dtype=np.int32)))
+            firsts_arr = np.concatenate((firsts_arr[:st.distinct], np.empty(cap - st.distinct, dtype=np.int64)))
+            tags = np.concatenate((tags[:count], np.empty(cap - count, dtype=np.int64)))
+            units = np.empty(cap * MQ_CQ_UNIT, dtype=np.uint8)
         if oom:
             raise MemoryError()
+        at = st.at
         hashes = np.empty(at, dtype=np.int32)
         rows = np.empty(at, dtype=np.int64)
         if at:
-            memcpy(_ptr(hashes), hs, at * sizeof(int32_t))
-            memcpy(_ptr(rows), rs, at * sizeof(int64_t))
+            memcpy(_ptr(hashes), st.hs, at * sizeof(int32_t))
+            memcpy(_ptr(rows), st.rs, at * sizeof(int64_t))
     finally:
-        free(hs)
-        free(rs)
+        free(st.hs)
+        free(st.rs)
+        free(st.pre_heap)
     if count < cap:
         cols = {name: a[:count] for name, a in cols.items()}
-    return (cols, off, code, ids[:count], firsts_arr[:distinct], tags[:count], hashes, rows,
+    return (cols, off, code, ids[:count], firsts_arr[:st.distinct], tags[:count], hashes, rows,
             (units[:0] if in_cq else units[:count * MQ_CQ_UNIT]) if uniform else None, put)

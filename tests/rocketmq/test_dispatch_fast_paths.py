@@ -1,0 +1,169 @@
+"""The fast paths of dispatch's kernels against plain counterparts: Java's hash eight ASCII bytes
+at a time (java_hash_bytes against the UTF-16 oracle), the one-pass property scan of
+dispatch_keys (against property_spans_many, on properties of any bytes) and dispatch_round's
+keys pass run record by record with its scan (against scan + dispatch_keys + index_put_many,
+with its columns grown mid-batch and over 256 topics)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from record_oracle import encode_dledger_entry, encode_record, index_file_size, java_hash, java_hash_bytes
+
+from dledger._ext import load
+
+K = load("message")
+
+_ascii = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=20)
+_piece = _ascii.map(str.encode) | st.sampled_from(["é", "中", "😀", "\x7f"]).map(str.encode) | st.binary(max_size=3)
+
+
+@settings(max_examples=500, deadline=None)
+@given(pieces=st.lists(_piece, max_size=8))
+@example(pieces=[b"TopicA#C00002021C6CB4B790D075C4BB2C0000"])
+@example(pieces=[b"abcdefg", b"\xe4\xb8\xad", b"abcdefgh"])
+@example(pieces=[b"abcdefgh\xff"])
+def test_java_hash_ascii_runs_and_the_rest(pieces: list[bytes]) -> None:
+    raw = b"".join(pieces)
+    assert K.java_hash_bytes(raw) == java_hash_bytes(raw)
+    if raw.isascii():
+        assert K.java_hash_bytes(raw) == java_hash(raw.decode())
+
+
+def test_java_hash_of_long_ascii_keys() -> None:
+    for n in range(0, 40):
+        s = "".join(chr(33 + (i * 7) % 90) for i in range(n))
+        assert K.java_hash_bytes(s.encode()) == java_hash(s)
+    assert K.java_hash("TopicA#TagA-TagA") == java_hash("TopicA#TagA-TagA")
+
+
+_token = st.sampled_from(
+    [
+        b"TAGS",
+        b"KEYS",
+        b"UNIQ_KEY",
+        b"UNIQ_KEYS",
+        b"TAG",
+        b"\x01",
+        b"\x02",
+        b"\x00",
+        b" ",
+        b"a",
+        b"abcdefghij",
+        b"\xe4\xb8\xad",
+    ]
+)
+_props = st.lists(_token | st.binary(max_size=9), max_size=14).map(b"".join)
+_record = st.tuples(
+    st.sampled_from([b"TopicA", b"T", b"", b"topic-%RETRY%g-long-name"]), _props, st.sampled_from([0, 8, 0xC])
+)
+
+
+def _layout(records: list[tuple[bytes, bytes, int]]) -> tuple[bytes, dict[str, np.ndarray]]:
+    buf = bytearray(b"\x07" * 3)
+    cols: dict[str, list[int]] = {k: [] for k in ("topic_off", "topic_len", "props_off", "props_len", "sys_flag")}
+    for topic, props, flag in records:
+        cols["topic_off"].append(len(buf))
+        cols["topic_len"].append(len(topic))
+        buf += topic + b"\x02"
+        cols["props_off"].append(len(buf))
+        cols["props_len"].append(len(props))
+        buf += props + b"\x01"
+        cols["sys_flag"].append(flag)
+    return bytes(buf), {
+        k: np.asarray(v, dtype=np.int32 if k in ("topic_len", "props_len", "sys_flag") else np.int64)
+        for k, v in cols.items()
+    }
+
+
+@settings(max_examples=400, deadline=None)
+@given(records=st.lists(_record, max_size=12), index_from=st.integers(0, 12))
+@example(records=[(b"TopicA", b"TAGS\x01TagA\x02UNIQ_KEY\x01C00002021C6CB4B790D075C4BB2C0000", 0)], index_from=0)
+@example(records=[(b"T", b"KEYS\x01a\x01b \x00c\x02KEYS\x01\x02TAGS\x01x\x00\x02", 0)], index_from=0)
+def test_dispatch_keys_reads_properties_of_any_bytes_as_property_spans_many(
+    records: list[tuple[bytes, bytes, int]], index_from: int
+) -> None:
+    buf, c = _layout(records)
+    ids, firsts, tags, hashes, rows = K.dispatch_keys(
+        buf, buf, c["props_off"], c["props_len"], c["topic_off"], c["topic_len"], c["sys_flag"], index_from
+    )
+    (to, tl), (uo, ul), (ko, kl) = K.property_spans_many(
+        buf, c["props_off"], c["props_len"], (b"TAGS", b"UNIQ_KEY", b"KEYS")
+    )
+    assert tags.tolist() == K.java_hash_many(buf, to, tl).astype(np.int64).tolist()
+    topics = [buf[o : o + n] for o, n in zip(c["topic_off"][firsts], c["topic_len"][firsts], strict=True)]
+    prefix = np.array([java_hash_bytes(t + b"#") & 0xFFFFFFFF for t in topics], dtype=np.int64)[ids]
+    sel = np.flatnonzero((c["sys_flag"] & 0xC != 0xC) & (np.arange(len(ids)) >= index_from))
+    want_h, want_r = K.index_key_hashes(buf, prefix[sel], uo[sel], ul[sel], ko[sel], kl[sel])
+    assert hashes.tolist() == want_h.tolist()
+    assert rows.tolist() == sel[want_r].tolist()
+
+
+def _log(n: int, dledger: bool, topics: int) -> bytes:
+    """A first record larger than the rest (dispatch_round's columns, sized from it, then grow),
+    ``topics`` topics, KEYS of one to three words, a ROLLBACK now and then."""
+    buf = bytearray()
+    ts = 1_700_000_000_000
+    for i in range(n):
+        body = b"x" * (600 if i == 0 else i % 5)
+        keys = " ".join(f"k{i}-{j}" for j in range(1 + i % 3))
+        props = f"TAGS\x01tag{i % 4}\x02UNIQ_KEY\x01{i:032X}\x02KEYS\x01{keys}".encode()
+        if i % 11 == 5:
+            props += "\x02TAGS\x01标签".encode()
+        at = len(buf)
+        rec = encode_record(
+            body,
+            f"t{i % topics}".encode(),
+            props,
+            queue_id=i % 3,
+            queue_offset=i,
+            phys_offset=at + (48 if dledger else 0),
+            sys_flag=0xC if i % 17 == 3 else 0,
+            store_timestamp=ts + 300 * i,
+        )
+        buf += encode_dledger_entry(i, 1, at, rec) if dledger else rec
+    return bytes(buf)
+
+
+def test_dispatch_round_keys_pass_with_its_scan_grown_columns_and_many_topics() -> None:
+    for dledger in (False, True):
+        for n, topics, index_num in ((700, 300, 5000), (700, 1, 400), (40, 2, 5000)):
+            buf = _log(n, dledger, topics)
+            scan = K.scan_dledger_records if dledger else K.scan_records
+            cols, stop, code = scan(buf, 0, 0, -1, False, -1)
+            assert len(cols["size"]) == n
+            floor = int(cols["phys_offset"][n // 3])
+            want = K.dispatch_keys(
+                buf,
+                buf,
+                cols["props_off"],
+                cols["props_len"],
+                cols["topic_off"],
+                cols["topic_len"],
+                cols["sys_flag"],
+                n // 3,
+            )
+            slots = 97
+            index = bytearray(index_file_size(slots, index_num))
+            struct.pack_into(">q", index, 0, 1_700_000_000_000)
+            want_index = bytearray(index)
+            _ids, _firsts, _tags, hashes, rows = want
+            # putKey's timeDiff in a fresh file: against the header's time, then the first item's.
+            ts = cols["store_timestamp"][rows]
+            begins = np.full(len(ts), 1_700_000_000_000, dtype=np.int64)
+            begins[1:] = ts[0]
+            diffs = ((ts - begins) // 1000).astype(np.int32)
+            want_put = K.index_put_many(want_index, slots, index_num, hashes, cols["phys_offset"][rows], diffs)
+            got = K.dispatch_round(buf, 0, 0, -1, dledger, -1, floor, index, slots, index_num, 1_700_000_000_000)
+            gcols, gstop, gcode, *keys, units, put = got
+            assert (gstop, gcode) == (stop, code)
+            for name, col in cols.items():
+                assert np.array_equal(gcols[name], col), name
+            for g, w in zip(keys, want, strict=True):
+                assert g.dtype == w.dtype and g.tolist() == w.tolist()
+            assert len(keys[1]) == topics
+            assert put == want_put and index == want_index
+            assert units is None  # several queues
