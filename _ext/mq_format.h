@@ -10,6 +10,10 @@
 
 #include "dl_format.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define MQ_MESSAGE_MAGIC (-626843481) /* 0xDAA320A7 */
 #define MQ_BLANK_MAGIC (-875286124)   /* 0xCBD43194 */
 
@@ -77,17 +81,49 @@ static inline uint32_t mq_load32(const unsigned char *p) {
 
 #define MQ_HI8 0x8080808080808080ull
 
+/* The index of the lowest set bit of ``m`` (not 0). */
+static inline unsigned mq_ctz64(uint64_t m) {
+#if defined(__GNUC__)
+    return (unsigned)__builtin_ctzll(m);
+#else
+    unsigned b = 0;
+    while (!(m & 1)) {
+        m >>= 1;
+        b++;
+    }
+    return b;
+#endif
+}
+
+/* a*31^7 + b*31^6 + ... + h of the eight ASCII bytes ``s[0:8]`` (``x`` their load), mod 2^32.
+ * Little-endian: in lanes of the word, pairs a*31 + b (16 bits each), then quads (32 bits),
+ * then the two halves, three multiplies; otherwise the eight products. */
+static inline uint32_t mq_poly8(uint64_t x, const unsigned char *s) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    (void)s;
+    uint64_t pairs = (x & 0x00FF00FF00FF00FFull) * 31u + ((x >> 8) & 0x00FF00FF00FF00FFull);
+    uint64_t quads = (pairs & 0x0000FFFF0000FFFFull) * 961u + ((pairs >> 16) & 0x0000FFFF0000FFFFull);
+    return (uint32_t)quads * 923521u + (uint32_t)(quads >> 32);
+#else
+    (void)x;
+    return (uint32_t)s[0] * 1742810335u + (uint32_t)s[1] * 887503681u + (uint32_t)s[2] * 28629151u
+        + (uint32_t)s[3] * 923521u + (uint32_t)s[4] * 29791u + (uint32_t)s[5] * 961u + (uint32_t)s[6] * 31u
+        + (uint32_t)s[7];
+#endif
+}
+
 /* Java's hash continued from ``h`` over the UTF-16 units of UTF-8 ``s`` (as the hash of a
  * concatenation of separately decoded strings: ``topic + "#" + key``). */
 static inline uint32_t mq_java_hash_utf8_from(uint32_t h, const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         /* ASCII eight at a time (no high bit in a 64-bit load): Horner over eight as one step,
-         * h*31^8 + a*31^7 + ... + h', whose products are independent (31^k mod 2^32). */
-        while (i + 8 <= n && (mq_load64(s + i) & MQ_HI8) == 0) {
-            h = h * 2487512833u + (uint32_t)s[i] * 1742810335u + (uint32_t)s[i + 1] * 887503681u
-                + (uint32_t)s[i + 2] * 28629151u + (uint32_t)s[i + 3] * 923521u + (uint32_t)s[i + 4] * 29791u
-                + (uint32_t)s[i + 5] * 961u + (uint32_t)s[i + 6] * 31u + (uint32_t)s[i + 7];
+         * h*31^8 + a*31^7 + ... + h' (31^k mod 2^32). */
+        while (i + 8 <= n) {
+            uint64_t x = mq_load64(s + i);
+            if (x & MQ_HI8)
+                break;
+            h = h * 2487512833u + mq_poly8(x, s + i);
             i += 8;
         }
         /* ASCII four at a time: h*31^4 + a*31^3 + b*31^2 + c*31 + d, a shorter dependency chain. */
@@ -195,65 +231,88 @@ static inline int mq_same(const unsigned char *a, const unsigned char *b, size_t
     return 1;
 }
 
-/* The first i in [i, n) where s[i] is a property separator (1 or 2), or n. Eight bytes a step:
- * (x - 0x03..03) & ~x & 0x80..80 flags bytes below 3, the lowest flag exactly (a borrow only
- * makes flags above a true one); a 0 byte there sends the rest of the eight to the byte loop. */
-static inline size_t mq_next_sep(const unsigned char *s, size_t i, size_t n) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x = mq_load64(s + i);
-        uint64_t m = (x - 0x0303030303030303ull) & ~x & MQ_HI8;
-        if (m) {
-            size_t j = i + ((size_t)__builtin_ctzll(m) >> 3);
-            for (; j < i + 8; j++)
-                if (s[j] == 1 || s[j] == 2)
-                    return j;
-        }
-    }
+/* Bit masks of the bytes 1 (``m1``) and 2 (``m2``) among ``q[at : at + 64]``, bits past ``n``
+ * clear: sixteen bytes a compare with SSE2 (x86-64's baseline), the last block read as the
+ * sixteen bytes ending at ``n`` (never past it), a byte loop elsewhere. */
+static inline void mq_sep_masks(const unsigned char *q, size_t at, size_t n, uint64_t *m1, uint64_t *m2) {
+    uint64_t a1 = 0, a2 = 0;
+    for (size_t j = 0; j < 64 && at + j < n; j += 16) {
+        size_t s = at + j;
+        uint32_t b1 = 0, b2 = 0;
+#if defined(__SSE2__)
+        if (n >= 16) {
+            size_t from = s + 16 <= n ? s : n - 16;
+            __m128i v = _mm_loadu_si128((const __m128i *)(q + from));
+            b1 = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(1))) >> (s - from);
+            b2 = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(2))) >> (s - from);
+        } else
 #endif
-    for (; i < n; i++)
-        if (s[i] == 1 || s[i] == 2)
-            return i;
-    return n;
+        {
+            for (size_t k = s; k < n && k < s + 16; k++) {
+                b1 |= (uint32_t)(q[k] == 1) << (k - s);
+                b2 |= (uint32_t)(q[k] == 2) << (k - s);
+            }
+        }
+        a1 |= (uint64_t)b1 << j;
+        a2 |= (uint64_t)b2 << j;
+    }
+    *m1 = a1;
+    *m2 = a2;
+}
+
+/* The property ``q[i:e]`` (``sep`` its first \x01, or SIZE_MAX): its value's span into
+ * ``vo``/``vl`` when its name is TAGS (0), UNIQ_KEY (1) or KEYS (2) and name and value are not
+ * empty. */
+static inline void mq_prop_end(const unsigned char *q, size_t i, size_t sep, size_t e, int64_t *vo, int64_t *vl) {
+    uint32_t tags, keys;
+    uint64_t uniq;
+    if (sep == SIZE_MAX || sep <= i || sep + 1 >= e)
+        return;
+    memcpy(&tags, "TAGS", 4);
+    memcpy(&keys, "KEYS", 4);
+    memcpy(&uniq, "UNIQ_KEY", 8);
+    int j = -1;
+    if (sep - i == 4) {
+        uint32_t w = mq_load32(q + i);
+        j = w == tags ? 0 : w == keys ? 2 : -1;
+    } else if (sep - i == 8 && mq_load64(q + i) == uniq) {
+        j = 1;
+    }
+    if (j >= 0) {
+        vo[j] = (int64_t)sep + 1;
+        vl[j] = (int64_t)(e - sep - 1);
+    }
 }
 
 /* MessageDecoder.string2messageProperties' spans of TAGS (0), UNIQ_KEY (1) and KEYS (2) in the
  * properties ``q[0:n]``, as property_spans_many finds them: ``name \x01 value`` pairs split by
  * \x02, a pair's name up to its first \x01, an empty name or value skipped, a later pair of a
- * name winning. ``vo`` the value offsets in ``q`` (-1 without), ``vl`` their lengths (0). One
- * pass over the bytes, the names compared as one load each. */
+ * name winning. ``vo`` the value offsets in ``q`` (-1 without), ``vl`` their lengths (0). The
+ * separators found 64 bytes at a time as bit masks, then visited in order; a name compared as
+ * one load. */
 static inline void mq_dispatch_props(const unsigned char *q, size_t n, int64_t *vo, int64_t *vl) {
-    uint32_t tags, keys;
-    uint64_t uniq;
-    memcpy(&tags, "TAGS", 4);
-    memcpy(&keys, "KEYS", 4);
-    memcpy(&uniq, "UNIQ_KEY", 8);
     vo[0] = vo[1] = vo[2] = -1;
     vl[0] = vl[1] = vl[2] = 0;
-    size_t i = 0;
-    while (i < n) {
-        size_t e = mq_next_sep(q, i, n), sep = n;
-        if (e < n && q[e] == 1) {
-            sep = e;
-            do
-                e = mq_next_sep(q, e + 1, n);
-            while (e < n && q[e] != 2);
-        }
-        if (sep < n && sep > i && sep + 1 < e) {
-            int j = -1;
-            if (sep - i == 4) {
-                uint32_t w = mq_load32(q + i);
-                j = w == tags ? 0 : w == keys ? 2 : -1;
-            } else if (sep - i == 8 && mq_load64(q + i) == uniq) {
-                j = 1;
-            }
-            if (j >= 0) {
-                vo[j] = (int64_t)sep + 1;
-                vl[j] = (int64_t)(e - sep - 1);
+    size_t i = 0, sep = SIZE_MAX;
+    for (size_t at = 0; at < n; at += 64) {
+        uint64_t m1, m2;
+        mq_sep_masks(q, at, n, &m1, &m2);
+        uint64_t m = m1 | m2;
+        while (m) {
+            unsigned b = mq_ctz64(m);
+            m &= m - 1;
+            if ((m2 >> b) & 1) {
+                mq_prop_end(q, i, sep, at + b, vo, vl);
+                i = at + b + 1;
+                sep = SIZE_MAX;
+            } else if (sep == SIZE_MAX) {
+                sep = at + b;
             }
         }
-        i = e + 1;
     }
+    if (i < n)
+        mq_prop_end(q, i, sep, n, vo, vl);
 }
+
 
 #endif
