@@ -10,6 +10,7 @@ cdef extern from "mq_format.h" nogil:
     int mq_same(const unsigned char *a, const unsigned char *b, size_t n)
     void mq_dispatch_props(const unsigned char *q, size_t n, int64_t *vo, int64_t *vl)
     void mq_prefetch_w(const void *p)
+    void mq_prefetch_r(const void *p)
 
 # errno is declared once for the module, in message_service.pxi (included before this file).
 
@@ -359,6 +360,13 @@ cdef void _round_rest(_Cols *c, const _KeyState *st, Py_ssize_t count, unsigned 
             dl_put64(up + k * MQ_CQ_UNIT + 12, <uint64_t>st.tc[k])
 
 
+# How far ahead of the record it parses the scan has the log's lines fetched: the hardware's
+# prefetch stops at each 4 KB page, and a batch's records come from memory (a few records of
+# 1 KB; 6-9 ns a 100-byte message less than without).
+cdef enum:
+    _RECORDS_AHEAD = 2048
+
+
 def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dledger, Py_ssize_t max_records,
                    int64_t index_floor, index_buf=None, int32_t hash_slot_num=0, int32_t index_num=0,
                    int64_t index_begin_ts=0, cq_buf=None, Py_ssize_t cq_pos=0, Py_ssize_t cq_room=0,
@@ -454,6 +462,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     _key_state_init(&st)
     st.grow = True
     cdef unsigned char *units_p
+    cdef Py_ssize_t pf_at = off
     try:
         while True:
             _bind(cols, &c)
@@ -479,6 +488,9 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                         full = True
                         break
                     q = p + off
+                    while pf_at < off + _RECORDS_AHEAD and pf_at < end:
+                        mq_prefetch_r(p + pf_at)
+                        pf_at += 64
                     if dledger:
                         code = _parse_entry(q, off, end - off, base, False, &r)
                         if code != C_OK:
@@ -539,3 +551,176 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
         cols = {name: a[:count] for name, a in cols.items()}
     return (cols, off, code, ids[:count], firsts_arr[:st.distinct], tags[:count], hashes, rows,
             (units[:0] if in_cq else units[:count * MQ_CQ_UNIT]) if uniform else None, put)
+
+
+ctypedef struct _Runs:
+    # queue_runs' groups: an open-addressing table of (topic, queue) keys (``vals`` their group,
+    # -1 for an empty slot; at most half full) and 8 values a group in ``info``.
+    int64_t *keys
+    int32_t *vals
+    Py_ssize_t slots
+    int64_t *info
+    Py_ssize_t g
+    Py_ssize_t gcap
+
+
+cdef inline Py_ssize_t _run_slot(const _Runs *r, int64_t key) noexcept nogil:
+    cdef Py_ssize_t h = <Py_ssize_t>((<uint64_t>key * 0x9E3779B97F4A7C15ULL) >> 32) & (r.slots - 1)
+    while r.vals[h] >= 0 and r.keys[h] != key:
+        h = (h + 1) & (r.slots - 1)
+    return h
+
+
+cdef bint _runs_grow(_Runs *r) noexcept nogil:
+    """Room for one more group (False when memory ran out)."""
+    cdef int64_t *info
+    cdef int64_t *keys
+    cdef int32_t *vals
+    cdef int64_t *old_keys = r.keys
+    cdef int32_t *old_vals = r.vals
+    cdef Py_ssize_t old = r.slots, h, at
+    if r.g == r.gcap:
+        info = <int64_t *>realloc(r.info, 2 * r.gcap * 8 * sizeof(int64_t))
+        if info == NULL:
+            return False
+        r.info = info
+        r.gcap *= 2
+    if 2 * (r.g + 1) > r.slots:
+        keys = <int64_t *>malloc(2 * old * sizeof(int64_t))
+        vals = <int32_t *>malloc(2 * old * sizeof(int32_t))
+        if keys == NULL or vals == NULL:
+            free(keys)
+            free(vals)
+            return False
+        memset(vals, 0xFF, 2 * old * sizeof(int32_t))
+        r.keys = keys
+        r.vals = vals
+        r.slots = 2 * old
+        for h in range(old):
+            if old_vals[h] >= 0:
+                at = _run_slot(r, old_keys[h])
+                vals[at] = old_vals[h]
+                keys[at] = old_keys[h]
+        free(old_keys)
+        free(old_vals)
+    return True
+
+
+def queue_runs(topic_id, queue_id, queue_offset, sys_flag, phys_offset, size, tags_code):
+    """The consume-queue runs of a batch's records, for dispatch when they are not one queue's
+    run: the records that get a unit (not PREPARED or ROLLBACK) grouped by (topic number, queue
+    id), the groups in the order of their first records, a group's records in commit-log order,
+    and their units encoded (``consume_queue_units``) group by group.
+
+    Returns ``(runs, order, units)``: ``runs`` an int64 array, a row a group of (topic number,
+    queue id, start, count, first queue offset, contiguous, first end, last end): its records
+    are ``order[start:start + count]`` and its units ``units[20 * start:20 * (start + count)]``;
+    contiguous is 1 when their queue offsets run on by one; the ends are the physical offset +
+    size of its first and last record. One C pass over the columns in place of a sort and the
+    numpy of each group (a batch of a few queues spent more there than in its kernel call)."""
+    tid_arr = np.ascontiguousarray(topic_id, dtype=np.int32)
+    cdef Py_ssize_t n = tid_arr.shape[0], k, h, gi = -1, m = 0
+    cdef const int32_t[::1] tid = tid_arr
+    cdef const int32_t[::1] qid = _col(queue_id, n, np.int32, "queue_id")
+    cdef const int64_t[::1] qo = _col(queue_offset, n, np.int64, "queue_offset")
+    cdef const int32_t[::1] sf = _col(sys_flag, n, np.int32, "sys_flag")
+    cdef const int64_t[::1] phys = _col(phys_offset, n, np.int64, "phys_offset")
+    cdef const int32_t[::1] sz = _col(size, n, np.int32, "size")
+    cdef const int64_t[::1] tc = _col(tags_code, n, np.int64, "tags_code")
+    cdef _Runs r
+    r.slots = 32
+    r.gcap = 16
+    r.g = 0
+    r.keys = <int64_t *>malloc(r.slots * sizeof(int64_t))
+    r.vals = <int32_t *>malloc(r.slots * sizeof(int32_t))
+    r.info = <int64_t *>malloc(r.gcap * 8 * sizeof(int64_t))
+    cdef int32_t *grp = <int32_t *>malloc((n if n else 1) * sizeof(int32_t))
+    cdef int64_t key, last_key = -1, end
+    cdef int32_t tran
+    cdef int64_t *row
+    cdef int64_t *order_p
+    cdef int64_t *out_p
+    cdef unsigned char *units_p
+    cdef bint oom = False
+    try:
+        if r.keys == NULL or r.vals == NULL or r.info == NULL or grp == NULL:
+            raise MemoryError()
+        with nogil:
+            memset(r.vals, 0xFF, r.slots * sizeof(int32_t))
+            for k in range(n):
+                tran = sf[k] & 0xC
+                if tran != 0 and tran != 8:
+                    grp[k] = -1
+                    continue
+                key = (<int64_t>tid[k] << 32) | <int64_t><uint32_t>qid[k]
+                if key != last_key or gi < 0:
+                    h = _run_slot(&r, key)
+                    if r.vals[h] < 0:
+                        if not _runs_grow(&r):
+                            oom = True
+                            break
+                        h = _run_slot(&r, key)
+                        r.keys[h] = key
+                        r.vals[h] = <int32_t>r.g
+                        row = r.info + r.g * 8
+                        row[0] = tid[k]
+                        row[1] = qid[k]
+                        row[3] = 0
+                        row[4] = qo[k]
+                        row[5] = 1
+                        row[6] = phys[k] + sz[k]
+                        r.g += 1
+                    gi = r.vals[h]
+                    last_key = key
+                row = r.info + gi * 8
+                if row[3] and qo[k] != row[4] + row[3]:
+                    row[5] = 0
+                row[3] += 1
+                row[7] = phys[k] + sz[k]
+                grp[k] = <int32_t>gi
+                m += 1
+            # Each group's start; its count is where the second pass fills it from.
+            end = 0
+            for h in range(r.g):
+                r.info[h * 8 + 2] = end
+                end += r.info[h * 8 + 3]
+        if oom:
+            raise MemoryError()
+        order = np.empty(m, dtype=np.int64)
+        units = np.empty(m * MQ_CQ_UNIT, dtype=np.uint8)
+        out = np.empty((r.g, 8), dtype=np.int64)
+        order_p = <int64_t *>_ptr(order)
+        units_p = <unsigned char *>_ptr(units)
+        out_p = <int64_t *>_ptr(out)
+        with nogil:
+            if r.g:
+                memcpy(out_p, r.info, r.g * 8 * sizeof(int64_t))
+                # The fill positions, in the table's info (its copy is out).
+                for h in range(r.g):
+                    r.info[h] = r.info[h * 8 + 2]
+            if n:
+                _queue_runs_place(n, grp, r.info, &phys[0], &sz[0], &tc[0], order_p, units_p)
+    finally:
+        free(r.keys)
+        free(r.vals)
+        free(r.info)
+        free(grp)
+    return out, order, units
+
+
+cdef void _queue_runs_place(Py_ssize_t n, const int32_t *grp, int64_t *fill, const int64_t *phys, const int32_t *sz,
+                            const int64_t *tc, int64_t *order, unsigned char *units) noexcept nogil:
+    """``queue_runs``' second pass: each record with a group to its group's next place."""
+    cdef Py_ssize_t k
+    cdef int64_t at
+    cdef unsigned char *u
+    for k in range(n):
+        if grp[k] < 0:
+            continue
+        at = fill[grp[k]]
+        fill[grp[k]] = at + 1
+        order[at] = k
+        u = units + at * MQ_CQ_UNIT
+        dl_put64(u, <uint64_t>phys[k])
+        dl_put32(u + 8, <uint32_t>sz[k])
+        dl_put64(u + 12, <uint64_t>tc[k])

@@ -216,6 +216,15 @@ static inline void mq_prefetch_w(const void *p) {
 #endif
 }
 
+/* Fetch the cache line at ``p`` for a read soon; an address past the mapping is harmless. */
+static inline void mq_prefetch_r(const void *p) {
+#if defined(__GNUC__)
+    __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+
 /* The bytes ``a[0:n]`` and ``b[0:n]`` are equal: memcmp for the short strings dispatch compares
  * (topics), without a libc call a record. */
 static inline int mq_same(const unsigned char *a, const unsigned char *b, size_t n) {

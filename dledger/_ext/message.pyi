@@ -220,6 +220,15 @@ def dispatch_keys(
     sys_flag: ArrayLike,
     index_from: int = 0,
 ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int64], NDArray[np.int32], NDArray[np.int64]]: ...
+def queue_runs(
+    topic_id: ArrayLike,
+    queue_id: ArrayLike,
+    queue_offset: ArrayLike,
+    sys_flag: ArrayLike,
+    phys_offset: ArrayLike,
+    size: ArrayLike,
+    tags_code: ArrayLike,
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.uint8]]: ...
 def dispatch_round(
     buf: Buffer,
     base: int,

@@ -71,19 +71,6 @@ CQ_UNIT = K.CQ_UNIT_SIZE
 CQ_PREFAULT = 256 << 10
 
 
-def _group_by_queue(topic_id: np.ndarray, queue_id: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
-    """Rows grouped by (topic number, queue id), each group in commit-log order."""
-    n = len(queue_id)
-    if n == 0:
-        return []
-    key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
-    if n == 1 or int(key.min()) == int(key.max()):
-        return [(int(topic_id[0]), int(queue_id[0]), np.arange(n))]
-    order = np.argsort(key, kind="stable")
-    cuts = np.flatnonzero(np.diff(key[order])) + 1
-    return [(int(topic_id[rows[0]]), int(queue_id[rows[0]]), rows) for rows in np.split(order, cuts)]
-
-
 class ReputMessageService:
     def __init__(
         self,
@@ -345,12 +332,12 @@ class ReputMessageService:
             if written:
                 self._cq_hint = (cq, topics_raw[0])
         if not written:
-            self._queue_units(view, cols, topic_id, topics_raw, tags_code)
+            self._queue_runs(view, cols, topic_id, topics_raw, tags_code)
         self.dispatched_store_timestamp = int(ts[-1])
         self.dispatched_messages += n
         return stop, code, n
 
-    def _queue_units(
+    def _queue_runs(
         self,
         view: memoryview,
         cols: dict[str, np.ndarray],
@@ -360,20 +347,25 @@ class ReputMessageService:
     ) -> None:
         """The consume-queue units of scanned records by queue, with put_units' rules (the
         records of several queues, PREPARED/ROLLBACK ones, a queue's first units, a re-dispatch,
-        SCHEDULE_TOPIC_XXXX's delivery times)."""
+        SCHEDULE_TOPIC_XXXX's delivery times). ``queue_runs`` groups them and encodes each
+        queue's units; a group that continues its queue exactly is appended as it is (what
+        put_units would write in one run), the others go through put_units."""
         phys = cols["phys_offset"]
         sizes = cols["size"]
-        tran = cols["sys_flag"] & 0xC
-        groups = _group_by_queue(topic_id, cols["queue_id"])
-        in_cq = (tran == 0) | (tran == 8)
-        all_in_cq = bool(in_cq.all())
-        for tid, qid, rows in groups:
-            keep = rows if all_in_cq else rows[in_cq[rows]]
-            if not len(keep):
-                continue
+        runs, order, units = K.queue_runs(
+            topic_id, cols["queue_id"], cols["queue_offset"], cols["sys_flag"], phys, sizes, tags_code
+        )
+        for tid, qid, start, count, first_offset, contiguous, first_end, last_end in runs.tolist():
             topic_raw = topics_raw[tid]
             cq = self.consume_queues.find_or_create(topic_raw.decode("utf-8", "replace"), qid)
-            if cq.max_physic_offset > 0 and int(phys[keep[0]]) + int(sizes[keep[0]]) <= cq.max_physic_offset:
+            if (
+                contiguous
+                and topic_raw != _SCHEDULE
+                and cq.append_run(units[start * CQ_UNIT : (start + count) * CQ_UNIT], first_offset, first_end, last_end)
+            ):
+                continue
+            keep = order[start : start + count]
+            if cq.max_physic_offset > 0 and first_end <= cq.max_physic_offset:
                 # Re-dispatch after a restart: units the queue has are skipped here, not one by one.
                 keep = keep[phys[keep] + sizes[keep] > cq.max_physic_offset]
                 if not len(keep):

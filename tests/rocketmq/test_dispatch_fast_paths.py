@@ -167,3 +167,60 @@ def test_dispatch_round_keys_pass_with_its_scan_grown_columns_and_many_topics() 
             assert len(keys[1]) == topics
             assert put == want_put and index == want_index
             assert units is None  # several queues
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from([0, 0, 1, 2]),
+            st.sampled_from([0, 0, 1, 7, -1, 2**31 - 1]),
+            st.sampled_from([0, 0, 0, 4, 8, 0xC]),
+            st.sampled_from([1, 1, 1, 0, 2]),
+        ),
+        max_size=40,
+    )
+)
+def test_queue_runs_are_the_rows_grouped_by_queue(rows: list[tuple[int, int, int, int]]) -> None:
+    n = len(rows)
+    tid = np.array([r[0] for r in rows], dtype=np.int32)
+    qid = np.array([r[1] for r in rows], dtype=np.int32)
+    sf = np.array([r[2] for r in rows], dtype=np.int32)
+    qo = np.cumsum([r[3] for r in rows], dtype=np.int64)
+    phys = 1000 + 50 * np.arange(n, dtype=np.int64)
+    size = np.full(n, 40, dtype=np.int32)
+    tags = np.arange(n, dtype=np.int64) * 977 - 5
+    runs, order, units = K.queue_runs(tid, qid, qo, sf, phys, size, tags)
+    # The groups in the order of their first record, each in commit-log order.
+    want: dict[tuple[int, int], list[int]] = {}
+    for k in range(n):
+        if sf[k] & 0xC in (0, 8):
+            want.setdefault((int(tid[k]), int(qid[k])), []).append(k)
+    assert [(r[0], r[1]) for r in runs.tolist()] == list(want)
+    assert order.tolist() == [k for ks in want.values() for k in ks]
+    for (t, q, start, count, first_qo, contiguous, first_end, last_end), ks in zip(
+        runs.tolist(), want.values(), strict=True
+    ):
+        assert (t, q) == (tid[ks[0]], qid[ks[0]])
+        assert order[start : start + count].tolist() == ks
+        assert first_qo == qo[ks[0]]
+        assert contiguous == int(bool((qo[ks] == qo[ks[0]] + np.arange(len(ks))).all()))
+        assert (first_end, last_end) == (phys[ks[0]] + 40, phys[ks[-1]] + 40)
+    assert bytes(units) == K.consume_queue_units(phys[order], size[order], tags[order])
+
+
+def test_queue_runs_of_many_queues() -> None:
+    # Queues enough to grow queue_runs' table several times, records of a queue far apart.
+    n = 5000
+    k = np.arange(n)
+    tid = (k % 7).astype(np.int32)
+    qid = ((k * 7919) % 1013).astype(np.int32)
+    qo = k.astype(np.int64)
+    runs, order, _units = K.queue_runs(tid, qid, qo, np.zeros(n, np.int32), k * 10, np.full(n, 10, np.int32), k)
+    key = tid.astype(np.int64) * 4096 + qid
+    _, first = np.unique(key, return_index=True)
+    want_groups = key[np.sort(first)]
+    assert (runs[:, 0] * 4096 + runs[:, 1]).tolist() == want_groups.tolist()
+    want_order = np.concatenate([np.flatnonzero(key == g) for g in want_groups])
+    assert order.tolist() == want_order.tolist()
+    assert runs[:, 3].sum() == n and not runs[runs[:, 3] > 1, 5].any()
