@@ -16,7 +16,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +156,29 @@ class MappedFile:
         return np.frombuffer(self.view, dtype=UNIT_DTYPE, count=count, offset=start)
 
     def flush(self) -> None:
+        for job in self.flush_jobs():
+            job()
+
+    def flush_jobs(self) -> list[Callable[[], None]]:
+        """What a flush of this file has to write, taken now (the dirty range is reset): the
+        msync to run later, outside the lock that excludes dispatch (see MessageStore.flush_logics)."""
         if self.mm is None or self.readonly or self.dirty_to <= self.dirty_from:
-            return
+            return []
         page = mmap.PAGESIZE
         lo = self.dirty_from - self.dirty_from % page
-        _mk.sync_mapped(self.mm, lo, self.dirty_to - lo)  # mmap.flush would hold the GIL through the msync
+        hi = self.dirty_to
         self.dirty_from, self.dirty_to = self.file_size, 0
+
+        def sync() -> None:
+            if self.mm is None:
+                return
+            try:
+                _mk.sync_mapped(self.mm, lo, hi - lo)  # mmap.flush would hold the GIL through the msync
+            except BaseException:
+                self.dirty_from, self.dirty_to = min(self.dirty_from, lo), max(self.dirty_to, hi)
+                raise
+
+        return [sync]
 
     def close(self) -> None:
         if self._prefaulter is not None:
@@ -693,14 +710,18 @@ class ConsumeQueue:
         return count
 
     def flush(self) -> None:
+        for job in self.flush_jobs():
+            job()
+
+    def flush_jobs(self) -> list[Callable[[], None]]:
+        """The msyncs (and directory fsyncs for new files) a flush of the queue has to run."""
         if self.readonly:
-            return
-        for f in self.files:
-            f.flush()
+            return []
+        jobs = [job for f in self.files for job in f.flush_jobs()]
         if self._new_file:
             self._new_file = False
-            _fsync_dir(self.dir)
-            _fsync_dir(self.dir.parent)
+            jobs += [lambda: _fsync_dir(self.dir), lambda: _fsync_dir(self.dir.parent)]
+        return jobs
 
     def destroy(self) -> None:
         """Delete every file of the queue (and its directory if empty)."""
@@ -834,8 +855,11 @@ class ConsumeQueueTable:
         return sum(cq.delete_expired(min_phys_offset) for _, _, cq in self)
 
     def flush(self) -> None:
-        for _, _, cq in self:
-            cq.flush()
+        for job in self.flush_jobs():
+            job()
+
+    def flush_jobs(self) -> list[Callable[[], None]]:
+        return [job for _, _, cq in self for job in cq.flush_jobs()]
 
     def close(self) -> None:
         for _, _, cq in self:

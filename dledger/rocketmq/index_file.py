@@ -20,7 +20,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,11 +324,27 @@ class IndexFile:
         return np.frombuffer(self.mm, dtype=ITEM_DTYPE, count=self.entries, offset=self._item_pos(1))
 
     def flush(self) -> None:
+        for job in self.flush_jobs():
+            job()
+
+    def flush_jobs(self) -> list[Callable[[], None]]:
+        """The header written now and the msync of the file to run later (see
+        MessageStore.flush_logics); the file counts as clean from here."""
         if self.mm is None or self.readonly or not self._dirty:
-            return
+            return []
         self._write_header()
-        _mk.sync_mapped(self.mm)  # mmap.flush would hold the GIL through the msync
         self._dirty = False
+
+        def sync() -> None:
+            if self.mm is None:
+                return
+            try:
+                _mk.sync_mapped(self.mm)  # mmap.flush would hold the GIL through the msync
+            except BaseException:
+                self._dirty = True
+                raise
+
+        return [sync]
 
     def close(self) -> None:
         self._join_prefault()  # it holds the mapping while it runs
@@ -585,18 +601,28 @@ class IndexService:
 
     def flush(self) -> None:
         """Write out every file (waiting for the flushes of full files first)."""
+        for job in self.flush_jobs():
+            job()
+
+    def flush_jobs(self) -> list[Callable[[], None]]:
+        """What ``flush`` does, as jobs taken now and run later: wait for the flushes of full
+        files, msync the files written since, fsync the directory after a new file."""
         if self.readonly:
-            return
-        self._join_flushers()
-        for f in self.files:
-            f.flush()
+            return []
+        flushers, self._flushers = self._flushers, []
+        jobs: list[Callable[[], None]] = [t.join for t in flushers]
+        jobs += [job for f in self.files for job in f.flush_jobs()]
         if self._new_file:
             self._new_file = False
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            jobs.append(self._fsync_dir)
+        return jobs
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         self.flush()

@@ -105,6 +105,8 @@ class MessageStore:
         self._lock_fd = -1
         self._services_stop = threading.Event()
         self._service_thread: threading.Thread | None = None
+        # Held while consume-queue and index files are written out (flush_logics) or deleted.
+        self._flush_lock = threading.Lock()
         if not readonly:
             self.root.mkdir(parents=True, exist_ok=True)
             self._take_lock()
@@ -288,9 +290,14 @@ class MessageStore:
         if self.readonly or self._closed:
             return
         logics_ts = self.reput.dispatched_store_timestamp
-        with self.reput._lock:
-            self.consume_queues.flush()
-            self.index_service.flush()
+        with self._flush_lock:
+            # What to write is taken under dispatch's lock (the tables it grows); the msyncs run
+            # after it is let go: dispatch waited out each one (up to ~140 ms a second for a
+            # busy member's queues and index), and a long poll with it.
+            with self.reput._lock:
+                jobs = self.consume_queues.flush_jobs() + self.index_service.flush_jobs()
+            for job in jobs:
+                job()
         if logics_ts:
             self.checkpoint.logics_msg_timestamp = logics_ts
         if self.index_service.index_msg_timestamp:
@@ -790,7 +797,7 @@ class MessageStore:
                     "retention deleted %d commit-log file(s); the log starts at %d", deleted, self.commitlog.min_offset
                 )
         low = max(int(self.commitlog.min_offset), 0)
-        with self.reput._lock:
+        with self._flush_lock, self.reput._lock:  # no file goes while a flush writes it out
             self.consume_queues.delete_expired(low)
             self.index_service.delete_expired(low)
         return deleted
