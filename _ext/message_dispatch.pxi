@@ -371,7 +371,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                    int64_t index_floor, index_buf=None, int32_t hash_slot_num=0, int32_t index_num=0,
                    int64_t index_begin_ts=0, cq_buf=None, Py_ssize_t cq_pos=0, Py_ssize_t cq_room=0,
                    bytes cq_topic=None, int32_t cq_queue_id=-1, int64_t cq_next=-1, int64_t cq_max_phys=-1,
-                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0):
+                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0, prefault=()):
     """One dispatch round over ``buf[start:end]`` in one pass without the GIL: the scan
     (``scan_records``, or ``scan_dledger_records`` with ``dledger``), ``dispatch_keys`` of what it
     found with the index keys of the records whose physical offset is ``index_floor`` or more,
@@ -392,7 +392,9 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     there are also written at ``cq_pos`` (so the page faults of the write happen without the
     GIL); ``units`` is then an empty array (its length says nothing was left to write). The
     pages of ``cq_buf[cq_prefault_start:cq_prefault_end]`` are then faulted in, writable
-    (``prefault``), for the next rounds' writes."""
+    (``prefault``), for the next rounds' writes, and so are those of each ``(mapping, start,
+    end)`` in ``prefault`` (other queues' files, for the next rounds' runs of several queues;
+    the first 16)."""
     cdef const unsigned char[::1] b = _ro(buf)
     cdef Py_ssize_t n = b.shape[0]
     if end < 0 or end > n:
@@ -418,6 +420,24 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
         cq_tl = len(cq_topic)
         cq_tp = <const unsigned char *>PyBytes_AS_STRING(cq_topic)
     cdef bint in_cq = False
+    # The ranges of ``prefault``: their mappings held (exported) until the call returns.
+    cdef unsigned char[::1] pv
+    held = []
+    cdef Py_ssize_t npf = 0, ipf, pf_start, pf_end
+    cdef size_t[16] pf_lo
+    cdef size_t[16] pf_hi
+    for item in prefault:
+        if npf == 16:
+            break
+        pf_buf, pf_start, pf_end = item
+        pv = memoryview(pf_buf).cast("B")
+        if pf_start < 0 or pf_end > pv.shape[0] or pf_start >= pf_end:
+            raise ValueError(f"prefault range {pf_start}..{pf_end} outside {pv.shape[0]} bytes")
+        held.append(pv)
+        pf_lo[npf] = <size_t>&pv[0] + <size_t>pf_start
+        pf_lo[npf] -= pf_lo[npf] % page
+        pf_hi[npf] = <size_t>&pv[0] + <size_t>pf_end
+        npf += 1
     cdef unsigned char[::1] ib
     cdef unsigned char *ip = NULL
     if index_buf is not None:
@@ -523,6 +543,9 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                     lo -= lo % page
                     hi = <size_t>cq_base + <size_t>cq_prefault_end
                     madvise(<void *>lo, hi - lo, _MADV_POPULATE_WRITE)
+                if not full:
+                    for ipf in range(npf):
+                        madvise(<void *>pf_lo[ipf], pf_hi[ipf] - pf_lo[ipf], _MADV_POPULATE_WRITE)
             if not full or oom:
                 break
             cap = min(cap * 2, upper)

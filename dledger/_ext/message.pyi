@@ -250,6 +250,7 @@ def dispatch_round(
     cq_max_phys: int = -1,
     cq_prefault_start: int = 0,
     cq_prefault_end: int = 0,
+    prefault: Sequence[tuple[Buffer, int, int]] = (),
 ) -> tuple[
     dict[str, NDArray[Any]],
     int,

@@ -69,6 +69,8 @@ LONG_MAX = (1 << 63) - 1
 CQ_UNIT = K.CQ_UNIT_SIZE
 # How far ahead of a busy queue's writes dispatch keeps its file's pages faulted in.
 CQ_PREFAULT = 256 << 10
+# At most this many queues' files a batch (what dispatch_round takes).
+CQ_PREFAULTS = 16
 
 
 class ReputMessageService:
@@ -104,6 +106,9 @@ class ReputMessageService:
         self.error: BaseException | None = None
         # (consume queue, its topic's bytes) the last batch's run went to.
         self._cq_hint: tuple[ConsumeQueue, bytes] | None = None
+        # Consume-queue files (file, start, end) the next batch's kernel call faults in: the
+        # pages ahead of the queues a batch of several queues' runs appended to.
+        self._cq_prefaults: list[tuple[Any, int, int]] = []
 
     # -- position ------------------------------------------------------------------------
 
@@ -287,6 +292,8 @@ class ReputMessageService:
             mm, pos, room, nxt, max_phys = target
             pf_start, pf_end = hint_cq.prefault_range(CQ_PREFAULT)
             cq_args = (mm, pos, room, hint[1], hint_cq.queue_id, nxt, max_phys, pf_start, pf_end)
+        prefaults = tuple((pf[0].mm, pf[1], pf[2]) for pf in self._cq_prefaults if pf[0].mm is not None)
+        self._cq_prefaults.clear()
         cols, stop, code, topic_id, firsts, tags_code, hashes, rows, units, put = K.dispatch_round(
             seg.view,
             seg.base,
@@ -300,6 +307,7 @@ class ReputMessageService:
             f.index_num if f is not None else 0,
             f.begin_timestamp if f is not None else 0,
             *cq_args,
+            prefault=prefaults,
         )
         if pf_end and hint_cq is not None:
             hint_cq.prefaulted(pf_end)
@@ -363,6 +371,12 @@ class ReputMessageService:
                 and topic_raw != _SCHEDULE
                 and cq.append_run(units[start * CQ_UNIT : (start + count) * CQ_UNIT], first_offset, first_end, last_end)
             ):
+                # Its next pages are faulted in by the next batch's kernel call (without the
+                # GIL, and without the file starting a prefault thread, which wants the GIL).
+                pf_start, pf_end = cq.prefault_range(CQ_PREFAULT)
+                if pf_end and len(self._cq_prefaults) < CQ_PREFAULTS:
+                    self._cq_prefaults.append((cq.files[-1], pf_start, pf_end))
+                    cq.prefaulted(pf_end)
                 continue
             keep = order[start : start + count]
             if cq.max_physic_offset > 0 and first_end <= cq.max_physic_offset:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from record_oracle import encode_dledger_entry, encode_record, index_file_size, java_hash, java_hash_bytes
@@ -224,3 +225,15 @@ def test_queue_runs_of_many_queues() -> None:
     want_order = np.concatenate([np.flatnonzero(key == g) for g in want_groups])
     assert order.tolist() == want_order.tolist()
     assert runs[:, 3].sum() == n and not runs[runs[:, 3] > 1, 5].any()
+
+
+def test_dispatch_round_prefaults_other_files_and_changes_no_byte() -> None:
+    buf = _log(50, False, 2)
+    other = bytearray(b"\x5a" * 20000)
+    plain = K.dispatch_round(buf, 0, 0, -1, False, -1, 0)
+    got = K.dispatch_round(buf, 0, 0, -1, False, -1, 0, prefault=[(other, 100, 9000), (other, 0, 20000)])
+    assert other == bytearray(b"\x5a" * 20000)
+    for g, w in zip(got[3:8], plain[3:8], strict=True):
+        assert g.tolist() == w.tolist()
+    with pytest.raises(ValueError, match="prefault range"):
+        K.dispatch_round(buf, 0, 0, -1, False, -1, 0, prefault=[(other, 0, 20001)])
