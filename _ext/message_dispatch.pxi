@@ -77,7 +77,8 @@ ctypedef struct _KeyCols:
 ctypedef struct _KeyState:
     # What the keys pass carries from one record to the next: where its results go (topic
     # numbers ``out``, first rows ``firsts``, tagsCodes ``tc``, index key hashes and their rows
-    # ``hs``/``rs`` with room for ``hcap``; ``grow``: malloc'd, realloc'd when short), how many
+    # ``hs``/``rs`` with room for ``hcap``; ``grow``: moved to larger ones when short, ``owned``:
+    # malloc'd by the pass (else the caller's)), how many
     # hashes and topics so far, the last record's topic number and the hash of each topic's
     # "topic#" (``pre``: ``prefixes`` up to 256 topics, then a heap array of ``pre_cap``).
     int32_t *out
@@ -87,6 +88,7 @@ ctypedef struct _KeyState:
     int64_t *rs
     Py_ssize_t hcap
     bint grow
+    bint owned
     Py_ssize_t at
     Py_ssize_t distinct
     int32_t prev
@@ -101,6 +103,7 @@ cdef inline void _key_state_init(_KeyState *st) noexcept nogil:
     st.rs = NULL
     st.hcap = 0
     st.grow = False
+    st.owned = False
     st.at = 0
     st.distinct = 0
     st.prev = -1
@@ -124,11 +127,29 @@ cdef inline bint _hash_room(_KeyState *st, int64_t need) noexcept nogil:
     if st.at + need <= st.hcap:
         return True
     cdef Py_ssize_t cap = st.hcap * 2 if st.hcap * 2 >= st.at + need else st.at + need
-    cdef int32_t *hs = <int32_t *>realloc(st.hs, cap * sizeof(int32_t))
+    cdef int32_t *hs
+    cdef int64_t *rs
+    if not st.owned:
+        # The caller's arrays: what they hold moves to malloc'd ones.
+        hs = <int32_t *>malloc(cap * sizeof(int32_t))
+        rs = <int64_t *>malloc(cap * sizeof(int64_t))
+        if hs == NULL or rs == NULL:
+            free(hs)
+            free(rs)
+            return False
+        if st.at:
+            memcpy(hs, st.hs, st.at * sizeof(int32_t))
+            memcpy(rs, st.rs, st.at * sizeof(int64_t))
+        st.hs = hs
+        st.rs = rs
+        st.owned = True
+        st.hcap = cap
+        return True
+    hs = <int32_t *>realloc(st.hs, cap * sizeof(int32_t))
     if hs == NULL:
         return False
     st.hs = hs
-    cdef int64_t *rs = <int64_t *>realloc(st.rs, cap * sizeof(int64_t))
+    rs = <int64_t *>realloc(st.rs, cap * sizeof(int64_t))
     if rs == NULL:
         return False
     st.rs = rs
@@ -371,7 +392,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                    int64_t index_floor, index_buf=None, int32_t hash_slot_num=0, int32_t index_num=0,
                    int64_t index_begin_ts=0, cq_buf=None, Py_ssize_t cq_pos=0, Py_ssize_t cq_room=0,
                    bytes cq_topic=None, int32_t cq_queue_id=-1, int64_t cq_next=-1, int64_t cq_max_phys=-1,
-                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0, prefault=()):
+                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0, prefault=(), dict arena=None):
     """One dispatch round over ``buf[start:end]`` in one pass without the GIL: the scan
     (``scan_records``, or ``scan_dledger_records`` with ``dledger``), ``dispatch_keys`` of what it
     found with the index keys of the records whose physical offset is ``index_floor`` or more,
@@ -394,7 +415,12 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     pages of ``cq_buf[cq_prefault_start:cq_prefault_end]`` are then faulted in, writable
     (``prefault``), for the next rounds' writes, and so are those of each ``(mapping, start,
     end)`` in ``prefault`` (other queues' files, for the next rounds' runs of several queues;
-    the first 16)."""
+    the first 16).
+
+    With ``arena`` (a dict, empty at first) the arrays of one call are kept there for the next
+    calls to fill again, when large enough: what this call returns is then valid until the next
+    call with the same arena. (A round's 2 MB of fresh arrays, freed at its end, had glibc give
+    the heap back and fault it in again each round.)"""
     cdef const unsigned char[::1] b = _ro(buf)
     cdef Py_ssize_t n = b.shape[0]
     if end < 0 or end > n:
@@ -460,7 +486,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     if max_records >= 0 and max_records < cap:
         cap = max_records
     types = DLEDGER_COLUMN_TYPES if dledger else COLUMN_TYPES
-    cdef dict cols = _alloc(types, cap)
+    cdef dict cols
     cdef _Cols c
     cdef _Rec r
     cdef _KeyCols kc
@@ -469,18 +495,33 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     cdef int code = C_END
     cdef bint full, uniform = False, oom = False
     cdef const unsigned char *q
-    # What the keys pass fills, sized as the columns (and grown with them).
-    ids = np.empty(cap, dtype=np.int32)
-    firsts_arr = np.empty(max(cap, 1), dtype=np.int64)
-    tags = np.empty(cap, dtype=np.int64)
-    units = np.empty(cap * MQ_CQ_UNIT, dtype=np.uint8)
+    # The columns and what the keys pass fills, sized as the columns (and grown with them).
+    if arena is not None and arena.get("types") is types and arena.get("cap", -1) >= cap:
+        cap = arena["cap"]
+        cols = arena["cols"]
+        ids = arena["ids"]
+        firsts_arr = arena["firsts"]
+        tags = arena["tags"]
+        units = arena["units"]
+    else:
+        cols = _alloc(types, cap)
+        ids = np.empty(cap, dtype=np.int32)
+        firsts_arr = np.empty(max(cap, 1), dtype=np.int64)
+        tags = np.empty(cap, dtype=np.int64)
+        units = np.empty(cap * MQ_CQ_UNIT, dtype=np.uint8)
     kc.props = p
     kc.topics = p
     # The keys pass runs record by record with the scan, while the record's bytes are in the
     # cache (a pass after the scan of a batch read them back from memory). Its hashes go to
-    # arrays that grow with them.
+    # arrays that grow with them (the arena's first).
     _key_state_init(&st)
     st.grow = True
+    hs_arr = arena.get("hs") if arena is not None else None
+    rs_arr = arena.get("rs") if arena is not None else None
+    if hs_arr is not None and rs_arr is not None:
+        st.hs = <int32_t *>_ptr(hs_arr)
+        st.rs = <int64_t *>_ptr(rs_arr)
+        st.hcap = min(len(hs_arr), len(rs_arr))
     cdef unsigned char *units_p
     cdef Py_ssize_t pf_at = off
     try:
@@ -560,15 +601,24 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
             units = np.empty(cap * MQ_CQ_UNIT, dtype=np.uint8)
         if oom:
             raise MemoryError()
+        if arena is not None:
+            arena.update(types=types, cap=cap, cols=cols, ids=ids, firsts=firsts_arr, tags=tags, units=units)
         at = st.at
-        hashes = np.empty(at, dtype=np.int32)
-        rows = np.empty(at, dtype=np.int64)
-        if at:
-            memcpy(_ptr(hashes), st.hs, at * sizeof(int32_t))
-            memcpy(_ptr(rows), st.rs, at * sizeof(int64_t))
+        if st.owned or hs_arr is None or rs_arr is None:
+            hs_arr = np.empty(st.hcap, dtype=np.int32)
+            rs_arr = np.empty(st.hcap, dtype=np.int64)
+            if at:
+                memcpy(_ptr(hs_arr), st.hs, at * sizeof(int32_t))
+                memcpy(_ptr(rs_arr), st.rs, at * sizeof(int64_t))
+            if arena is not None:
+                arena["hs"] = hs_arr
+                arena["rs"] = rs_arr
+        hashes = hs_arr[:at]
+        rows = rs_arr[:at]
     finally:
-        free(st.hs)
-        free(st.rs)
+        if st.owned:
+            free(st.hs)
+            free(st.rs)
         free(st.pre_heap)
     if count < cap:
         cols = {name: a[:count] for name, a in cols.items()}
@@ -629,7 +679,7 @@ cdef bint _runs_grow(_Runs *r) noexcept nogil:
     return True
 
 
-def queue_runs(topic_id, queue_id, queue_offset, sys_flag, phys_offset, size, tags_code):
+def queue_runs(topic_id, queue_id, queue_offset, sys_flag, phys_offset, size, tags_code, dict arena=None):
     """The consume-queue runs of a batch's records, for dispatch when they are not one queue's
     run: the records that get a unit (not PREPARED or ROLLBACK) grouped by (topic number, queue
     id), the groups in the order of their first records, a group's records in commit-log order,
@@ -640,7 +690,9 @@ def queue_runs(topic_id, queue_id, queue_offset, sys_flag, phys_offset, size, ta
     are ``order[start:start + count]`` and its units ``units[20 * start:20 * (start + count)]``;
     contiguous is 1 when their queue offsets run on by one; the ends are the physical offset +
     size of its first and last record. One C pass over the columns in place of a sort and the
-    numpy of each group (a batch of a few queues spent more there than in its kernel call)."""
+    numpy of each group (a batch of a few queues spent more there than in its kernel call).
+    With ``arena`` (as ``dispatch_round``'s) ``order`` and ``units`` are slices of arrays kept
+    there for the next call."""
     tid_arr = np.ascontiguousarray(topic_id, dtype=np.int32)
     cdef Py_ssize_t n = tid_arr.shape[0], k, h, gi = -1, m = 0
     cdef const int32_t[::1] tid = tid_arr
@@ -709,8 +761,16 @@ def queue_runs(topic_id, queue_id, queue_offset, sys_flag, phys_offset, size, ta
                 end += r.info[h * 8 + 3]
         if oom:
             raise MemoryError()
-        order = np.empty(m, dtype=np.int64)
-        units = np.empty(m * MQ_CQ_UNIT, dtype=np.uint8)
+        order = arena.get("run_order") if arena is not None else None
+        units = arena.get("run_units") if arena is not None else None
+        if order is None or units is None or len(order) < m:
+            order = np.empty(m, dtype=np.int64)
+            units = np.empty(m * MQ_CQ_UNIT, dtype=np.uint8)
+            if arena is not None:
+                arena["run_order"] = order
+                arena["run_units"] = units
+        order = order[:m]
+        units = units[:m * MQ_CQ_UNIT]
         out = np.empty((r.g, 8), dtype=np.int64)
         order_p = <int64_t *>_ptr(order)
         units_p = <unsigned char *>_ptr(units)

@@ -228,6 +228,7 @@ def queue_runs(
     phys_offset: ArrayLike,
     size: ArrayLike,
     tags_code: ArrayLike,
+    arena: dict[str, Any] | None = None,
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.uint8]]: ...
 def dispatch_round(
     buf: Buffer,
@@ -251,6 +252,7 @@ def dispatch_round(
     cq_prefault_start: int = 0,
     cq_prefault_end: int = 0,
     prefault: Sequence[tuple[Buffer, int, int]] = (),
+    arena: dict[str, Any] | None = None,
 ) -> tuple[
     dict[str, NDArray[Any]],
     int,

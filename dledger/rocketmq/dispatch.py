@@ -109,6 +109,9 @@ class ReputMessageService:
         # Consume-queue files (file, start, end) the next batch's kernel call faults in: the
         # pages ahead of the queues a batch of several queues' runs appended to.
         self._cq_prefaults: list[tuple[Any, int, int]] = []
+        # The kernels' arrays, filled again by each batch (see dispatch_round): what a batch's
+        # call returns is valid until the next batch's.
+        self._arena: dict[str, Any] = {}
 
     # -- position ------------------------------------------------------------------------
 
@@ -308,6 +311,7 @@ class ReputMessageService:
             f.begin_timestamp if f is not None else 0,
             *cq_args,
             prefault=prefaults,
+            arena=self._arena,
         )
         if pf_end and hint_cq is not None:
             hint_cq.prefaulted(pf_end)
@@ -361,7 +365,7 @@ class ReputMessageService:
         phys = cols["phys_offset"]
         sizes = cols["size"]
         runs, order, units = K.queue_runs(
-            topic_id, cols["queue_id"], cols["queue_offset"], cols["sys_flag"], phys, sizes, tags_code
+            topic_id, cols["queue_id"], cols["queue_offset"], cols["sys_flag"], phys, sizes, tags_code, self._arena
         )
         for tid, qid, start, count, first_offset, contiguous, first_end, last_end in runs.tolist():
             topic_raw = topics_raw[tid]

@@ -237,3 +237,50 @@ def test_dispatch_round_prefaults_other_files_and_changes_no_byte() -> None:
         assert g.tolist() == w.tolist()
     with pytest.raises(ValueError, match="prefault range"):
         K.dispatch_round(buf, 0, 0, -1, False, -1, 0, prefault=[(other, 0, 20001)])
+
+
+def test_dispatch_round_with_an_arena_returns_what_it_returns_without() -> None:
+    arena: dict[str, object] = {}
+    for dledger, n, topics, max_records in (
+        (False, 700, 3, -1),
+        (False, 60, 1, 8),
+        (True, 700, 300, -1),
+        (False, 40, 2, -1),
+    ):
+        buf = _log(n, dledger, topics)
+        start = 0
+        while True:
+            want = K.dispatch_round(buf, 0, start, -1, dledger, max_records, 0)
+            got = K.dispatch_round(buf, 0, start, -1, dledger, max_records, 0, arena=arena)
+            assert got[1:3] == want[1:3] and got[9] == want[9]
+            assert {k: v.tolist() for k, v in got[0].items()} == {k: v.tolist() for k, v in want[0].items()}
+            for g, w in zip(got[3:8], want[3:8], strict=True):
+                assert g.dtype == w.dtype and g.tolist() == w.tolist()
+            assert (got[8] is None) == (want[8] is None)
+            if got[8] is not None and want[8] is not None:
+                assert bytes(got[8]) == bytes(want[8])
+            cols = got[0]
+            runs = K.queue_runs(
+                got[3],
+                cols["queue_id"],
+                cols["queue_offset"],
+                cols["sys_flag"],
+                cols["phys_offset"],
+                cols["size"],
+                got[5],
+            )
+            arena_runs = K.queue_runs(
+                got[3],
+                cols["queue_id"],
+                cols["queue_offset"],
+                cols["sys_flag"],
+                cols["phys_offset"],
+                cols["size"],
+                got[5],
+                arena,
+            )
+            for g, w in zip(arena_runs, runs, strict=True):
+                assert g.tolist() == w.tolist()
+            if got[2] != K.STOP_LIMIT:
+                break
+            start = got[1]
