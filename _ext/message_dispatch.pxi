@@ -96,6 +96,10 @@ ctypedef struct _KeyState:
     uint32_t *pre_heap
     Py_ssize_t pre_cap
     uint32_t prefixes[256]
+    # The last record's TAGS value and its hash: a run of records has the same tags.
+    const unsigned char *tag
+    int64_t tag_len
+    int32_t tag_hash
 
 
 cdef inline void _key_state_init(_KeyState *st) noexcept nogil:
@@ -110,6 +114,9 @@ cdef inline void _key_state_init(_KeyState *st) noexcept nogil:
     st.pre = st.prefixes
     st.pre_heap = NULL
     st.pre_cap = 256
+    st.tag = NULL
+    st.tag_len = 0
+    st.tag_hash = 0
 
 
 cdef int64_t _hash_cap(const _KeyCols *kc) noexcept nogil:
@@ -202,7 +209,14 @@ cdef int _key_one(_KeyState *st, const _KeyCols *kc, Py_ssize_t k, bint indexed)
     # TAGS, UNIQ_KEY and KEYS (as property_spans_many).
     q = kc.props + kc.po[k]
     mq_dispatch_props(q, <size_t>kc.pl[k], vo, vl)
-    st.tc[k] = <int64_t>(<int32_t>mq_java_hash_utf8(q + vo[0], <size_t>vl[0])) if vl[0] else 0
+    if vl[0] == 0:
+        st.tc[k] = 0
+    else:
+        if not (vl[0] == st.tag_len and mq_same(q + vo[0], st.tag, <size_t>vl[0])):
+            st.tag = q + vo[0]
+            st.tag_len = vl[0]
+            st.tag_hash = <int32_t>mq_java_hash_utf8(st.tag, <size_t>vl[0])
+        st.tc[k] = st.tag_hash
     if not indexed or (kc.sf[k] & 0xC) == 0xC:
         return 0
     if st.grow and not _hash_room(st, 1 + (kc.pl[k] + 1) // 2):

@@ -234,6 +234,8 @@ static inline int mq_same(const unsigned char *a, const unsigned char *b, size_t
             return 0;
     if (n >= 8)
         return mq_load64(a + n - 8) == mq_load64(b + n - 8);
+    if (n >= 4) /* two loads that overlap cover 4 to 7 bytes */
+        return mq_load32(a) == mq_load32(b) && mq_load32(a + n - 4) == mq_load32(b + n - 4);
     for (; i < n; i++)
         if (a[i] != b[i])
             return 0;
