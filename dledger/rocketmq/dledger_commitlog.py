@@ -42,6 +42,8 @@ from dledger.store.file import MmapFileStore
 log = logging.getLogger(__name__)
 K = _load_ext("message")
 _encode_put = K.encode_put
+_encode_uniform = K.encode_uniform
+_PUT_OK = AppendMessageStatus.PUT_OK
 
 BODY_OFFSET = 48
 _SIZE_MAGIC = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE
@@ -285,6 +287,10 @@ class DLedgerCommitLog(LogFiles):
     # -- puts ----------------------------------------------------------------------------
 
     def put(self, batch: PreparedBatch) -> AppendMessageResult:
+        embedded = self._embedded
+        if embedded is not None and self.writable and batch.uniform and batch.n > 1:
+            # The usual batch on a single member (writable implies not read-only).
+            return self._put_framed(batch, embedded)
         if self.readonly or self.appender is None:
             raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is read-only")
         if not self.writable:
@@ -295,8 +301,6 @@ class DLedgerCommitLog(LogFiles):
         n = batch.n
         if n == 1:
             return self._put_one(batch)
-        if batch.uniform and self._embedded is not None:
-            return self._put_framed(batch, self._embedded)
         with self.put_lock:
             now = self._store_time()
             if batch.uniform:
@@ -335,16 +339,29 @@ class DLedgerCommitLog(LogFiles):
         framed as entries (room for each 48-byte header before its record), the store fills the
         headers in place and writes them, so the records are copied once, into the file.
         What ``EmbeddedAppender.append_framed`` and ``on_committed`` do is done here inline
-        (a batch of small messages pays for each Python call on the put thread)."""
+        (a batch of small messages pays for each Python call on the put thread), and the
+        result's offset arrays are left to be built when read."""
         n = batch.n
         sh = batch.shared
-        advances = sh[7] if sh is not None else bool(batch.advances[0])
+        if sh is None:
+            sh = batch.shared_fields()
+        topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, advances = sh
         key = batch.queue_keys[0]
         table = self.topic_queue_table
+        if batch.props_stem is not None and not batch.properties:
+            props: Any = batch.props_stem
+            uniq = batch.uniq_first
+        else:
+            props, uniq = batch.properties, -1
         with self.put_lock:
-            now = self._store_time()
+            now = int(time.time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp  # never behind the last put's (see _store_time)
             q0 = table.get(key, 0) if advances else 0
-            buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET)
+            buf, starts = _encode_uniform(
+                batch.bodies, topic, props, uniq, queue_id, flag, sys_flag, born_ts, born_host, now,
+                store_host, q0, advances, 0, BODY_OFFSET,
+            )  # fmt: skip
             try:
                 _first, positions, end = store.append_framed_committed(buf, starts, self.term)
             except DLedgerError as exc:
@@ -357,15 +374,18 @@ class DLedgerCommitLog(LogFiles):
                 table[key] = q0 + n
             self.last_store_timestamp = now
         return AppendMessageResult(
-            AppendMessageStatus.PUT_OK,
+            _PUT_OK,
             int(positions[0]) + BODY_OFFSET,
             len(buf) - n * BODY_OFFSET,
             now,
             q0,
             n,
-            batch.store_hosts[0],
-            positions + BODY_OFFSET,
-            np.arange(q0, q0 + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
+            store_host,
+            None,
+            None,
+            positions,
+            BODY_OFFSET,
+            advances,
         )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:

@@ -128,6 +128,19 @@ class PreparedBatch:
                 self.properties = [stem + _HEX4[(first + i) & 0xFFFF] for i in range(self.n)]
         return self.properties
 
+    def shared_fields(self) -> tuple[Any, ...]:
+        """``shared`` read from the columns' first message (a uniform batch built without it)."""
+        return (
+            self.topics[0],
+            int(self.queue_ids[0]),
+            int(self.flags[0]),
+            int(self.sys_flags[0]),
+            int(self.born_timestamps[0]),
+            self.born_hosts[0],
+            self.store_hosts[0],
+            bool(self.advances[0]),
+        )
+
     def encode_uniform(
         self,
         queue_offset: int,
@@ -152,16 +165,7 @@ class PreparedBatch:
             uniq = -1
         sh = self.shared
         if sh is None:
-            sh = (
-                self.topics[0],
-                int(self.queue_ids[0]),
-                int(self.flags[0]),
-                int(self.sys_flags[0]),
-                int(self.born_timestamps[0]),
-                self.born_hosts[0],
-                self.store_hosts[0],
-                bool(self.advances[0]),
-            )
+            sh = self.shared_fields()
         topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, adv = sh
         return K.encode_uniform(
             bodies,

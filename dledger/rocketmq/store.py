@@ -55,6 +55,8 @@ from dledger.rocketmq.status import (
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
+_APPEND_OK = AppendMessageStatus.PUT_OK
+_PUT_OK = PutMessageStatus.PUT_OK
 _gather = _load_ext("gather")
 
 ABORT_FILE = "abort"
@@ -420,8 +422,8 @@ class MessageStore:
         except Exception as exc:
             return self._put_failed(exc)
         if not (self._sync_classic and batch.wait_store):
-            if result.status == AppendMessageStatus.PUT_OK:
-                return PutMessageResult(PutMessageStatus.PUT_OK, result)
+            if result.status is _APPEND_OK:
+                return PutMessageResult(_PUT_OK, result)
             return self._put_done(result, None)
 
         def written_end() -> int:

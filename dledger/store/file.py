@@ -278,13 +278,11 @@ class MmapFileStore:
         if self._closed or self.readonly:
             self._writable()
         lg = self._log
-        first, positions = lg.append_framed(buf, offsets, term)
+        first, positions, end = lg.append_framed_end(buf, offsets, term)
         if self.sync:
             self.flush()
-        last = lg.end
-        pos, size = lg.pos_and_size(last)
-        self._committed_pos = end = pos + size
-        self._committed = last
+        self._committed_pos = end
+        self._committed = first + len(positions) - 1
         return first, positions, end
 
     def append_as_follower(self, entry: Entry) -> Entry:

@@ -5,6 +5,7 @@ files exactly what the unframed path (records, then ``append_batch``) writes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -85,3 +86,50 @@ def test_gap_must_not_be_negative() -> None:
     with pytest.raises(ValueError):
         _uniform([b"x"], b"", -1, 0, 0, -1)
     assert np.asarray(_uniform([b"x"], b"", -1, 0, 0, 0)[1]).dtype == np.int64
+
+
+def test_append_framed_end_is_the_end_of_the_last_entry(tmp_path: Path) -> None:
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=1 << 13, mapped_file_size_for_entry_index=32 * 32)
+    s = MmapFileStore(tmp_path / "s", cfg, start_services=False, body_pos_patch=mk.PHY_POS_POSITION)
+    lg = s._log
+    for i in range(12):
+        bodies = [bytes([i, k]) * (k * 7 % 150) for k in range(1 + i * 3 % 17)]
+        fbuf, fstarts = _uniform(bodies, b"TAGS\x01t", -1, 0, 0, 48)
+        # A bytearray and int64 offsets are read in place; anything else through the buffer protocol.
+        buf: Any = fbuf if i % 2 else memoryview(fbuf)
+        offs: Any = fstarts if i % 3 else fstarts.tolist()
+        first, positions, end = lg.append_framed_end(buf, offs, 1)
+        assert first == lg.end - len(bodies) + 1
+        pos, size = lg.pos_and_size(lg.end)
+        assert end == pos + size and int(positions[-1]) == pos
+    assert len(lg.data.files) > 2
+    with pytest.raises(ValueError):
+        lg.append_framed_end(bytearray(100), np.array([0, 50], dtype=np.int64), 1)
+    s.close()
+
+
+def test_dledger_batch_result_offsets(tmp_path: Path) -> None:
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.message import MessageSysFlag
+    from dledger.rocketmq.store import MessageStore
+
+    s = MessageStore(tmp_path, MessageStoreConfig(enable_dledger_commit_log=True, store_host="10.0.0.1:10911"))
+    try:
+        for _ in range(3):
+            res = s.put_batch("TopicA", [b"a" * 10, b"b" * 20, b"c" * 5], tags="T")
+            ar = res.append_result
+            assert res.ok and ar is not None
+            assert ar.wrote_offsets is not None and ar.queue_offsets is not None
+            assert ar.wrote_offsets.tolist()[0] == ar.wrote_offset
+            assert ar.queue_offsets.tolist() == list(range(ar.logics_offset, ar.logics_offset + 3))
+            assert len(ar.msg_ids) == 3 and ar.msg_id == ",".join(ar.msg_ids)
+            for k, off in enumerate(ar.wrote_offsets.tolist()):
+                m = s.lookup(off)
+                assert m is not None and m.phys_offset == off and m.queue_offset == ar.queue_offsets[k]
+        prepared = s.put_batch("TopicA", [b"x", b"y"], sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE)
+        ar = prepared.append_result
+        assert ar is not None and ar.queue_offsets is not None and ar.queue_offsets.tolist() == [0, 0]
+        ar.queue_offsets = None  # still settable, as the fields they were
+        assert ar.queue_offsets is None
+    finally:
+        s.close()
