@@ -1,5 +1,7 @@
 # Included at the end of message.pyx: the single-put path's kernels (putMessage of one message).
 
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+
 
 cdef class PutTemplate:
     """What every put of one (topic, queue, properties, sys flag, born host) shares, checked once
@@ -98,3 +100,23 @@ def encode_put(PutTemplate t, bytes body, bytes uniq_head, int64_t counter, int3
     if tl:
         memcpy(q, tp, tl)
     return out
+
+
+def longest_body(bodies):
+    """``max(map(len, bodies))`` (0 for none): what a batch's size check needs, without a Python
+    call per body (``max(map(len, ...))`` costs a batch of 32 small bodies ~0.9 us)."""
+    cdef Py_ssize_t best = 0, n, k, count
+    cdef object b
+    if type(bodies) is list:
+        count = PyList_GET_SIZE(bodies)
+        for k in range(count):
+            b = <object>PyList_GET_ITEM(bodies, k)
+            n = PyBytes_GET_SIZE(b) if PyBytes_CheckExact(b) else len(b)
+            if n > best:
+                best = n
+        return best
+    for b in bodies:
+        n = PyBytes_GET_SIZE(b) if PyBytes_CheckExact(b) else len(b)
+        if n > best:
+            best = n
+    return best

@@ -1,7 +1,7 @@
 """RocketMQ 4.9 commit-log records: batch encode, scans into numpy columns, properties lookup, Java
 String.hashCode, consume-queue units and IndexFile updates (Cython: _ext/message.pyx)."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Sized
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -210,6 +210,7 @@ def encode_put(
     phys_offset: int,
     store_ts: int,
 ) -> bytes: ...
+def longest_body(bodies: Iterable[Sized]) -> int: ...
 def dispatch_keys(
     buf: Buffer,
     topic_buf: Buffer,

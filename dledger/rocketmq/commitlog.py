@@ -38,6 +38,7 @@ from dledger._ext import segment as _segment  # noqa: E402
 K = _load_ext("message")
 _encode_put = K.encode_put
 _END_MIN_BLANK = K.END_FILE_MIN_BLANK_LENGTH
+_PUT_OK = AppendMessageStatus.PUT_OK
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16
@@ -427,16 +428,9 @@ class CommitLog(LogFiles):
         if advances:
             self.topic_queue_table[key] = first + n
         self.last_store_timestamp = now
+        # Positional, the queue offsets built when read (see AppendMessageResult).
         return AppendMessageResult(
-            AppendMessageStatus.PUT_OK,
-            wrote_offset=pos,
-            wrote_bytes=len(buf),
-            store_timestamp=now,
-            logics_offset=first,
-            msg_num=n,
-            store_host=batch.store_hosts[0],
-            wrote_offsets=offsets[:-1],
-            queue_offsets=np.arange(first, first + n, dtype=np.int64) if advances else np.zeros(n, dtype=np.int64),
+            _PUT_OK, pos, len(buf), now, first, n, batch.store_hosts[0], offsets[:-1], None, None, 0, advances
         )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:

@@ -34,6 +34,7 @@ from dledger.rocketmq.message import (
 )
 
 K = _load_ext("message")
+_longest_body = K.longest_body
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 MAX_QUEUE_ID = (1 << 31) - 1
@@ -551,7 +552,7 @@ class BatchPreparer:
             plen = len(stem) + (4 if uniq_first >= 0 else 0)
             if plen > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            longest = max(map(len, body_list)) + plen + tpl.fixed_len  # lengths: when needed
+            longest = _longest_body(body_list) + plen + tpl.fixed_len  # lengths: when needed
         else:
             lengths = _keyed_lengths(body_list, props, tpl.fixed_len)
             longest = int(lengths.max())

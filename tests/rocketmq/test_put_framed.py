@@ -133,3 +133,12 @@ def test_dledger_batch_result_offsets(tmp_path: Path) -> None:
         assert ar.queue_offsets is None
     finally:
         s.close()
+
+
+def test_longest_body_is_max_of_len() -> None:
+    cases: list[Any] = [[], [b""], [b"a", b"abc", b"ab"], [bytearray(7), b"x" * 300, memoryview(b"12345")]]
+    for bodies in cases:
+        want = max(map(len, bodies), default=0)
+        assert mk.longest_body(bodies) == want
+        assert mk.longest_body(tuple(bodies)) == want
+        assert mk.longest_body(iter(bodies)) == want
