@@ -393,7 +393,7 @@ class CommitLog(LogFiles):
                     # The current file must end here: mark the rest as END_OF_FILE.
                     self._end_file(f)
                     f = self.files.last_file(file_from, True)
-                at = f.append(mv[int(starts[first]) : int(starts[last])])
+                at = f.append(mv[int(starts[first]) : int(starts[last])], True)
                 if at < 0:
                     raise OSError(f"{f.path}: records did not fit where they were placed")
             self.topic_queue_table.update(updates)
@@ -422,7 +422,8 @@ class CommitLog(LogFiles):
         buf, offsets = batch.encode_uniform(first, pos, now)
         if f.wrote_position + len(buf) + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
             return None
-        if f.append(buf) < 0:
+        # The GIL let go for the write: dispatch runs meanwhile (see WRITE_RELEASE in _ext/segment.pyx).
+        if f.append(buf, True) < 0:
             raise OSError(f"{f.path}: records did not fit where they were placed")
         n = batch.n
         if advances:

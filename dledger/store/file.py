@@ -274,11 +274,15 @@ class MmapFileStore:
     def append_framed_committed(self, buf: bytearray, offsets: np.ndarray, term: int) -> tuple[int, np.ndarray, int]:
         """``append_framed`` where an append is committed at once (a single member): also moves
         the committed index to the last entry, as ``update_committed_index`` would, without its
-        checks and property reads. Returns ``(first, positions, committed_pos)``."""
+        checks and property reads. Returns ``(first, positions, committed_pos)``.
+
+        The GIL is let go while the headers are filled and the batch is written, small or not:
+        the caller (the DLedger commit log's put thread) has a dispatch thread that works
+        meanwhile (see WRITE_RELEASE in _ext/segment.pyx)."""
         if self._closed or self.readonly:
             self._writable()
         lg = self._log
-        first, positions, end = lg.append_framed_end(buf, offsets, term)
+        first, positions, end = lg.append_framed_end(buf, offsets, term, True)
         if self.sync:
             self.flush()
         self._committed_pos = end

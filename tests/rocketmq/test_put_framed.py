@@ -98,7 +98,7 @@ def test_append_framed_end_is_the_end_of_the_last_entry(tmp_path: Path) -> None:
         # A bytearray and int64 offsets are read in place; anything else through the buffer protocol.
         buf: Any = fbuf if i % 2 else memoryview(fbuf)
         offs: Any = fstarts if i % 3 else fstarts.tolist()
-        first, positions, end = lg.append_framed_end(buf, offs, 1)
+        first, positions, end = lg.append_framed_end(buf, offs, 1, i % 4 < 2)  # with and without the GIL
         assert first == lg.end - len(bodies) + 1
         pos, size = lg.pos_and_size(lg.end)
         assert end == pos + size and int(positions[-1]) == pos
