@@ -9,7 +9,6 @@ from libc.stdlib cimport realloc
 cdef extern from "mq_format.h" nogil:
     int mq_same(const unsigned char *a, const unsigned char *b, size_t n)
     void mq_dispatch_props(const unsigned char *q, size_t n, int64_t *vo, int64_t *vl)
-    void mq_prefetch_w(const void *p)
     void mq_prefetch_r(const void *p)
 
 # errno is declared once for the module, in message_service.pxi (included before this file).
@@ -324,12 +323,6 @@ cdef inline void _index_item(unsigned char *p, unsigned char *slot, int64_t item
     count[0] += 1
 
 
-# How many items ahead of the one being put its slot is fetched: a slot of a large table is a
-# cache miss, and the items' slots are known in advance.
-cdef enum:
-    _SLOT_AHEAD = 8
-
-
 cdef Py_ssize_t _index_put_rows(unsigned char *p, int32_t hash_slot_num, int32_t index_num, int64_t begin_ts,
                                 const int32_t *keys, const int64_t *rows, Py_ssize_t n, const int64_t *phys,
                                 const int64_t *ts) noexcept nogil:
@@ -340,22 +333,17 @@ cdef Py_ssize_t _index_put_rows(unsigned char *p, int32_t hash_slot_num, int32_t
     cdef int32_t count = <int32_t>dl_get32(p + 36), slots = <int32_t>dl_get32(p + 32), diff
     cdef int64_t items_at = MQ_INDEX_HEADER + <int64_t>hash_slot_num * MQ_INDEX_SLOT, begin, d
     cdef unsigned char *table = p + MQ_INDEX_HEADER
-    cdef unsigned char *ahead[_SLOT_AHEAD]
     cdef unsigned char *slot
     if count <= 0:
         count = 1  # IndexHeader.load
     cdef bint fresh = count <= 1
     cdef Py_ssize_t put = 0, i
-    for i in range(n if n < _SLOT_AHEAD else _SLOT_AHEAD):
-        ahead[i] = table + <int64_t>(keys[i] % hash_slot_num) * MQ_INDEX_SLOT
-        mq_prefetch_w(ahead[i])
+    # (Fetching the slots of the items 8 ahead made no difference measured: 57-59 ns a message
+    # either way, the 20 MB table being mostly in L3.)
     for i in range(n):
         if count >= index_num:
             break
-        slot = ahead[i % _SLOT_AHEAD]
-        if i + _SLOT_AHEAD < n:
-            ahead[i % _SLOT_AHEAD] = table + <int64_t>(keys[i + _SLOT_AHEAD] % hash_slot_num) * MQ_INDEX_SLOT
-            mq_prefetch_w(ahead[i % _SLOT_AHEAD])
+        slot = table + <int64_t>(keys[i] % hash_slot_num) * MQ_INDEX_SLOT
         begin = ts[rows[0]] if fresh and i > 0 else begin_ts
         d = ts[rows[i]] - begin
         d = 0 if d < 0 else d // 1000

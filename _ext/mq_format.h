@@ -207,15 +207,6 @@ static inline uint32_t mq_java_hash_utf8(const unsigned char *s, size_t n) {
     return mq_java_hash_utf8_from(0, s, n);
 }
 
-/* Fetch the cache line at ``p`` for a write soon (nothing where the compiler has no prefetch). */
-static inline void mq_prefetch_w(const void *p) {
-#if defined(__GNUC__)
-    __builtin_prefetch(p, 1, 3);
-#else
-    (void)p;
-#endif
-}
-
 /* Fetch the cache line at ``p`` for a read soon; an address past the mapping is harmless. */
 static inline void mq_prefetch_r(const void *p) {
 #if defined(__GNUC__)
