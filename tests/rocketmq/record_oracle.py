@@ -13,6 +13,8 @@ import struct
 import zlib
 from typing import Any
 
+import numpy as np
+
 MESSAGE_MAGIC_CODE = -626843481
 BLANK_MAGIC_CODE = -875286124
 QUEUE_OFFSET_POSITION = 20
@@ -483,3 +485,25 @@ def index_lookup(
             break
         nxt = prev
     return out
+
+
+def key_columns(
+    records: list[tuple[bytes, bytes, int]], after_topic: bytes = b"\x02", after_props: bytes = b"\x01"
+) -> tuple[bytes, dict[str, Any]]:
+    """A buffer of (topic, properties, sys flag) records with the columns dispatch's keys pass
+    reads (topic and properties offsets and lengths, sys flags), each field followed by a byte
+    that is not part of it (the kernels must keep to the lengths)."""
+    buf = bytearray(b"\x07" * 3)
+    cols: dict[str, list[int]] = {k: [] for k in ("topic_off", "topic_len", "props_off", "props_len", "sys_flag")}
+    for topic, props, flag in records:
+        cols["topic_off"].append(len(buf))
+        cols["topic_len"].append(len(topic))
+        buf += topic + after_topic
+        cols["props_off"].append(len(buf))
+        cols["props_len"].append(len(props))
+        buf += props + after_props
+        cols["sys_flag"].append(flag)
+    return bytes(buf), {
+        k: np.asarray(v, dtype=np.int32 if k in ("topic_len", "props_len", "sys_flag") else np.int64)
+        for k, v in cols.items()
+    }

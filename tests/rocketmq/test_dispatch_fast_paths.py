@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from record_oracle import encode_dledger_entry, encode_record, index_file_size, java_hash, java_hash_bytes
+from record_oracle import (
+    encode_dledger_entry,
+    encode_record,
+    index_file_size,
+    java_hash,
+    java_hash_bytes,
+    key_columns,
+)
 
 from dledger._ext import load
 
@@ -64,20 +71,7 @@ _record = st.tuples(
 
 
 def _layout(records: list[tuple[bytes, bytes, int]]) -> tuple[bytes, dict[str, np.ndarray]]:
-    buf = bytearray(b"\x07" * 3)
-    cols: dict[str, list[int]] = {k: [] for k in ("topic_off", "topic_len", "props_off", "props_len", "sys_flag")}
-    for topic, props, flag in records:
-        cols["topic_off"].append(len(buf))
-        cols["topic_len"].append(len(topic))
-        buf += topic + b"\x02"
-        cols["props_off"].append(len(buf))
-        cols["props_len"].append(len(props))
-        buf += props + b"\x01"
-        cols["sys_flag"].append(flag)
-    return bytes(buf), {
-        k: np.asarray(v, dtype=np.int32 if k in ("topic_len", "props_len", "sys_flag") else np.int64)
-        for k, v in cols.items()
-    }
+    return key_columns(records)
 
 
 @settings(max_examples=400, deadline=None)
@@ -260,25 +254,9 @@ def test_dispatch_round_with_an_arena_returns_what_it_returns_without() -> None:
             if got[8] is not None and want[8] is not None:
                 assert bytes(got[8]) == bytes(want[8])
             cols = got[0]
-            runs = K.queue_runs(
-                got[3],
-                cols["queue_id"],
-                cols["queue_offset"],
-                cols["sys_flag"],
-                cols["phys_offset"],
-                cols["size"],
-                got[5],
-            )
-            arena_runs = K.queue_runs(
-                got[3],
-                cols["queue_id"],
-                cols["queue_offset"],
-                cols["sys_flag"],
-                cols["phys_offset"],
-                cols["size"],
-                got[5],
-                arena,
-            )
+            args = (got[3], cols["queue_id"], cols["queue_offset"], cols["sys_flag"], cols["phys_offset"])
+            runs = K.queue_runs(*args, cols["size"], got[5])
+            arena_runs = K.queue_runs(*args, cols["size"], got[5], arena)
             for g, w in zip(arena_runs, runs, strict=True):
                 assert g.tolist() == w.tolist()
             if got[2] != K.STOP_LIMIT:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from record_oracle import key_columns
 
 from dledger._ext import load
 
@@ -21,22 +22,11 @@ _record = st.tuples(
 
 
 def _layout(records: list[tuple[str, list[tuple[str, str]], int]]) -> tuple[bytes, dict[str, np.ndarray]]:
-    buf = bytearray(b"\x07" * 3)
-    cols: dict[str, list[int]] = {k: [] for k in ("topic_off", "topic_len", "props_off", "props_len", "sys_flag")}
-    for topic, props, flag in records:
-        raw = topic.encode()
-        cols["topic_off"].append(len(buf))
-        cols["topic_len"].append(len(raw))
-        buf += raw + b"\x09"
-        p = b"".join(k.encode() + b"\x01" + v.encode() + b"\x02" for k, v in props)
-        cols["props_off"].append(len(buf))
-        cols["props_len"].append(len(p))
-        buf += p + b"\x05"
-        cols["sys_flag"].append(flag)
-    return bytes(buf), {
-        k: np.asarray(v, dtype=np.int32 if k in ("topic_len", "props_len", "sys_flag") else np.int64)
-        for k, v in cols.items()
-    }
+    raw = [
+        (topic.encode(), b"".join(k.encode() + b"\x01" + v.encode() + b"\x02" for k, v in props), flag)
+        for topic, props, flag in records
+    ]
+    return key_columns(raw, b"\x09", b"\x05")
 
 
 def _expected(buf: bytes, c: dict[str, np.ndarray], index_from: int) -> tuple[np.ndarray, ...]:
