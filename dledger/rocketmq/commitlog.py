@@ -367,16 +367,10 @@ class CommitLog(LogFiles):
         recorded in the topic-queue table."""
         if batch.n == 1:
             return self._put_one(batch)
-        longest = batch.longest
-        if longest < 0:
-            longest = batch.longest_record()
-        if longest + _END_MIN_BLANK > self.file_size:
+        if batch.longest_record() + _END_MIN_BLANK > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
-            # _store_time, inline
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp
+            now = self._store_time()
             if batch.uniform:
                 res = self._put_uniform(batch, now)
                 if res is not None:

@@ -42,7 +42,6 @@ from dledger.store.file import MmapFileStore
 log = logging.getLogger(__name__)
 K = _load_ext("message")
 _encode_put = K.encode_put
-_encode_uniform = K.encode_uniform
 _PUT_OK = AppendMessageStatus.PUT_OK
 
 BODY_OFFSET = 48
@@ -342,26 +341,14 @@ class DLedgerCommitLog(LogFiles):
         (a batch of small messages pays for each Python call on the put thread), and the
         result's offset arrays are left to be built when read."""
         n = batch.n
-        sh = batch.shared
-        if sh is None:
-            sh = batch.shared_fields()
-        topic, queue_id, flag, sys_flag, born_ts, born_host, store_host, advances = sh
+        sh = batch.shared if batch.shared is not None else batch.shared_fields()
+        store_host, advances = sh[6], sh[7]
         key = batch.queue_keys[0]
         table = self.topic_queue_table
-        if batch.props_stem is not None and not batch.properties:
-            props: Any = batch.props_stem
-            uniq = batch.uniq_first
-        else:
-            props, uniq = batch.properties, -1
         with self.put_lock:
-            now = int(time.time() * 1000)
-            if now < self.last_store_timestamp:
-                now = self.last_store_timestamp  # never behind the last put's (see _store_time)
+            now = self._store_time()
             q0 = table.get(key, 0) if advances else 0
-            buf, starts = _encode_uniform(
-                batch.bodies, topic, props, uniq, queue_id, flag, sys_flag, born_ts, born_host, now,
-                store_host, q0, advances, 0, BODY_OFFSET,
-            )  # fmt: skip
+            buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET)
             try:
                 _first, positions, end = store.append_framed_committed(buf, starts, self.term)
             except DLedgerError as exc:

@@ -597,7 +597,7 @@ class MessageService:
         n = batch.n
         st = self.node_store
         with cl.put_lock:
-            now = max(int(time.time() * 1000), cl.last_store_timestamp)
+            now = cl._store_time()
             bodies: FramedBodies | PackedBodies
             if isinstance(batch, _PackedSend):
                 first_offset = cl.topic_queue_table.get(batch.queue_key, 0) if batch.advances else 0
