@@ -207,6 +207,7 @@ class MessageStore:
         self.reput.reput_from = self._reput_start(started)
         if self.mode == DLEDGER:
             self.commitlog.wakeup = self.reput.wakeup
+            self.reput.woken_by_commits = True
             self.commitlog.on_role_ready = self.recover_topic_queue_table
         if not ro:
             # start(): finish what dispatch lacks before taking writes.

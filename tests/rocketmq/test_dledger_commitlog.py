@@ -17,6 +17,7 @@ import record_oracle as oracle
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.dispatch import IDLE_WAIT
 from dledger.rocketmq.dledger_commitlog import LEADER, status_of_dledger_code
 from dledger.rocketmq.message import Message
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
@@ -190,6 +191,41 @@ def test_new_leader_rebuilds_queue_offsets(tmp_path: Path) -> None:
         assert s.commitlog.topic_queue_table["T-1"] == 7
         r = s.put_message(Message("T", b"7", queue_id=1))
         assert r.ok and r.queue_offset == 7
+
+
+def test_dispatch_sleeps_until_a_commit_wakes_it(tmp_path: Path) -> None:
+    """In DLedger mode every commit wakes dispatch, so an idle store runs no rounds that find
+    nothing (each would take the GIL from the thread serving the group), and a commit is still
+    dispatched without a poll."""
+    holder: dict[str, ManualAppender] = {}
+
+    def factory(store: MmapFileStore) -> ManualAppender:
+        holder["a"] = ManualAppender(store)
+        return holder["a"]
+
+    with MessageStore(tmp_path / "s", config(), appender=factory) as s:
+        s.on_role_change(LEADER, 0)
+        wait_writable(s)
+        rounds = [0]
+        dispatch_now = s.reput.dispatch_now
+
+        def counted(*args: Any, **kw: Any) -> int:
+            rounds[0] += 1
+            return dispatch_now(*args, **kw)
+
+        s.reput.dispatch_now = counted  # type: ignore[method-assign]
+        time.sleep(0.5)
+        # A poll every 1 ms would have made ~500 rounds; a sleep of IDLE_WAIT between safety
+        # rounds makes about ten.
+        assert rounds[0] <= 0.5 / IDLE_WAIT + 3
+        r = s.put_messages([Message("T", b"m%d" % i) for i in range(3)])
+        assert r.ok
+        s.on_committed(holder["a"].commit_all())
+        deadline = time.monotonic() + 10
+        while s.get_messages("T", 0, 0).status != GetMessageStatus.FOUND:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert [m.body for m in s.get_messages("T", 0, 0).messages] == [b"m0", b"m1", b"m2"]
 
 
 def test_code_mapping() -> None:
