@@ -82,7 +82,7 @@ class Core:
 
     # --- writes to the log: each marks the store dirty, even when it fails part way --------
 
-    def append_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
+    def append_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, Sequence[int]]:
         """Append ``bodies`` in ``term``; returns (first index, each body's position)."""
         try:
             if len(bodies) == 1:

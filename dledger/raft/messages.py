@@ -13,6 +13,7 @@ no futures, so the id travels inside the message and the response echoes it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any, ClassVar
@@ -250,7 +251,7 @@ class AppendEntryResponse(Message):
 
     index: int = -1
     pos: int = -1
-    positions: list[int] = field(default_factory=list)
+    positions: Sequence[int] = field(default_factory=list)
     REQUEST_CODE: ClassVar[RequestCode] = RequestCode.APPEND
     IS_RESPONSE: ClassVar[bool] = True
 

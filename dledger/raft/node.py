@@ -366,7 +366,7 @@ class RaftNode:
             )
             return
         last = first + len(bodies) - 1
-        self.replicator.wait_ack(last, term, positions[-1], positions, handle)
+        self.replicator.wait_ack(last, term, int(positions[-1]), positions, handle)
         self.replicator.pump()
 
     def _on_append_done(self, handle: Any, resp: AppendEntryResponse) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ class PendingAppend:
     waiter: Any
     index: int
     pos: int
-    positions: list[int]
+    positions: Sequence[int]
     deadline_ms: int
 
 
@@ -611,7 +611,7 @@ class Replicator:
         )
         self.on_append_done(p.waiter, resp)
 
-    def wait_ack(self, entry_index: int, entry_term: int, pos: int, positions: list[int], waiter: Any) -> None:
+    def wait_ack(self, entry_index: int, entry_term: int, pos: int, positions: Sequence[int], waiter: Any) -> None:
         """waitAck: record the append. DLedger counts the leader's own copy here; we count it
         when it is durable (``on_flushed``), so that pushes can go out before our flush."""
         self._check_term_for_water_mark(entry_term)

@@ -639,7 +639,7 @@ class MessageService:
             "",
             qid,
             first_offset,
-            r.positions or [r.pos],
+            r.positions if len(r.positions) else [r.pos],
             self._store_host_text,
             g.self_id,
             phys_add=BODY_OFFSET,

@@ -191,7 +191,7 @@ class SendResponse:
             "reason": self.reason,
             "queue_id": self.queue_id,
             "queue_offset": self.queue_offset,
-            "phys": np.fromiter(phys, dtype=PHYS_DTYPE, count=n).tobytes() if n else b"",
+            "phys": np.asarray(phys, dtype=PHYS_DTYPE).tobytes() if n else b"",
             "phys_add": self.phys_add,
             "store_host": self.store_host,
             "leader": self.leader,

@@ -30,7 +30,7 @@ class DLedgerStore(Protocol):
         """Append one body at ``ledger_end_index + 1`` with ``term``; returns the entry."""
         ...
 
-    def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
+    def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, Sequence[int]]:
         """Append many bodies; returns the first index and the position of each entry."""
         ...
 

@@ -71,7 +71,7 @@ class MemoryStore:
         check(term >= self._end_term, ResponseCode.INCONSISTENT_TERM, "term moves back")
         return self._put(Entry(index=self._end + 1, term=term, pos=self._next_pos, body=bytes(body)))
 
-    def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, list[int]]:
+    def append_batch_as_leader(self, bodies: Sequence[bytes], term: int) -> tuple[int, Sequence[int]]:
         for body in bodies:
             self._check_body(body)
         first = self._end + 1
