@@ -26,6 +26,20 @@ PREFAULT_WRITE = 1
 PREFAULT_WILLNEED = 2
 
 
+def copy_into(dst, Py_ssize_t pos, src):
+    """``dst[pos:pos + len(src)] = src`` without the GIL. ``dst`` is a file mapping (a consume
+    queue's): the copy can take a page fault per page, and the other threads need not wait
+    for them (the leader's event loop wants the GIL while dispatch writes its units)."""
+    cdef unsigned char[::1] d = dst
+    cdef const unsigned char[::1] s = _ro(src)
+    cdef Py_ssize_t n = s.shape[0]
+    if pos < 0 or pos > d.shape[0] - n:
+        raise ValueError(f"{n} bytes at {pos} do not fit {d.shape[0]}")
+    if n:
+        with nogil:
+            memcpy(&d[pos], &s[0], <size_t>n)
+
+
 def prefault(buf, Py_ssize_t start=0, Py_ssize_t end=-1, int how=PREFAULT_READ):
     """Fault in the pages of ``buf[start:end]`` (a mapping) without the GIL, so the thread that
     then reads or writes them does not take a fault per page: PREFAULT_READ / PREFAULT_WRITE map

@@ -164,6 +164,7 @@ PREFAULT_WRITE: int
 PREFAULT_WILLNEED: int
 
 def prefault(buf: Buffer, start: int = 0, end: int = -1, how: int = ...) -> int: ...
+def copy_into(dst: Buffer, pos: int, src: Buffer) -> None: ...
 
 # The single put (_ext/message_put.pxi).
 class PutTemplate:

@@ -125,7 +125,7 @@ class MappedFile:
     def write(self, pos: int, data: bytes | memoryview) -> None:
         assert self.mm is not None and not self.readonly
         end = pos + len(data)
-        self.mm[pos:end] = data
+        _mk.copy_into(self.mm, pos, data)
         self.written(pos, end)
 
     def written(self, pos: int, end: int) -> None:

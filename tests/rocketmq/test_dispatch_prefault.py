@@ -97,3 +97,21 @@ def test_consume_queue_units_with_pages_faulted_ahead_give_the_same_bytes(
     a = _queue_bytes(tmp_path / "a", True, monkeypatch)
     assert a == _queue_bytes(tmp_path / "b", False, monkeypatch)
     assert len(a) == 4
+
+
+@given(size=st.integers(0, 2 * 4096), pos=st.integers(-3, 2 * 4096 + 3), src=st.binary(max_size=4096 + 5))
+def test_copy_into_is_a_slice_assignment_with_bounds(size: int, pos: int, src: bytes) -> None:
+    """copy_into (the consume queue's write, without the GIL) writes what a slice assignment
+    would, into a file mapping or an ndarray, and refuses what would not fit."""
+    m = mmap.mmap(-1, max(size, 1))
+    want = bytearray(m)
+    fits = 0 <= pos and pos + len(src) <= len(m)
+    if fits:
+        want[pos : pos + len(src)] = src
+        K.copy_into(m, pos, np.frombuffer(src, dtype=np.uint8))
+    else:
+        with pytest.raises(ValueError):
+            K.copy_into(m, pos, src)
+    assert m[:] == bytes(want)
+    with pytest.raises(BufferError):
+        K.copy_into(bytes(8), 0, b"x")
