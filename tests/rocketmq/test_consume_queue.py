@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import mmap
 import os
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +209,29 @@ def test_delete_expired_removes_leading_files_and_corrects_the_minimum(tmp_path:
     assert [p.name for p in queue_dir(tmp_path).iterdir()] == ["00000000000000000600"]
     assert cq.max_offset == 35
     cq.close()
+
+
+def resident_pages(path: Path) -> int:
+    """How many of the file's pages are in the page cache (mincore over a mapping of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = path.stat().st_size
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = (ctypes.c_ubyte * pages)()
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        assert libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) == 0, ctypes.get_errno()
+        return sum(v & 1 for v in vec)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and readahead as Linux has them")
+def test_a_new_queue_file_takes_page_cache_only_for_what_is_written(tmp_path: Path) -> None:
+    """A queue's first units fault in their own pages, not a readahead window of zeros (the
+    whole 6 MB file where the disk reads ahead 8 MB)."""
+    cq = ConsumeQueue(tmp_path, "T", 0)  # the default 6 MB files
+    fill(cq, 0, 3)
+    path = cq.files[-1].path
+    cq.close()
+    assert resident_pages(path) <= 2
 
 
 def test_read_only_queue_never_writes(tmp_path: Path) -> None:
