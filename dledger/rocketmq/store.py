@@ -298,7 +298,7 @@ class MessageStore:
             # after it is let go: dispatch waited out each one (up to ~140 ms a second for a
             # busy member's queues and index), and a long poll with it.
             with self.reput._lock:
-                jobs = self.consume_queues.flush_jobs() + self.index_service.flush_jobs()
+                jobs = self.consume_queues.flush_jobs() + self.index_service.flush_jobs(partial=False)
             for job in jobs:
                 job()
         if logics_ts:
