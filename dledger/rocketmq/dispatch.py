@@ -74,6 +74,12 @@ CQ_PREFAULTS = 16
 # The longest a service woken by commits sleeps without one (a wake that never came is
 # caught up on after this).
 IDLE_WAIT = 0.05
+# The pause between rounds (see ReputMessageService._run), and the longer one after a round of
+# HEAVY_ROUND records or more (a stream of ~500k messages a second and up); the figures that
+# chose them are in docs/message-store.md.
+BUSY_PAUSE = 0.001
+HEAVY_PAUSE = 0.004
+HEAVY_ROUND = 512
 
 
 class ReputMessageService:
@@ -133,35 +139,40 @@ class ReputMessageService:
 
     def wakeup(self) -> None:
         """The readable end moved (a DLedger commit): an idle service dispatches at once, so a
-        lone message is not kept waiting; a busy one finds the wake set after its 1 ms pause."""
+        lone message is not kept waiting; a busy one finds the wake set after its pause."""
         if not self._wake.is_set():
             self._wake.set()
 
     def _run(self) -> None:
-        busy = False
+        last = 0
         while not self._stop.is_set():
+            # After a round, a pause, so that what comes meanwhile makes one batch (a round per
+            # put or commit would cost more than the put): 1 ms as RocketMQ, and HEAVY_PAUSE
+            # once rounds find HEAVY_ROUND records or more. Each round takes the GIL from the
+            # putting thread (the leader's event loop, in a group) a few times, and each
+            # hand-over stalls it (a thread that waits for the GIL, woken on another core, is
+            # slow to run in a VM): a stream that fast is served better by fewer, bigger
+            # rounds, while a slower one keeps the 1 ms.
+            pause = HEAVY_PAUSE if last >= HEAVY_ROUND else BUSY_PAUSE
             if self.woken_by_commits:
-                # Every commit wakes the service, so it sleeps until one comes rather than
-                # polling: a round that finds nothing still takes the GIL from the thread that
-                # serves the group (one hand-over each, hundreds a second). After a round that
-                # found records it pauses 1 ms first, so the commits of that 1 ms make one batch
-                # (a round per commit would cost more than the commit).
-                if busy:
-                    self._stop.wait(0.001)
+                # Every commit wakes the service, so an idle one sleeps until one comes rather
+                # than polling: a round that finds nothing still takes the GIL.
+                if last:
+                    self._stop.wait(pause)
                 self._wake.wait(IDLE_WAIT)
             else:
-                # As RocketMQ: a round, then 1 ms. Puts do not wake it: a round per put would
-                # cost more than the put, while 1 ms of puts make one batch.
-                self._wake.wait(0.001)
+                # Puts do not wake it (as RocketMQ): it polls.
+                self._wake.wait(pause)
             self._wake.clear()
             if self._stop.is_set():
                 break
             try:
-                busy = self.dispatch_now(to_end=False) > 0
+                last = self.dispatch_now(to_end=False)
             except BaseException as exc:
                 self.error = exc
                 log.exception("dispatch failed at commit-log offset %d; retrying", self.reput_from)
                 self._stop.wait(0.5)
+                last = 0
 
     def stop(self) -> None:
         self._stop.set()
