@@ -129,19 +129,21 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
-    def write(self, pos: int, data: bytes | memoryview) -> None:
+    def write(self, pos: int, data: bytes | memoryview, prefault: bool = True) -> None:
         assert self.mm is not None and not self.readonly
         end = pos + len(data)
         _mk.copy_into(self.mm, pos, data)
-        self.written(pos, end)
+        self.written(pos, end, prefault)
 
-    def written(self, pos: int, end: int) -> None:
+    def written(self, pos: int, end: int, prefault: bool = True) -> None:
         """Bookkeeping of bytes ``pos``..``end`` written into the mapping (by ``write``, or by a
-        kernel: dispatch's ``dispatch_round``): what the next flush covers, and the pages ahead."""
+        kernel: dispatch's ``dispatch_round``): what the next flush covers, and, with
+        ``prefault``, the pages ahead (dispatch has its next kernel call fault them in instead:
+        a thread started per round cost it GIL hand-overs, up to ~0.5 ms a round)."""
         self.dirty_from = min(self.dirty_from, pos)
         self.dirty_to = max(self.dirty_to, end)
         n = end - pos
-        if n >= PREFAULT_MIN_WRITE and end + n > self._prefaulted_to and end < self.file_size:
+        if prefault and n >= PREFAULT_MIN_WRITE and end + n > self._prefaulted_to and end < self.file_size:
             self._prefault_ahead(end, n * PREFAULT_WRITES)
 
     def _prefault_ahead(self, start: int, length: int) -> None:
@@ -499,7 +501,14 @@ class ConsumeQueue:
         """putMessagePositionInfo for one message."""
         return self.put_units([cq_offset], [phys_offset], [size], [tags_code]) >= 0
 
-    def put_units(self, cq_offsets: ArrayLike, phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLike) -> int:
+    def put_units(
+        self,
+        cq_offsets: ArrayLike,
+        phys_offsets: ArrayLike,
+        sizes: ArrayLike,
+        tags_codes: ArrayLike,
+        prefault: bool = True,
+    ) -> int:
         """putMessagePositionInfo for a batch, in order; returns how many units were written.
 
         As RocketMQ: a unit whose message ends at or before ``max_physic_offset`` is a repeated
@@ -533,7 +542,7 @@ class ConsumeQueue:
                 written += self._put_one(int(cq[i]), int(phys[i]), int(size[i]), int(tags[i]))
                 i += 1
                 continue
-            self._append(phys[i : i + run], size[i : i + run], tags[i : i + run])
+            self._append(phys[i : i + run], size[i : i + run], tags[i : i + run], prefault)
             self.max_physic_offset = int(ends[run - 1])
             written += run
             i += run
@@ -551,7 +560,7 @@ class ConsumeQueue:
         bad = np.flatnonzero(~ok)
         return int(bad[0]) if len(bad) else k
 
-    def append_run(self, units: Any, first_offset: int, first_end: int, last_end: int) -> bool:
+    def append_run(self, units: Any, first_offset: int, first_end: int, last_end: int, prefault: bool = True) -> bool:
         """put_units of encoded units (``units``, 20 bytes each) whose queue offsets run on by one
         from ``first_offset`` and whose messages end at ``first_end`` .. ``last_end``, growing: written
         as they are when they continue this queue exactly (the next offset, past
@@ -565,7 +574,7 @@ class ConsumeQueue:
             or first_end <= self.max_physic_offset
         ):
             return False
-        self._append_bytes(units)
+        self._append_bytes(units, prefault)
         self.max_physic_offset = last_end
         return True
 
@@ -606,20 +615,22 @@ class ConsumeQueue:
         f = self.files[-1]
         pos = f.wrote_position
         f.wrote_position = pos + nbytes
-        f.written(pos, pos + nbytes)
+        f.written(pos, pos + nbytes, prefault=False)  # the kernel call faulted the pages ahead in
         self.max_physic_offset = last_end
 
-    def _append(self, phys: NDArray[np.int64], size: NDArray[np.int32], tags: NDArray[np.int64]) -> None:
-        self._append_bytes(encode_units(phys, size, tags))
+    def _append(
+        self, phys: NDArray[np.int64], size: NDArray[np.int32], tags: NDArray[np.int64], prefault: bool = True
+    ) -> None:
+        self._append_bytes(encode_units(phys, size, tags), prefault)
 
-    def _append_bytes(self, units: Any) -> None:
+    def _append_bytes(self, units: Any, prefault: bool = True) -> None:
         data = memoryview(units).cast("B")
         pos = 0
         while pos < len(data):
             f = self._last_file(self.max_offset * CQ_STORE_UNIT_SIZE)
             room = f.file_size - f.wrote_position
             chunk = data[pos : pos + room]
-            f.write(f.wrote_position, chunk)
+            f.write(f.wrote_position, chunk, prefault)
             f.wrote_position += len(chunk)
             pos += len(chunk)
 

@@ -69,7 +69,7 @@ LONG_MAX = (1 << 63) - 1
 CQ_UNIT = K.CQ_UNIT_SIZE
 # How far ahead of a busy queue's writes dispatch keeps its file's pages faulted in.
 CQ_PREFAULT = 256 << 10
-# At most this many queues' files a batch (what dispatch_round takes).
+# At most this many files' ranges a batch (what dispatch_round takes).
 CQ_PREFAULTS = 16
 # The longest a service woken by commits sleeps without one (a wake that never came is
 # caught up on after this).
@@ -116,9 +116,9 @@ class ReputMessageService:
         self.error: BaseException | None = None
         # (consume queue, its topic's bytes) the last batch's run went to.
         self._cq_hint: tuple[ConsumeQueue, bytes] | None = None
-        # Consume-queue files (file, start, end) the next batch's kernel call faults in: the
-        # pages ahead of the queues a batch of several queues' runs appended to.
-        self._cq_prefaults: list[tuple[Any, int, int]] = []
+        # Mapped files (file, start, end) the next batch's kernel call faults in: the pages ahead
+        # of the queues a batch of several queues' runs appended to, and of the index's items.
+        self._prefaults: list[tuple[Any, int, int]] = []
         # The kernels' arrays, filled again by each batch (see dispatch_round): what a batch's
         # call returns is valid until the next batch's.
         self._arena: dict[str, Any] = {}
@@ -320,8 +320,8 @@ class ReputMessageService:
             mm, pos, room, nxt, max_phys = target
             pf_start, pf_end = hint_cq.prefault_range(CQ_PREFAULT)
             cq_args = (mm, pos, room, hint[1], hint_cq.queue_id, nxt, max_phys, pf_start, pf_end)
-        prefaults = tuple((pf[0].mm, pf[1], pf[2]) for pf in self._cq_prefaults if pf[0].mm is not None)
-        self._cq_prefaults.clear()
+        prefaults = tuple((pf[0].mm, pf[1], pf[2]) for pf in self._prefaults if pf[0].mm is not None)
+        self._prefaults.clear()
         cols, stop, code, topic_id, firsts, tags_code, hashes, rows, units, put = K.dispatch_round(
             seg.view,
             seg.base,
@@ -349,7 +349,9 @@ class ReputMessageService:
         if put:
             assert f is not None
             r0, r1 = int(rows[0]), int(rows[put - 1])
-            f.after_put(first_put, int(phys[r0]), int(ts[r0]), int(phys[r1]), int(ts[r1]))
+            ahead = f.after_put(first_put, int(phys[r0]), int(ts[r0]), int(phys[r1]), int(ts[r1]), prefault=False)
+            if ahead is not None:
+                self._prefaults.append((f, *ahead))
         if index is not None and put < len(hashes):
             rest = rows[put:]
             index.put_hashes(hashes[put:], phys[rest], ts[rest])
@@ -365,7 +367,9 @@ class ReputMessageService:
             written = True
         elif units is not None and topics_raw[0] != _SCHEDULE:
             cq = self.consume_queues.find_or_create(topics_raw[0].decode("utf-8", "replace"), int(cols["queue_id"][0]))
-            written = cq.append_run(units, int(cols["queue_offset"][0]), int(phys[0]) + int(sizes[0]), last_end)
+            written = cq.append_run(
+                units, int(cols["queue_offset"][0]), int(phys[0]) + int(sizes[0]), last_end, prefault=False
+            )
             if written:
                 self._cq_hint = (cq, topics_raw[0])
         if not written:
@@ -398,14 +402,15 @@ class ReputMessageService:
             if (
                 contiguous
                 and topic_raw != _SCHEDULE
-                and cq.append_run(units[start * CQ_UNIT : (start + count) * CQ_UNIT], first_offset, first_end, last_end)
+                and cq.append_run(
+                    units[start * CQ_UNIT : (start + count) * CQ_UNIT],
+                    first_offset,
+                    first_end,
+                    last_end,
+                    prefault=False,
+                )
             ):
-                # Its next pages are faulted in by the next batch's kernel call (without the
-                # GIL, and without the file starting a prefault thread, which wants the GIL).
-                pf_start, pf_end = cq.prefault_range(CQ_PREFAULT)
-                if pf_end and len(self._cq_prefaults) < CQ_PREFAULTS:
-                    self._cq_prefaults.append((cq.files[-1], pf_start, pf_end))
-                    cq.prefaulted(pf_end)
+                self._prefault_next(cq)
                 continue
             keep = order[start : start + count]
             if cq.max_physic_offset > 0 and first_end <= cq.max_physic_offset:
@@ -416,7 +421,17 @@ class ReputMessageService:
             codes = tags_code[keep]
             if topic_raw == _SCHEDULE:
                 codes = self._deliver_timestamps(view, keep, cols, codes)
-            cq.put_units(cols["queue_offset"][keep], phys[keep], sizes[keep], codes)
+            cq.put_units(cols["queue_offset"][keep], phys[keep], sizes[keep], codes, prefault=False)
+            self._prefault_next(cq)
+
+    def _prefault_next(self, cq: ConsumeQueue) -> None:
+        """Have the next batch's kernel call fault in the pages past what was just appended to
+        ``cq`` (without the GIL, and without the file starting a prefault thread, which wants
+        the GIL)."""
+        pf_start, pf_end = cq.prefault_range(CQ_PREFAULT)
+        if pf_end and len(self._prefaults) < CQ_PREFAULTS:
+            self._prefaults.append((cq.files[-1], pf_start, pf_end))
+            cq.prefaulted(pf_end)
 
     def _deliver_timestamps(
         self, view: memoryview, rows: np.ndarray, cols: dict[str, np.ndarray], codes: np.ndarray

@@ -179,14 +179,23 @@ class IndexFile:
         else:
             self.load()
 
-    def _prefault_from(self, start: int) -> None:
-        """Fault in ``start`` up to ``PREFAULT_CHUNK`` past the next item, in a thread, unless one runs."""
+    def _prefault_range(self, start: int) -> tuple[int, int] | None:
+        """``start`` up to ``PREFAULT_CHUNK`` past the next item, to fault in (taken as done),
+        or None (nothing there, or the prefault thread still runs)."""
         if self.mm is None or self.readonly or (self._prefaulter is not None and self._prefaulter.is_alive()):
-            return
+            return None
         end = min(max(self._item_pos(self.index_count), self._item_pos(0)) + PREFAULT_CHUNK, self.file_size)
         if start >= end:
-            return
+            return None
         self._prefaulted_to = end
+        return start, end
+
+    def _prefault_from(self, start: int) -> None:
+        """Fault in ``start`` up to ``PREFAULT_CHUNK`` past the next item, in a thread, unless one runs."""
+        rng = self._prefault_range(start)
+        if rng is None:
+            return
+        start, end = rng
         t = threading.Thread(target=_prefault, args=(self.mm, start, end), name="IndexPrefault", daemon=True)
         self._prefaulter = t
         t.start()
@@ -278,11 +287,15 @@ class IndexFile:
         self.after_put(first_put, int(phys[0]), int(ts[0]), int(phys[-1]), int(ts[-1]))
         return n
 
-    def after_put(self, first_put: bool, first_phys: int, first_ts: int, last_phys: int, last_ts: int) -> None:
+    def after_put(
+        self, first_put: bool, first_phys: int, first_ts: int, last_phys: int, last_ts: int, prefault: bool = True
+    ) -> tuple[int, int] | None:
         """The header after a kernel put items (``index_put_many``, or dispatch's
         ``dispatch_round``, which computes the time diffs as ``_time_diffs``): its counts as the
         kernel left them, begin (when the file had no item before, ``first_put``) and end from
-        the first and last item put."""
+        the first and last item put. The item pages ahead are faulted in by a thread, or, without
+        ``prefault``, their range is returned for the caller's next kernel call to fault in
+        (dispatch: a thread started from its round cost it GIL hand-overs)."""
         assert self.mm is not None
         _, _, _, _, self.hash_slot_count, self.index_count = _HEADER.unpack_from(self.mm, 0)
         if first_put:
@@ -292,7 +305,11 @@ class IndexFile:
         self.end_timestamp = last_ts
         self._write_header()
         if self._item_pos(self.index_count) + PREFAULT_CHUNK // 2 > self._prefaulted_to and not self.is_write_full():
-            self._prefault_from(max(self._prefaulted_to, self._item_pos(self.index_count)))
+            start = max(self._prefaulted_to, self._item_pos(self.index_count))
+            if not prefault:
+                return self._prefault_range(start)
+            self._prefault_from(start)
+        return None
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         return (

@@ -115,3 +115,31 @@ def test_copy_into_is_a_slice_assignment_with_bounds(size: int, pos: int, src: b
     assert m[:] == bytes(want)
     with pytest.raises(BufferError):
         K.copy_into(bytes(8), 0, b"x")
+
+
+@pytest.mark.parametrize("queues", [1, 3])
+def test_dispatch_faults_pages_ahead_in_without_starting_threads(tmp_path: Path, queues: int) -> None:
+    """Dispatch keeps the pages ahead of a busy queue's units and of the index's items faulted
+    in through its own kernel calls: a prefault thread started from a round costs the round GIL
+    hand-overs with the putting thread."""
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.store import MessageStore
+
+    cfg = MessageStoreConfig(enable_dledger_commit_log=True, mapped_file_size_commit_log=64 << 20)
+    with MessageStore(tmp_path, cfg) as s:
+        s.reput.stop()  # rounds run here, as the service runs them
+        for _ in range(6):
+            for q in range(queues):
+                assert s.put_batch("T", [b"x" * 40] * 2000, queue_id=q).ok
+            s.reput.dispatch_now(max_batches=1, to_end=False)
+        s.reput.dispatch_now()
+        for q in range(queues):
+            cq = s.consume_queues.get("T", q)
+            assert cq is not None
+            f = cq.files[-1]
+            assert f._prefaulter is None
+            assert f._prefaulted_to > f.wrote_position
+        last = s.index_service.files[-1]
+        assert last._prefaulted_to > last._item_pos(last.index_count)
+        got = s.get_messages("T", queues - 1, 11990, 32).messages
+        assert [m.queue_offset for m in got] == list(range(11990, 12000))
