@@ -138,8 +138,8 @@ class MappedFile:
     def written(self, pos: int, end: int, prefault: bool = True) -> None:
         """Bookkeeping of bytes ``pos``..``end`` written into the mapping (by ``write``, or by a
         kernel: dispatch's ``dispatch_round``): what the next flush covers, and, with
-        ``prefault``, the pages ahead (dispatch has its next kernel call fault them in instead:
-        a thread started per round cost it GIL hand-overs, up to ~0.5 ms a round)."""
+        ``prefault``, the pages ahead in a thread (dispatch has its next kernel call fault them
+        in instead: a thread started from its round costs the round GIL hand-overs)."""
         self.dirty_from = min(self.dirty_from, pos)
         self.dirty_to = max(self.dirty_to, end)
         n = end - pos
