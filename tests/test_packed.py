@@ -82,7 +82,7 @@ def test_file_store_writes_a_batch_form_as_it_writes_the_list(tmp_path, form):
     firsts = []
     for store, appended in zip(stores, (bodies, batch), strict=True):
         first, positions = store.append_batch_as_leader(appended, 3)
-        firsts.append((first, positions))
+        firsts.append((first, [int(p) for p in positions]))  # a list, or the framed form's int64 array
         assert [store.get(first + k).body for k in range(len(bodies))] == bodies
         store.close()
     assert firsts[0] == firsts[1]
