@@ -2,8 +2,8 @@
 """CRC-32 (IEEE 802.3 / zlib) kernels.
 
 ``crc32(data, value)`` returns exactly ``zlib.crc32(data, value)``, using the fastest
-path this CPU offers, chosen at run time (see ``_ext/crc32_impl.h``): PCLMULQDQ folding
-on x86_64, the ARMv8 CRC32 instructions on aarch64, slicing-by-16 tables elsewhere.
+path this CPU offers, chosen at run time (see ``_ext/crc32_impl.h``): VPCLMULQDQ or
+PCLMULQDQ folding on x86_64, the ARMv8 CRC32 instructions on aarch64, slicing-by-16 tables elsewhere.
 
 Other Cython kernels use the same code directly with
 ``cdef extern from "crc32_impl.h" nogil: uint32_t dl_crc32(uint32_t, const unsigned char *, size_t)``.
@@ -122,14 +122,14 @@ def crc32_many(buf, offsets, lengths):
 
 
 def implementation():
-    """Name of the CRC-32 path in use: ``"pclmul"``, ``"armv8-crc"`` or ``"table"``."""
+    """Name of the CRC-32 path in use: ``"vpclmul"``, ``"pclmul"``, ``"armv8-crc"`` or ``"table"``."""
     return dl_crc32_impl().decode("ascii")
 
 
 def _force_impl(str name):
     """TEST ONLY: select the CRC-32 path of this module.
 
-    *name* is ``"table"``, ``"pclmul"``, ``"armv8-crc"`` or ``"auto"`` (re-detect).
+    *name* is ``"table"``, ``"pclmul"``, ``"vpclmul"``, ``"armv8-crc"`` or ``"auto"`` (re-detect).
     Raises ``ValueError`` for an unknown name or one this CPU cannot run.  Affects this
     module only (other kernels including ``crc32_impl.h`` keep their own choice); the
     ``DLEDGER_CRC32_IMPL`` environment variable does the same for every module at its

@@ -7,6 +7,8 @@
  * every function may be called without the GIL.
  *
  * Implementations, chosen at run time (wheels are built without -march=native):
+ *   "vpclmul"    x86_64 with VPCLMULQDQ + AVX2: the same folding on 256-bit
+ *                registers (two 128-bit lanes each), for buffers of 64 bytes up.
  *   "pclmul"     x86_64 with PCLMULQDQ + SSE4.1: carry-less multiply folding,
  *                the method of Intel's "Fast CRC Computation for Generic
  *                Polynomials Using PCLMULQDQ Instruction" (4 x 128-bit lanes
@@ -19,7 +21,7 @@
  *   uint32_t    dl_crc32(uint32_t crc, const unsigned char *buf, size_t len);
  *   const char *dl_crc32_impl(void);         name of the path in use
  *   int         dl_crc32_force(const char *name);
- *       Test hook: "auto" (re-detect), "table", "pclmul", "armv8-crc".
+ *       Test hook: "auto" (re-detect), "table", "vpclmul", "pclmul", "armv8-crc".
  *       Returns 0 on success, -1 for an unknown name, -2 when the CPU (or this
  *       build) lacks it.  It changes the choice of the including module only:
  *       each extension that includes this header has its own dispatch state.
@@ -870,16 +872,43 @@ static inline __m128i dl_crc32__fold(__m128i x, __m128i k, __m128i next)
     return _mm_xor_si128(_mm_xor_si128(a, b), next);
 }
 
+/* The end of every folding path: the whole 16-byte blocks left (n of them in bytes, a
+   multiple of 16) folded into x0, then x0 reduced to the 32-bit register. */
+DL_CRC32__PCLMUL_TARGET
+static inline uint32_t dl_crc32__finish(__m128i x0, const unsigned char *p, size_t n)
+{
+    const __m128i k1 = _mm_set_epi64x((long long)DL_CRC32__K_F1_B, (long long)DL_CRC32__K_F1_A);
+    const __m128i kr = _mm_set_epi64x((long long)DL_CRC32__K_X63, (long long)DL_CRC32__K_X95);
+    const __m128i kb = _mm_set_epi64x((long long)DL_CRC32__K_P, (long long)DL_CRC32__K_MU);
+    const __m128i lo32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i v, w, q;
+
+    while (n >= 16) {
+        x0 = dl_crc32__fold(x0, k1, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+
+    /* The register is now c' = R(x) * x^32 mod P.  First R*x^32 down to 96 bits:
+       A*x^96 via x^95 (s = 63) plus B*x^32, which is B moved to bits 32..95. */
+    v = _mm_xor_si128(_mm_clmulepi64_si128(x0, kr, 0x00),
+                      _mm_slli_si128(_mm_srli_si128(x0, 8), 4));
+    /* Bits 32..63 (degrees 95..64) folded by x^64 (via x^63, s = 63) into the high
+       qword; the high qword W (bit i ~ x^(63-i)) is then congruent and < x^64. */
+    w = _mm_srli_si128(_mm_xor_si128(_mm_clmulepi64_si128(v, kr, 0x10), v), 8);
+    /* Barrett: q = floor(floor(W / x^32) * mu / x^32), c' = W + q*P (low 32 bits). */
+    q = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(w, lo32), kb, 0x00), lo32);
+    w = _mm_xor_si128(_mm_clmulepi64_si128(q, kb, 0x10), w);
+    return (uint32_t)_mm_extract_epi32(w, 1);
+}
+
 /* Raw register update over n bytes; n must be a multiple of 16 and >= 64. */
 DL_CRC32__PCLMUL_TARGET
 static uint32_t dl_crc32__pclmul_raw(uint32_t c, const unsigned char *p, size_t n)
 {
     const __m128i k4 = _mm_set_epi64x((long long)DL_CRC32__K_F4_B, (long long)DL_CRC32__K_F4_A);
     const __m128i k1 = _mm_set_epi64x((long long)DL_CRC32__K_F1_B, (long long)DL_CRC32__K_F1_A);
-    const __m128i kr = _mm_set_epi64x((long long)DL_CRC32__K_X63, (long long)DL_CRC32__K_X95);
-    const __m128i kb = _mm_set_epi64x((long long)DL_CRC32__K_P, (long long)DL_CRC32__K_MU);
-    const __m128i lo32 = _mm_set_epi32(0, 0, 0, -1);
-    __m128i x0, x1, x2, x3, v, w, q;
+    __m128i x0, x1, x2, x3;
 
     x0 = _mm_loadu_si128((const __m128i *)(p + 0));
     x1 = _mm_loadu_si128((const __m128i *)(p + 16));
@@ -903,23 +932,7 @@ static uint32_t dl_crc32__pclmul_raw(uint32_t c, const unsigned char *p, size_t 
     x0 = dl_crc32__fold(x0, k1, x1);
     x0 = dl_crc32__fold(x0, k1, x2);
     x0 = dl_crc32__fold(x0, k1, x3);
-    while (n >= 16) {
-        x0 = dl_crc32__fold(x0, k1, _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-
-    /* The register is now c' = R(x) * x^32 mod P.  First R*x^32 down to 96 bits:
-       A*x^96 via x^95 (s = 63) plus B*x^32, which is B moved to bits 32..95. */
-    v = _mm_xor_si128(_mm_clmulepi64_si128(x0, kr, 0x00),
-                      _mm_slli_si128(_mm_srli_si128(x0, 8), 4));
-    /* Bits 32..63 (degrees 95..64) folded by x^64 (via x^63, s = 63) into the high
-       qword; the high qword W (bit i ~ x^(63-i)) is then congruent and < x^64. */
-    w = _mm_srli_si128(_mm_xor_si128(_mm_clmulepi64_si128(v, kr, 0x10), v), 8);
-    /* Barrett: q = floor(floor(W / x^32) * mu / x^32), c' = W + q*P (low 32 bits). */
-    q = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(w, lo32), kb, 0x00), lo32);
-    w = _mm_xor_si128(_mm_clmulepi64_si128(q, kb, 0x10), w);
-    return (uint32_t)_mm_extract_epi32(w, 1);
+    return dl_crc32__finish(x0, p, n);
 }
 
 static uint32_t dl_crc32__pclmul_crc(uint32_t crc, const unsigned char *p, size_t n)
@@ -939,6 +952,97 @@ static int dl_crc32__pclmul_supported(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 }
+
+/* "vpclmul": the same folding, two 128-bit lanes per 256-bit register (VPCLMULQDQ with
+   AVX2).  Cores that have it (Ice Lake and later, Zen 3 and later) retire a 256-bit
+   carry-less multiply about as fast as a 128-bit one, so a long buffer goes ~2x faster;
+   under 64 bytes a record gains nothing and takes the 128-bit path.  Four registers fold
+   128 bytes a round (D = 1024), one folds 32 (D = 256), and the low lane of the last one
+   folds onto the high lane by D = 128.  Constants from the rule above. */
+#define DL_CRC32__K_F8_A  0x1e88ef372ULL /* x^(1024+32) mod P, s = 32 */
+#define DL_CRC32__K_F8_B  0x14a7fe880ULL /* x^(1024-32) mod P, s = 32 */
+#define DL_CRC32__K_F2_A  0x0f1da05aaULL /* x^(256+32) mod P, s = 32 */
+#define DL_CRC32__K_F2_B  0x15a546366ULL /* x^(256-32) mod P, s = 32 */
+
+#if defined(__GNUC__) && (__GNUC__ >= 8 || defined(__clang__))
+#  define DL_CRC32_VPCLMUL 1
+#  include <immintrin.h>
+#  define DL_CRC32__VPCLMUL_TARGET __attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
+
+DL_CRC32__VPCLMUL_TARGET
+static inline __m256i dl_crc32__fold256(__m256i x, __m256i k, __m256i next)
+{
+    __m256i a = _mm256_clmulepi64_epi128(x, k, 0x00);
+    __m256i b = _mm256_clmulepi64_epi128(x, k, 0x11);
+    return _mm256_xor_si256(_mm256_xor_si256(a, b), next);
+}
+
+/* Raw register update over n bytes; n must be a multiple of 16 and >= 64. */
+DL_CRC32__VPCLMUL_TARGET
+static uint32_t dl_crc32__vpclmul_raw(uint32_t c, const unsigned char *p, size_t n)
+{
+    const __m256i k2 = _mm256_broadcastsi128_si256(
+        _mm_set_epi64x((long long)DL_CRC32__K_F2_B, (long long)DL_CRC32__K_F2_A));
+    const __m128i k1 = _mm_set_epi64x((long long)DL_CRC32__K_F1_B, (long long)DL_CRC32__K_F1_A);
+    const __m256i c0 = _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)c));
+    __m256i x0;
+
+    if (n >= 128) {
+        const __m256i k8 = _mm256_broadcastsi128_si256(
+            _mm_set_epi64x((long long)DL_CRC32__K_F8_B, (long long)DL_CRC32__K_F8_A));
+        __m256i x1, x2, x3;
+        x0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 0)), c0);
+        x1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+        x2 = _mm256_loadu_si256((const __m256i *)(p + 64));
+        x3 = _mm256_loadu_si256((const __m256i *)(p + 96));
+        p += 128;
+        n -= 128;
+        while (n >= 128) {
+            x0 = dl_crc32__fold256(x0, k8, _mm256_loadu_si256((const __m256i *)(p + 0)));
+            x1 = dl_crc32__fold256(x1, k8, _mm256_loadu_si256((const __m256i *)(p + 32)));
+            x2 = dl_crc32__fold256(x2, k8, _mm256_loadu_si256((const __m256i *)(p + 64)));
+            x3 = dl_crc32__fold256(x3, k8, _mm256_loadu_si256((const __m256i *)(p + 96)));
+            p += 128;
+            n -= 128;
+        }
+        x0 = dl_crc32__fold256(x0, k2, x1);
+        x0 = dl_crc32__fold256(x0, k2, x2);
+        x0 = dl_crc32__fold256(x0, k2, x3);
+    } else {
+        x0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), c0);
+        p += 32;
+        n -= 32;
+    }
+    while (n >= 32) {
+        x0 = dl_crc32__fold256(x0, k2, _mm256_loadu_si256((const __m256i *)p));
+        p += 32;
+        n -= 32;
+    }
+    /* The low lane folded onto the high one; the rest as the 128-bit path ends. */
+    return dl_crc32__finish(
+        dl_crc32__fold(_mm256_castsi256_si128(x0), k1, _mm256_extracti128_si256(x0, 1)), p, n);
+}
+
+static uint32_t dl_crc32__vpclmul_crc(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint32_t c = ~crc;
+    if (n >= 64) {
+        size_t m = n & ~(size_t)15;
+        c = dl_crc32__vpclmul_raw(c, p, m);
+        p += m;
+        n -= m;
+    }
+    return ~dl_crc32__table_raw(c, p, n);
+}
+
+static int dl_crc32__vpclmul_supported(void)
+{
+    __builtin_cpu_init();
+    /* libgcc's avx2 also checks that the OS saves the 256-bit state (XCR0). */
+    return __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx2")
+        && dl_crc32__pclmul_supported();
+}
+#endif
 
 #endif /* DL_CRC32_X86_64 */
 
@@ -1027,6 +1131,9 @@ typedef struct {
 
 /* Best first; the last entry is always usable. */
 static const dl_crc32__impl_t dl_crc32__impls[] = {
+#if defined(DL_CRC32_VPCLMUL)
+    {"vpclmul", dl_crc32__vpclmul_crc, dl_crc32__vpclmul_supported},
+#endif
 #if defined(DL_CRC32_X86_64)
     {"pclmul", dl_crc32__pclmul_crc, dl_crc32__pclmul_supported},
 #endif
@@ -1062,7 +1169,7 @@ static const dl_crc32__impl_t *dl_crc32__lookup(const char *name, int *status)
         }
     }
     /* Names of other architectures' paths are known but never supported here. */
-    if (strcmp(name, "pclmul") == 0 || strcmp(name, "armv8-crc") == 0)
+    if (strcmp(name, "vpclmul") == 0 || strcmp(name, "pclmul") == 0 || strcmp(name, "armv8-crc") == 0)
         *status = -2;
     return NULL;
 }

@@ -1,8 +1,12 @@
-"""CRC-32 throughput: dledger._ext.crc.crc32 vs zlib.crc32 on the same buffer, same run.
+"""CRC-32 throughput: dledger._ext.crc vs zlib.crc32 on the same bytes, same run.
 
-Run: PYTHONPATH=. .venv/bin/python -m pytest bench/test_bench_crc.py --benchmark-only
-Each size is one benchmark group holding zlib, our auto-selected path and our
-portable "table" fallback, so the report compares them side by side.
+Run: .venv/bin/python -m pytest bench/test_bench_crc.py -p no:cacheprovider \
+         --benchmark-group-by=group --benchmark-columns=median,min,max
+Each group holds zlib, our auto-selected path, every other hardware path this CPU runs
+(e.g. "pclmul" beside "vpclmul") and the portable "table" fallback. Whole buffers (64 KiB,
+1 MiB) go through ``crc32``; records (244 B: a 100 B message's record, 1100 B: a 1 KiB
+one's) go 4096 at a time through ``crc32_many``, as the store's kernels take them, with
+zlib looping over the same slices.
 """
 
 from __future__ import annotations
@@ -17,30 +21,64 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from dledger._ext import crc
 
 SIZES = {"64KiB": 64 * 1024, "1MiB": 1024 * 1024}
+RECORDS = {"244B": 244, "1100B": 1100}
+COUNT = 4096
 
 
-@pytest.fixture(scope="module", params=list(SIZES), ids=list(SIZES))
-def sized_buf(request: pytest.FixtureRequest) -> tuple[str, bytes]:
-    size = SIZES[request.param]
-    return request.param, np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+def _paths() -> list[str]:
+    found = []
+    for name in ("vpclmul", "pclmul", "armv8-crc"):
+        try:
+            crc._force_impl(name)
+        except ValueError:
+            continue
+        found.append(name)
+    crc._force_impl("auto")
+    return found
 
 
-@pytest.fixture(params=["zlib", "dledger-auto", "dledger-table"])
-def func(request: pytest.FixtureRequest) -> Iterator[Callable[[bytes], int]]:
-    if request.param == "zlib":
-        yield zlib.crc32
-        return
-    crc._force_impl("table" if request.param == "dledger-table" else "auto")
+SIDES = ["zlib", "dledger-auto", *(f"dledger-{p}" for p in _paths() if p != crc.implementation()), "dledger-table"]
+
+
+@pytest.fixture(params=SIDES)
+def side(request: pytest.FixtureRequest) -> Iterator[str]:
+    name = request.param.removeprefix("dledger-")
+    if name != "zlib":
+        crc._force_impl(name)
     try:
-        yield crc.crc32
+        yield request.param
     finally:
         crc._force_impl("auto")
 
 
-def test_crc32(benchmark: BenchmarkFixture, sized_buf: tuple[str, bytes], func: Callable[[bytes], int]) -> None:
-    label, buf = sized_buf
+def _data(size: int) -> bytes:
+    return np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("label", list(SIZES))
+def test_crc32(benchmark: BenchmarkFixture, label: str, side: str) -> None:
+    buf = _data(SIZES[label])
+    func: Callable[[bytes], int] = zlib.crc32 if side == "zlib" else crc.crc32
     benchmark.group = f"crc32-{label}"
-    benchmark.extra_info["implementation"] = crc.implementation() if func is crc.crc32 else "zlib"
+    benchmark.extra_info["implementation"] = "zlib" if side == "zlib" else crc.implementation()
     benchmark.extra_info["bytes"] = len(buf)
-    result = benchmark(func, buf)
-    assert result == zlib.crc32(buf)
+    assert benchmark(func, buf) == zlib.crc32(buf)
+
+
+@pytest.mark.parametrize("label", list(RECORDS))
+def test_crc32_records(benchmark: BenchmarkFixture, label: str, side: str) -> None:
+    size = RECORDS[label]
+    buf = _data(size * COUNT)
+    offsets = np.arange(COUNT, dtype=np.int64) * size
+    lengths = np.full(COUNT, size, dtype=np.int64)
+    view = memoryview(buf)
+    slices = [view[o : o + size] for o in range(0, size * COUNT, size)]
+    benchmark.group = f"crc32 of {COUNT} records of {label}"
+    benchmark.extra_info["implementation"] = "zlib" if side == "zlib" else crc.implementation()
+    benchmark.extra_info["bytes"] = len(buf)
+    if side == "zlib":
+        got = benchmark(lambda: [zlib.crc32(s) for s in slices])
+        assert got[-1] == zlib.crc32(slices[-1])
+    else:
+        out = benchmark(crc.crc32_many, buf, offsets, lengths)
+        assert int(out[-1]) == zlib.crc32(slices[-1])

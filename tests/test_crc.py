@@ -1,7 +1,7 @@
 """Property tests of dledger._ext.crc against zlib.crc32, for every CRC path this CPU runs.
 
-The "table" (slicing-by-16) fallback is always tested, and so is the hardware path the
-machine offers ("pclmul" on x86_64, "armv8-crc" on aarch64) via the test-only
+The "table" (slicing-by-16) fallback is always tested, and so is every hardware path the
+machine offers ("vpclmul" and "pclmul" on x86_64, "armv8-crc" on aarch64) via the test-only
 ``_force_impl`` hook.
 """
 
@@ -28,12 +28,27 @@ from hypothesis import strategies as st
 
 from dledger._ext import crc
 
-crc._force_impl("auto")
-AUTO_IMPL = crc.implementation()
-IMPLS = ["table"] if AUTO_IMPL == "table" else ["table", AUTO_IMPL]
+ALL_IMPLS = ("table", "pclmul", "vpclmul", "armv8-crc")
 
-# Lengths around the 16-byte block, the 64-byte 4-lane fold and the table's 16-byte stride.
-_BLOCKS = (0, 16, 32, 48, 64, 80, 96, 112, 128, 192, 256, 320, 1024, 4096)
+
+def _supported() -> list[str]:
+    found = []
+    for name in ALL_IMPLS:
+        try:
+            crc._force_impl(name)
+        except ValueError:
+            continue
+        found.append(name)
+    crc._force_impl("auto")
+    return found
+
+
+IMPLS = _supported()
+AUTO_IMPL = crc.implementation()
+
+# Lengths around the 16-byte block, the 32-byte register and 64-byte 4-lane folds, the
+# 128-byte 4-register round and the table's 16-byte stride.
+_BLOCKS = (0, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 1024, 4096)
 BOUNDARY_LENGTHS = sorted({n + d for n in _BLOCKS for d in (-1, 0, 1)} - {-1})
 U32 = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -70,24 +85,27 @@ def _cpu_flags() -> set[str]:
 def test_hardware_path_selected_when_cpu_has_it() -> None:
     machine = platform.machine().lower()
     flags = _cpu_flags()
-    if machine in ("x86_64", "amd64") and {"pclmulqdq", "sse4_1"} <= flags:
+    if machine in ("x86_64", "amd64") and {"vpclmulqdq", "avx2", "pclmulqdq", "sse4_1"} <= flags:
+        assert AUTO_IMPL == "vpclmul"
+        assert IMPLS == ["table", "pclmul", "vpclmul"]
+    elif machine in ("x86_64", "amd64") and {"pclmulqdq", "sse4_1"} <= flags:
         assert AUTO_IMPL == "pclmul"
     elif machine in ("aarch64", "arm64") and ("crc32" in flags or sys.platform == "darwin"):
         assert AUTO_IMPL == "armv8-crc"
     else:
-        assert AUTO_IMPL in ("pclmul", "armv8-crc", "table")
+        assert AUTO_IMPL in ALL_IMPLS
 
 
 def test_force_impl_rejects_unknown_and_unsupported() -> None:
     with pytest.raises(ValueError, match="unknown"):
         crc._force_impl("crc64")
-    other = "armv8-crc" if AUTO_IMPL == "pclmul" else "pclmul"
+    other = "pclmul" if AUTO_IMPL == "armv8-crc" else "armv8-crc"
     with pytest.raises(ValueError, match="not supported"):
         crc._force_impl(other)
     assert crc.implementation() == AUTO_IMPL
 
 
-@pytest.mark.parametrize("name", ["table", AUTO_IMPL])
+@pytest.mark.parametrize("name", IMPLS)
 def test_env_var_selects_impl_at_first_call(name: str) -> None:
     code = (
         "import zlib; from dledger._ext import crc; d = bytes(range(256)) * 999; "

@@ -25,7 +25,7 @@ def crc32_many(
     """``zlib.crc32(buf[o:o + n])`` for every ``(o, n)`` pair; ValueError if a slice is out of bounds."""
 
 def implementation() -> str:
-    """The path in use: ``"pclmul"``, ``"armv8-crc"`` or ``"table"``."""
+    """The path in use: ``"vpclmul"``, ``"pclmul"``, ``"armv8-crc"`` or ``"table"``."""
 
 def _force_impl(name: str) -> None:
-    """Test only: select ``"table"``, ``"pclmul"``, ``"armv8-crc"`` or ``"auto"`` for this module."""
+    """Test only: select ``"table"``, ``"pclmul"``, ``"vpclmul"``, ``"armv8-crc"`` or ``"auto"`` for this module."""
