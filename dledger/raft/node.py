@@ -457,6 +457,9 @@ class RaftNode:
             return
         t.asked = True
         t.req_id = self.core.new_req_id()
+        # The answer gets a wait of its own (DLedger's RPC timeout): the catch-up before it may
+        # have used most of the first, and the transferee still has to win a vote round.
+        t.deadline_ms = self.core.now + self.core.timings.transfer_wait_ms
         self.core.send(
             t.transferee,
             LeadershipTransferRequest(

@@ -8,9 +8,10 @@ from raft_helpers import elect, flush, follow, make_node, one, sent, to_node
 from sim import SIM_TIMINGS
 
 from dledger.codes import ResponseCode
-from dledger.raft.effects import AppendDone, Flush, Output, Send, is_early
+from dledger.raft.effects import AppendDone, Flush, Output, Send, TransferDone, is_early
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import (
+    LeadershipTransferRequest,
     PushEntryRequest,
     PushEntryResponse,
     PushType,
@@ -479,3 +480,23 @@ def test_a_silent_follower_holds_at_most_max_pending_and_its_acks_free_the_front
     resumed = appends(out, "n2")
     assert resumed and resumed[0].first_index == to_n2[-1].last_index + 1
     assert to_n2[0].first_index not in d2.batch_pending_map and len(d2.batch_pending_map) <= 4
+
+
+def test_transfer_answer_gets_its_own_wait_after_a_slow_catch_up() -> None:
+    # The transferee caught up just before the leader's wait ran out: its answer (a vote round
+    # away) still gets a whole wait, rather than the few ms left of the catch-up's.
+    node, _ = leader_in_append_state()
+    wait = node.core.timings.transfer_wait_ms
+    node.propose(1, [b"b"])
+    push = one(node.drain(), PushEntryRequest, to="n1")
+    node.transfer_leadership(1, "n1")
+    assert not sent(node.drain(), LeadershipTransferRequest)
+    caught_up = wait - 10
+    asked = sent(answer(node, push, ResponseCode.SUCCESS, 1, 1, now=caught_up), LeadershipTransferRequest, to="n1")
+    assert len(asked) == 1
+    late = [o for o in node.tick(wait + 10) if isinstance(o, TransferDone)]
+    assert late == [] and node.ms.transferee == "n1"
+    (d,) = [o for o in node.tick(caught_up + wait + 1) if isinstance(o, TransferDone)]
+    assert d.response.code == ResponseCode.TIMEOUT
+    assert "no answer from n1" in (d.response.reason or "")
+    assert node.ms.transferee is None
