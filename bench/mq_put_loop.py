@@ -1,0 +1,55 @@
+"""One process, one fresh store: ``put_batch`` of 32 bodies as ``test_bench_mq.py`` calls it,
+then the wait for dispatch; prints microseconds a batch (the puts alone, and with the wait).
+
+For comparing two trees on a noisy machine, alternate processes of each many times and compare
+the medians (the bench rows take minutes a run; this takes a second):
+
+    for i in $(seq 8); do for t in /path/to/old /path/to/new; do
+        (cd $t && PYTHONPATH=$t python bench/mq_put_loop.py dledger 100); done; done
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.store import MessageStore
+
+BATCH = 32
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("mode", choices=["classic", "dledger"])
+    ap.add_argument("size", type=int, help="body bytes")
+    ap.add_argument("--batches", type=int, default=8192)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="dledger-put-loop-"))
+    try:
+        config = MessageStoreConfig(
+            enable_dledger_commit_log=args.mode == "dledger",
+            mapped_file_size_commit_log=1 << 30,
+            store_host="10.0.0.1:10911",
+        )
+        with MessageStore(root, config) as store:
+            bodies = [os.urandom(args.size)] * BATCH
+            t0 = time.perf_counter()
+            for _ in range(args.batches):
+                store.put_batch("TopicA", bodies, tags="TagA")
+            t1 = time.perf_counter()
+            if not store.wait_dispatched(600):
+                raise SystemExit("dispatch did not catch up within 600 s")
+            t2 = time.perf_counter()
+        per = 1e6 / args.batches
+        print(f"put {(t1 - t0) * per:.2f} us/batch, with dispatch caught up {(t2 - t0) * per:.2f} us/batch")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
