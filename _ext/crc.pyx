@@ -21,6 +21,7 @@ cdef extern from "crc32_impl.h" nogil:
     uint32_t dl_crc32(uint32_t crc, const unsigned char *buf, size_t len)
     const char *dl_crc32_impl()
     int dl_crc32_force(const char *name)
+    int dl_crc32_supported(const char *name)
 
 cdef enum:
     # Below this size the cost of releasing and re-taking the GIL outweighs the work.
@@ -124,6 +125,11 @@ def crc32_many(buf, offsets, lengths):
 def implementation():
     """Name of the CRC-32 path in use: ``"vpclmul"``, ``"pclmul"``, ``"armv8-crc"`` or ``"table"``."""
     return dl_crc32_impl().decode("ascii")
+
+
+def implementations():
+    """The CRC-32 paths this machine runs, fastest first (the last is always ``"table"``)."""
+    return [n for n in ("vpclmul", "pclmul", "armv8-crc", "table") if dl_crc32_supported(n.encode("ascii"))]
 
 
 def _force_impl(str name):

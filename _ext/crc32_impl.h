@@ -20,6 +20,7 @@
  * API:
  *   uint32_t    dl_crc32(uint32_t crc, const unsigned char *buf, size_t len);
  *   const char *dl_crc32_impl(void);         name of the path in use
+ *   int         dl_crc32_supported(const char *name);  1 if this CPU runs it
  *   int         dl_crc32_force(const char *name);
  *       Test hook: "auto" (re-detect), "table", "vpclmul", "pclmul", "armv8-crc".
  *       Returns 0 on success, -1 for an unknown name, -2 when the CPU (or this
@@ -1211,6 +1212,13 @@ static inline uint32_t dl_crc32(uint32_t crc, const unsigned char *buf, size_t l
 static inline const char *dl_crc32_impl(void)
 {
     return dl_crc32__get()->name;
+}
+
+/* 1 when this CPU (and build) can run the path of that name, else 0. */
+static int dl_crc32_supported(const char *name)
+{
+    int status;
+    return dl_crc32__lookup(name, &status) != NULL;
 }
 
 static int dl_crc32_force(const char *name)

@@ -28,22 +28,9 @@ from hypothesis import strategies as st
 
 from dledger._ext import crc
 
-ALL_IMPLS = ("table", "pclmul", "vpclmul", "armv8-crc")
-
-
-def _supported() -> list[str]:
-    found = []
-    for name in ALL_IMPLS:
-        try:
-            crc._force_impl(name)
-        except ValueError:
-            continue
-        found.append(name)
-    crc._force_impl("auto")
-    return found
-
-
-IMPLS = _supported()
+ALL_IMPLS = ("vpclmul", "pclmul", "armv8-crc", "table")
+crc._force_impl("auto")
+IMPLS = crc.implementations()
 AUTO_IMPL = crc.implementation()
 
 # Lengths around the 16-byte block, the 32-byte register and 64-byte 4-lane folds, the
@@ -87,13 +74,27 @@ def test_hardware_path_selected_when_cpu_has_it() -> None:
     flags = _cpu_flags()
     if machine in ("x86_64", "amd64") and {"vpclmulqdq", "avx2", "pclmulqdq", "sse4_1"} <= flags:
         assert AUTO_IMPL == "vpclmul"
-        assert IMPLS == ["table", "pclmul", "vpclmul"]
+        assert IMPLS == ["vpclmul", "pclmul", "table"]
     elif machine in ("x86_64", "amd64") and {"pclmulqdq", "sse4_1"} <= flags:
         assert AUTO_IMPL == "pclmul"
     elif machine in ("aarch64", "arm64") and ("crc32" in flags or sys.platform == "darwin"):
         assert AUTO_IMPL == "armv8-crc"
     else:
         assert AUTO_IMPL in ALL_IMPLS
+
+
+def test_implementations_lists_what_force_impl_takes_fastest_first() -> None:
+    assert IMPLS[0] == AUTO_IMPL and IMPLS[-1] == "table"
+    for name in ALL_IMPLS:
+        try:
+            crc._force_impl(name)
+            taken = True
+        except ValueError as exc:
+            assert "not supported" in str(exc)
+            taken = False
+        finally:
+            crc._force_impl("auto")
+        assert taken == (name in IMPLS), name
 
 
 def test_force_impl_rejects_unknown_and_unsupported() -> None:

@@ -27,5 +27,8 @@ def crc32_many(
 def implementation() -> str:
     """The path in use: ``"vpclmul"``, ``"pclmul"``, ``"armv8-crc"`` or ``"table"``."""
 
+def implementations() -> list[str]:
+    """The paths this machine runs, fastest first (the last is always ``"table"``)."""
+
 def _force_impl(name: str) -> None:
     """Test only: select ``"table"``, ``"pclmul"``, ``"vpclmul"``, ``"armv8-crc"`` or ``"auto"`` for this module."""
