@@ -21,7 +21,7 @@ cdef extern from "crc32_impl.h" nogil:
     uint32_t dl_crc32(uint32_t crc, const unsigned char *buf, size_t len)
     const char *dl_crc32_impl()
     int dl_crc32_force(const char *name)
-    int dl_crc32_supported(const char *name)
+    const char *dl_crc32_usable_at(size_t i)
 
 cdef enum:
     # Below this size the cost of releasing and re-taking the GIL outweighs the work.
@@ -129,7 +129,12 @@ def implementation():
 
 def implementations():
     """The CRC-32 paths this machine runs, fastest first (the last is always ``"table"``)."""
-    return [n for n in ("vpclmul", "pclmul", "armv8-crc", "table") if dl_crc32_supported(n.encode("ascii"))]
+    names = []
+    cdef const char *name = dl_crc32_usable_at(0)
+    while name != NULL:
+        names.append(name.decode("ascii"))
+        name = dl_crc32_usable_at(len(names))
+    return names
 
 
 def _force_impl(str name):

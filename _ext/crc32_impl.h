@@ -20,7 +20,8 @@
  * API:
  *   uint32_t    dl_crc32(uint32_t crc, const unsigned char *buf, size_t len);
  *   const char *dl_crc32_impl(void);         name of the path in use
- *   int         dl_crc32_supported(const char *name);  1 if this CPU runs it
+ *   const char *dl_crc32_usable_at(size_t i); i-th path this CPU runs, fastest
+ *                                            first; NULL past the last
  *   int         dl_crc32_force(const char *name);
  *       Test hook: "auto" (re-detect), "table", "vpclmul", "pclmul", "armv8-crc".
  *       Returns 0 on success, -1 for an unknown name, -2 when the CPU (or this
@@ -1215,11 +1216,14 @@ static inline const char *dl_crc32_impl(void)
     return dl_crc32__get()->name;
 }
 
-/* 1 when this CPU (and build) can run the path of that name, else 0. */
-static inline int dl_crc32_supported(const char *name)
+/* The name of the i-th path this CPU (and build) runs, fastest first; NULL past the last. */
+static inline const char *dl_crc32_usable_at(size_t i)
 {
-    int status;
-    return dl_crc32__lookup(name, &status) != NULL;
+    size_t k;
+    for (k = 0; k < DL_CRC32__N_IMPLS; k++)
+        if (dl_crc32__usable(&dl_crc32__impls[k]) && i-- == 0)
+            return dl_crc32__impls[k].name;
+    return NULL;
 }
 
 static int dl_crc32_force(const char *name)
