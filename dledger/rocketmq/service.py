@@ -349,9 +349,14 @@ class MessageService:
             c = MessageRequestCode(code)
             if c in (MessageRequestCode.SEND_MESSAGE, MessageRequestCode.SEND_BATCH_MESSAGE):
                 return await self._send(body)
-            if body.get("leader_only") and not self._group_is_leader():
-                # A read the client wants from the leader (its default).
-                return self._redirect()
+            if body.get("leader_only"):
+                # A read the client wants from the leader (its default): from one that has
+                # caught up, which holds every acknowledged message (a new leader's consume
+                # queues may still lack the last ones; the client asks again).
+                if not self._group_is_leader():
+                    return self._redirect()
+                if self._catching_up():
+                    return self._not_ready(send=False)
             if c == MessageRequestCode.PULL_MESSAGE:
                 return await self._pull(PullRequest.from_wire(body))
             if c == MessageRequestCode.UPDATE_CONSUMER_OFFSET:
@@ -413,20 +418,31 @@ class MessageService:
         """None when this member takes puts now; else the refusal (SERVICE_NOT_AVAILABLE)."""
         g = self._group
         assert g is not None
-        cl = self.commitlog
         if not g.is_leader:
             body = SendResponse(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, f"{g.self_id} is {g.role.name}", leader=g.leader_id
             ).to_wire()
             return Response(ResponseCode.NOT_LEADER, body, f"{g.self_id} is {g.role.name}; leader {g.leader_id}")
-        if not cl.writable or cl.role != LEADER or cl.term != g.term:
-            reason = f"{g.self_id} leads term {g.term} but is still catching up (committing and dispatching its log)"
-            return Response(
-                ResponseCode.LEADER_NOT_READY,
-                SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason, leader=g.self_id).to_wire(),
-                reason,
-            )
+        if self._catching_up():
+            return self._not_ready(send=True)
         return None
+
+    def _catching_up(self) -> bool:
+        """This member leads but its message store does not take puts yet (§7.5)."""
+        g, cl = self._group, self.commitlog
+        return g is not None and (not cl.writable or cl.role != LEADER or cl.term != g.term)
+
+    def _not_ready(self, *, send: bool) -> Response:
+        """LEADER_NOT_READY, which clients ask again: a send's answer, or a read's."""
+        g = self._group
+        assert g is not None
+        reason = f"{g.self_id} leads term {g.term} but is still catching up (committing and dispatching its log)"
+        body = (
+            SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason, leader=g.self_id).to_wire()
+            if send
+            else {"leader": g.self_id}
+        )
+        return Response(ResponseCode.LEADER_NOT_READY, body, reason)
 
     def _ensure_committed_tail(self, term: int) -> None:
         """A new leader whose log ends past its committed index proposes a no-op record, so the

@@ -1,0 +1,64 @@
+"""A read from the leader sees every acknowledged message: a leader whose message store is
+still catching up (§7.5: its log not yet committed or dispatched) answers reads as it answers
+sends, LEADER_NOT_READY, which the client asks again, rather than from queues that may lack the
+last acknowledged messages. One real member in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.rocketmq.consumer import AsyncConsumer
+from dledger.rocketmq.message import Message
+from dledger.rocketmq.producer import AsyncProducer
+from dledger.rocketmq.service import MessageService
+from dledger.server import NodeServer
+from dledger.testing import free_ports
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_leader_still_catching_up_answers_reads_not_ready_until_it_is(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    cfg = DLedgerConfig(
+        group="g",
+        self_id="n0",
+        peers=f"n0-127.0.0.1:{port}",
+        store_base_dir=str(tmp_path),
+        message_store=True,
+        mapped_file_size_for_entry_data=1 << 22,
+    )
+
+    async def run() -> None:
+        server = NodeServer(cfg)
+        await server.start()
+        try:
+            svc = server.groups["g"].app
+            assert isinstance(svc, MessageService)
+            async with AsyncProducer(cfg.peers, "g") as producer:
+                assert (await producer.send(Message("T", b"acknowledged"), queue_id=0)).ok
+            async with AsyncConsumer(cfg.peers, "cg", "T", dledger_group="g", timeout=0.5) as consumer:
+                # Dispatch builds the consume queue a moment after the ack, as RocketMQ's does.
+                deadline = time.monotonic() + 10
+                while await consumer.max_offset(0) != 1:
+                    assert time.monotonic() < deadline, "the acknowledged message was never dispatched"
+                    await asyncio.sleep(0.01)
+                # As between a new leader's election and its log committed and dispatched.
+                svc.commitlog.writable = False
+                t0 = time.monotonic()
+                with pytest.raises(DLedgerError) as err:
+                    await consumer.max_offset(0)
+                assert err.value.code == ResponseCode.LEADER_NOT_READY
+                assert time.monotonic() - t0 >= 0.4  # asked again until its timeout
+                svc.commitlog.writable = True
+                assert await consumer.max_offset(0) == 1
+        finally:
+            await server.close()
+
+    asyncio.run(run())
