@@ -29,7 +29,7 @@ from dledger._ext import load as _load_ext
 from dledger._ext import require_built
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
+from dledger.rocketmq.encode import PreparedBatch, UniformBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus
 
 require_built()
@@ -371,10 +371,6 @@ class CommitLog(LogFiles):
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         with self.put_lock:
             now = self._store_time()
-            if batch.uniform:
-                res = self._put_uniform(batch, now)
-                if res is not None:
-                    return res
             queue_offsets, updates = assign_queue_offsets(self.topic_queue_table, batch)
             phys, runs = self._place(batch.record_lengths())
             buf, starts = encode_batch(batch, queue_offsets, phys, now)
@@ -404,16 +400,28 @@ class CommitLog(LogFiles):
             queue_offsets=queue_offsets,
         )
 
-    def _put_uniform(self, batch: PreparedBatch, now: int) -> AppendMessageResult | None:
-        """``put`` of a uniform batch that fits the current file: one kernel call encodes it with
-        its offsets, one append writes it. None (nothing done) when it does not fit. Under the lock."""
+    def put_uniform(self, batch: UniformBatch) -> AppendMessageResult:
+        """``put`` of a batch of one template (the store's put_batch): one kernel call encodes it
+        with its offsets, one append writes it, when it fits the current file; else (and for
+        one message) ``put`` of it as columns."""
+        if batch.n > 1 and batch.longest + _END_MIN_BLANK <= self.file_size:
+            with self.put_lock:
+                now = self._store_time()
+                res = self._put_uniform(batch, now)
+            if res is not None:
+                return res
+        return self.put(batch.prepared())
+
+    def _put_uniform(self, batch: UniformBatch, now: int) -> AppendMessageResult | None:
+        """The records of ``batch`` at the end of the current file; None (nothing done) when
+        they do not fit there. Under the lock."""
         f = self.files.last_file(0, True)
         pos = f.file_from_offset + f.wrote_position
-        key = batch.queue_keys[0]
-        sh = batch.shared
-        advances = sh[7] if sh is not None else bool(batch.advances[0])
+        tpl = batch.tpl
+        key = tpl.queue_key
+        advances = tpl.advances
         first = self.topic_queue_table.get(key, 0) if advances else 0
-        buf, offsets = batch.encode_uniform(first, pos, now)
+        buf, offsets = batch.encode(first, pos, now)
         if f.wrote_position + len(buf) + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
             return None
         # The GIL let go for the write: dispatch runs meanwhile (see WRITE_RELEASE in _ext/segment.pyx).
@@ -425,7 +433,7 @@ class CommitLog(LogFiles):
         self.last_store_timestamp = now
         # Positional, the queue offsets built when read (see AppendMessageResult).
         return AppendMessageResult(
-            _PUT_OK, pos, len(buf), now, first, n, batch.store_hosts[0], offsets[:-1], None, None, 0, advances
+            _PUT_OK, pos, len(buf), now, first, n, tpl.sraw, offsets[:-1], None, None, 0, advances
         )
 
     def _put_one(self, batch: PreparedBatch) -> AppendMessageResult:

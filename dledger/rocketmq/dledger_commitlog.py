@@ -35,7 +35,7 @@ from dledger.errors import DLedgerError
 from dledger.packed import PackedBodies
 from dledger.rocketmq.commitlog import LogFiles, Segment
 from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
+from dledger.rocketmq.encode import PreparedBatch, UniformBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
 from dledger.store.file import MmapFileStore
 
@@ -285,11 +285,15 @@ class DLedgerCommitLog(LogFiles):
 
     # -- puts ----------------------------------------------------------------------------
 
-    def put(self, batch: PreparedBatch) -> AppendMessageResult:
+    def put_uniform(self, batch: UniformBatch) -> AppendMessageResult:
+        """``put`` of a batch of one template (the store's put_batch)."""
         embedded = self._embedded
-        if embedded is not None and self.writable and batch.uniform and batch.n > 1:
+        if embedded is not None and self.writable and batch.n > 1:
             # The usual batch on a single member (writable implies not read-only).
             return self._put_framed(batch, embedded)
+        return self.put(batch.prepared())
+
+    def put(self, batch: PreparedBatch) -> AppendMessageResult:
         if self.readonly or self.appender is None:
             raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is read-only")
         if not self.writable:
@@ -333,7 +337,7 @@ class DLedgerCommitLog(LogFiles):
             queue_offsets=queue_offsets,
         )
 
-    def _put_framed(self, batch: PreparedBatch, store: MmapFileStore) -> AppendMessageResult:
+    def _put_framed(self, batch: UniformBatch, store: MmapFileStore) -> AppendMessageResult:
         """``put`` of a uniform batch on the single member: one kernel call encodes the records
         framed as entries (room for each 48-byte header before its record), the store fills the
         headers in place and writes them, so the records are copied once, into the file.
@@ -341,14 +345,14 @@ class DLedgerCommitLog(LogFiles):
         (a batch of small messages pays for each Python call on the put thread), and the
         result's offset arrays are left to be built when read."""
         n = batch.n
-        sh = batch.shared if batch.shared is not None else batch.shared_fields()
-        store_host, advances = sh[6], sh[7]
-        key = batch.queue_keys[0]
+        tpl = batch.tpl
+        key = tpl.queue_key
+        advances = tpl.advances
         table = self.topic_queue_table
         with self.put_lock:
             now = self._store_time()
             q0 = table.get(key, 0) if advances else 0
-            buf, starts = batch.encode_uniform(q0, 0, now, gap=BODY_OFFSET)
+            buf, starts = batch.encode(q0, 0, now, BODY_OFFSET)
             try:
                 _first, positions, end = store.append_framed_committed(buf, starts, self.term)
             except DLedgerError as exc:
@@ -367,7 +371,7 @@ class DLedgerCommitLog(LogFiles):
             now,
             q0,
             n,
-            store_host,
+            tpl.sraw,
             None,
             None,
             positions,

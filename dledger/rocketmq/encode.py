@@ -460,12 +460,15 @@ class BatchPreparer:
         tran = sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         return _Template(
             traw=traw,
+            queue_id=queue_id,
+            flag=flag,
             parts=parts,
             fixed="\x02".join(parts).encode("utf-8", "surrogatepass"),
             uniq_stem=("\x02".join([*parts, "UNIQ_KEY\x01"])).encode("utf-8", "surrogatepass"),
             create_uniq=self.config.create_uniq_key and UNIQ_KEY not in base,
             sflag=sflag,
             braw=braw,
+            sraw=store_raw,
             fixed_len=record_length(sflag, 0, len(traw), 0),
             advances=tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
             queue_key=f"{topic}-{queue_id}",
@@ -505,12 +508,85 @@ class BatchPreparer:
         born_host: tuple[str, int] | None,
         born_timestamp: int,
     ) -> PreparedBatch:
-        """``prepare_columns`` with its arguments by position (the store's put_batch: keywords
-        cost a batch of small messages more than the rest of the call)."""
+        """``prepare_columns`` with its arguments by position."""
+        if keys is None:
+            return self.prepare_uniform(
+                topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
+            ).prepared()
         n = len(bodies)
-        if n == 0:
+        tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
+        if len(keys) != n:
+            raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
+        if tpl.create_uniq:
+            head = self.uniq.head()
+            props = _keyed_properties(tpl, keys, head, self.uniq.take(n))
+        else:
+            props = _keyed_properties(tpl, keys, None, 0)
+        body_list = bodies if isinstance(bodies, list) else list(bodies)
+        lengths = _keyed_lengths(body_list, props, tpl.fixed_len)
+        longest = int(lengths.max())
+        if longest > self.config.max_message_size:
+            raise IllegalMessage(f"a message is over max_message_size {self.config.max_message_size} as a record")
+        return _columns(tpl, body_list, props, None, -1, lengths, longest, born_timestamp or int(time.time() * 1000))
+
+    def prepare_uniform(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_id: int,
+        tags: str | None,
+        properties: dict[str, str] | None,
+        flag: int,
+        sys_flag: int,
+        born_host: tuple[str, int] | None,
+        born_timestamp: int,
+    ) -> UniformBatch:
+        """A batch without keys, checked (RocketMQ's MessageExtBatch: every field but the body
+        shared): what the store's put_batch hands the commit log, which encodes it with one
+        kernel call under its lock. Arguments by position (keywords cost a batch of small
+        messages more than the rest of the call)."""
+        tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
+        n = len(bodies)
+        if tpl.create_uniq:
+            head = self.uniq.head()
+            first = self.uniq.take(n)
+            # Left to the encoder: the stem, then each message's 4 counter digits. The head is
+            # the same string for every put within a millisecond: its stem is kept.
+            last = tpl.last_stem
+            if last[0] is head:
+                stem = last[1]
+            else:
+                stem = tpl.uniq_stem + head.encode()
+                tpl.last_stem = (head, stem)
+            plen = len(stem) + 4
+        else:
+            stem = tpl.fixed
+            first = -1
+            plen = len(stem)
+        if plen > MAX_PROPERTIES_BYTES:
+            raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
+        body_list = bodies if isinstance(bodies, list) else list(bodies)
+        # calMsgLength, with everything but the body the same for every message
+        longest = _longest_body(body_list) + plen + tpl.fixed_len
+        if longest > self.config.max_message_size:
+            raise IllegalMessage(f"a message is over max_message_size {self.config.max_message_size} as a record")
+        return UniformBatch(tpl, body_list, n, stem, first, born_timestamp or int(time.time() * 1000), longest)
+
+    def _batch_template(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_id: int,
+        tags: str | None,
+        properties: dict[str, str] | None,
+        flag: int,
+        sys_flag: int,
+        born_host: tuple[str, int] | None,
+    ) -> _Template:
+        """The template of a batch's arguments, made and checked once (cached), and the batch
+        is not empty."""
+        if len(bodies) == 0:
             raise IllegalMessage("no messages")
-        cfg = self.config
         tkey = (topic, queue_id, tags, tuple(properties.items()) if properties else (), flag, sys_flag, born_host)
         tpl = self._templates.get(tkey)
         if tpl is None:
@@ -518,92 +594,123 @@ class BatchPreparer:
             if len(self._templates) >= 4096:
                 self._templates.clear()
             self._templates[tkey] = tpl
-        elif cfg.topic_queue_nums:
+        elif self.config.topic_queue_nums:
             self._check_queue(topic, queue_id)  # the table may have changed since
-        if keys is not None and len(keys) != n:
-            raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
-        stem: bytes | None = None
-        uniq_first = -1
-        if tpl.create_uniq:
-            head = self.uniq.head()
-            first = self.uniq.take(n)
-            if keys is None:
-                # Left to the encoder: the stem, then each message's 4 counter digits. The head
-                # is the same string for every put within a millisecond: its stem is kept.
-                last = tpl.last_stem
-                if last[0] is head:
-                    stem = last[1]
-                else:
-                    stem = tpl.uniq_stem + head.encode()
-                    tpl.last_stem = (head, stem)
-                uniq_first = first
-                props: list[bytes] = []
-            else:
-                props = _keyed_properties(tpl, keys, head, first)
-        elif keys is None:
-            stem = tpl.fixed
-            props = []
-        else:
-            props = _keyed_properties(tpl, keys, None, 0)
-        body_list = bodies if isinstance(bodies, list) else list(bodies)
-        # calMsgLength, with everything but the body and properties the same for every message
-        lengths: np.ndarray | None = None
-        if stem is not None:
-            plen = len(stem) + (4 if uniq_first >= 0 else 0)
-            if plen > MAX_PROPERTIES_BYTES:
-                raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
-            longest = _longest_body(body_list) + plen + tpl.fixed_len  # lengths: when needed
-        else:
-            lengths = _keyed_lengths(body_list, props, tpl.fixed_len)
-            longest = int(lengths.max())
-        if longest > cfg.max_message_size:
-            raise IllegalMessage(f"a message is over max_message_size {cfg.max_message_size} as a record")
-        store_raw = self.store_host_raw
-        # The shared columns: one value repeated (the uniform encoder reads the first), made
-        # once per batch size; the lists among them are shared between batches too (nothing
-        # writes into a batch's columns).
-        cols = tpl.columns.get(n)
-        if cols is None:
-            cols = (
-                _full(n, queue_id, np.int32),
-                _full(n, flag, np.int32),
-                _full(n, tpl.sflag, np.int32),
-                _full(n, 0, np.int32),
-                _full(n, 0, np.int64),
-                _full(n, tpl.advances, np.bool_),
-                [tpl.traw] * n,
-                [tpl.braw] * n,
-                [store_raw] * n,
-                [tpl.queue_key] * n,
-            )
-            if len(tpl.columns) < 64:
-                tpl.columns[n] = cols
-        born_ts = born_timestamp or int(time.time() * 1000)
-        # Positional: a batch of small messages pays for every keyword here.
-        return PreparedBatch(
-            n,
-            cols[6],
-            cols[0],
-            body_list,
-            props,
-            cols[1],
-            cols[2],
-            [born_ts] * n,
-            cols[7],
-            cols[8],
-            cols[3],
-            cols[4],
-            lengths,
-            cols[5],
-            cols[9],
-            tpl.wait_store,
-            True,
-            stem,
-            uniq_first,
-            longest,
-            tpl.fixed_len,
-            (tpl.traw, queue_id, flag, tpl.sflag, born_ts, tpl.braw, store_raw, tpl.advances),
+        return tpl
+
+
+class UniformBatch:
+    """A batch of one template (``BatchPreparer.prepare_uniform``): the bodies, their properties
+    as one stem (each message's UNIQ_KEY counter digits, when ``uniq_first >= 0``, appended by
+    the encoder) and the born time. ``encode`` makes the records with one kernel call;
+    ``prepared`` is the same batch as columns, for the commit logs' general path."""
+
+    __slots__ = ("bodies", "born_ts", "longest", "n", "stem", "tpl", "uniq_first")
+
+    def __init__(
+        self, tpl: _Template, bodies: list[bytes], n: int, stem: bytes, uniq_first: int, born_ts: int, longest: int
+    ) -> None:
+        self.tpl = tpl
+        self.bodies = bodies
+        self.n = n
+        self.stem = stem
+        self.uniq_first = uniq_first
+        self.born_ts = born_ts
+        self.longest = longest
+
+    @property
+    def wait_store(self) -> bool:
+        return self.tpl.wait_store
+
+    def encode(self, queue_offset: int, phys_offset: int, store_timestamp: int, gap: int = 0) -> tuple[Any, np.ndarray]:
+        """The records, queue offsets from ``queue_offset`` (when the template's messages take
+        one) and physical offsets from ``phys_offset``: ``(buffer, offsets)`` as
+        ``K.encode_uniform`` (``gap`` bytes before each record: room for a DLedger entry header)."""
+        t = self.tpl
+        return K.encode_uniform(
+            self.bodies,
+            t.traw,
+            self.stem,
+            self.uniq_first,
+            t.queue_id,
+            t.flag,
+            t.sflag,
+            self.born_ts,
+            t.braw,
+            store_timestamp,
+            t.sraw,
+            queue_offset if t.advances else 0,
+            t.advances,
+            phys_offset,
+            gap,
         )
+
+    def record_lengths(self) -> np.ndarray:
+        plen = len(self.stem) + (4 if self.uniq_first >= 0 else 0)
+        lengths: np.ndarray = np.fromiter(map(len, self.bodies), dtype=np.int64, count=self.n) + (
+            plen + self.tpl.fixed_len
+        )
+        return lengths
+
+    def prepared(self) -> PreparedBatch:
+        return _columns(self.tpl, self.bodies, [], self.stem, self.uniq_first, None, self.longest, self.born_ts)
+
+
+def _columns(
+    tpl: _Template,
+    bodies: list[bytes],
+    props: list[bytes],
+    stem: bytes | None,
+    uniq_first: int,
+    lengths: np.ndarray | None,
+    longest: int,
+    born_ts: int,
+) -> PreparedBatch:
+    """A batch of template ``tpl`` as columns. The shared columns hold one value repeated (the
+    uniform encoder reads the first), made once per batch size; the lists among them are
+    shared between batches too (nothing writes into a batch's columns)."""
+    n = len(bodies)
+    cols = tpl.columns.get(n)
+    if cols is None:
+        cols = (
+            _full(n, tpl.queue_id, np.int32),
+            _full(n, tpl.flag, np.int32),
+            _full(n, tpl.sflag, np.int32),
+            _full(n, 0, np.int32),
+            _full(n, 0, np.int64),
+            _full(n, tpl.advances, np.bool_),
+            [tpl.traw] * n,
+            [tpl.braw] * n,
+            [tpl.sraw] * n,
+            [tpl.queue_key] * n,
+        )
+        if len(tpl.columns) < 64:
+            tpl.columns[n] = cols
+    # Positional: a batch of small messages pays for every keyword here.
+    return PreparedBatch(
+        n,
+        cols[6],
+        cols[0],
+        bodies,
+        props,
+        cols[1],
+        cols[2],
+        [born_ts] * n,
+        cols[7],
+        cols[8],
+        cols[3],
+        cols[4],
+        lengths,
+        cols[5],
+        cols[9],
+        tpl.wait_store,
+        True,
+        stem,
+        uniq_first,
+        longest,
+        tpl.fixed_len,
+        (tpl.traw, tpl.queue_id, tpl.flag, tpl.sflag, born_ts, tpl.braw, tpl.sraw, tpl.advances),
+    )
 
 
 @dataclass(slots=True)
@@ -611,12 +718,15 @@ class _Template:
     """What the batches of one (topic, queue, tags, properties, flag, sys flag, born host) share."""
 
     traw: bytes
+    queue_id: int
+    flag: int
     parts: list[str]
     fixed: bytes
     uniq_stem: bytes
     create_uniq: bool
     sflag: int
     braw: bytes
+    sraw: bytes
     fixed_len: int
     advances: bool
     queue_key: str

@@ -33,7 +33,7 @@ from dledger.rocketmq.config import SLAVE, MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueueTable
 from dledger.rocketmq.consumer_offset import ConsumerOffsetManager
 from dledger.rocketmq.dispatch import ReputMessageService
-from dledger.rocketmq.encode import BatchPreparer, IllegalMessage, PreparedBatch
+from dledger.rocketmq.encode import BatchPreparer, IllegalMessage, PreparedBatch, UniformBatch
 from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import (
     UNIQ_KEY,
@@ -398,14 +398,26 @@ class MessageStore:
             refused = self._refuse()
             if refused is not None:
                 return refused
+        prep = self.preparer
         try:
-            batch = self.preparer.prepare_columns_at(
-                topic, bodies, queue_id, tags, keys, properties, flag, sys_flag, born_host, born_timestamp
-            )
+            if keys is None:
+                uniform = prep.prepare_uniform(
+                    topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
+                )
+            else:
+                batch = prep.prepare_columns_at(
+                    topic, bodies, queue_id, tags, keys, properties, flag, sys_flag, born_host, born_timestamp
+                )
         except IllegalMessage as exc:
             log.warning("put refused: %s", exc)
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
-        return self._put(batch)
+        if keys is not None:
+            return self._put(batch)
+        try:
+            result = self.commitlog.put_uniform(uniform)
+        except Exception as exc:
+            return self._put_failed(exc)
+        return self._answer(result, uniform)
 
     def _refuse(self) -> PutMessageResult | None:
         if self._closed or self.readonly:
@@ -422,6 +434,10 @@ class MessageStore:
             result = self.commitlog.put(batch)
         except Exception as exc:
             return self._put_failed(exc)
+        return self._answer(result, batch)
+
+    def _answer(self, result: AppendMessageResult, batch: PreparedBatch | UniformBatch) -> PutMessageResult:
+        """The put's result, once flushed where SYNC_FLUSH wants it."""
         if not (self._sync_classic and batch.wait_store):
             if result.status is _APPEND_OK:
                 return PutMessageResult(_PUT_OK, result)
