@@ -1,5 +1,6 @@
-"""One process, one fresh store: ``put_batch`` of 32 bodies as ``test_bench_mq.py`` calls it,
-then the wait for dispatch; prints microseconds a batch (the puts alone, and with the wait).
+"""One process, one fresh store: ``put_batch`` of 32 bodies as ``test_bench_mq.py`` calls it
+(or with ``--single``, ``put_message`` of one), then the wait for dispatch; prints microseconds
+a batch (a message) for the puts alone, and with the wait.
 
 For comparing two trees on a noisy machine, alternate processes of each many times and compare
 the medians (the bench rows take minutes a run; this takes a second):
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.message import Message
 from dledger.rocketmq.store import MessageStore
 
 BATCH = 32
@@ -28,7 +30,9 @@ def main() -> None:
     ap.add_argument("mode", choices=["classic", "dledger"])
     ap.add_argument("size", type=int, help="body bytes")
     ap.add_argument("--batches", type=int, default=8192)
+    ap.add_argument("--single", action="store_true", help="put_message of one message (--batches of them)")
     args = ap.parse_args()
+    unit = "message" if args.single else "batch"
     root = Path(tempfile.mkdtemp(prefix="dledger-put-loop-"))
     try:
         config = MessageStoreConfig(
@@ -38,15 +42,20 @@ def main() -> None:
         )
         with MessageStore(root, config) as store:
             bodies = [os.urandom(args.size)] * BATCH
+            msg = Message("TopicA", bodies[0], tags="TagA")
             t0 = time.perf_counter()
-            for _ in range(args.batches):
-                store.put_batch("TopicA", bodies, tags="TagA")
+            if args.single:
+                for _ in range(args.batches):
+                    store.put_message(msg)
+            else:
+                for _ in range(args.batches):
+                    store.put_batch("TopicA", bodies, tags="TagA")
             t1 = time.perf_counter()
             if not store.wait_dispatched(600):
                 raise SystemExit("dispatch did not catch up within 600 s")
             t2 = time.perf_counter()
         per = 1e6 / args.batches
-        print(f"put {(t1 - t0) * per:.2f} us/batch, with dispatch caught up {(t2 - t0) * per:.2f} us/batch")
+        print(f"put {(t1 - t0) * per:.2f} us/{unit}, with dispatch caught up {(t2 - t0) * per:.2f} us/{unit}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -130,15 +130,6 @@ class EmbeddedAppender:
             self.on_committed(self.store.committed_pos)
         return first, positions
 
-    def append_one(self, body: bytes, term: int) -> int:
-        """One entry appended and committed; returns its position."""
-        store = self.store
-        index, pos = store.append_with_pos(body, term)
-        store.update_committed_index(term, index)
-        if self.on_committed is not None:
-            self.on_committed(pos + BODY_OFFSET + len(body))
-        return int(pos)
-
     @property
     def committed_pos(self) -> int:
         return self.store.committed_pos
@@ -158,17 +149,13 @@ class DLedgerCommitLog(LogFiles):
         self.store = store
         self.readonly = readonly
         self.appender: Appender | None = appender
-        # The single member's appender takes a single record as one entry through the mapping
-        # and returns its position.
-        self._append_one: Callable[[bytes, int], int] | None = None
-        # The single member's store itself, which the framed put calls directly (an append
-        # there is committed at once; see ``_put_framed``).
+        # The single member's store itself, which its puts call directly (an append there is
+        # committed at once; see ``_put_framed`` and ``put_one``).
         self._embedded: MmapFileStore | None = None
         if appender is None and not readonly:
             emb = EmbeddedAppender(store)
             emb.on_committed = self.on_committed
             self.appender = emb
-            self._append_one = emb.append_one
             self._embedded = store
         # The data segment list of the store: reads walk its mapped files directly.
         self.files = store._log.data  # the store has no public handle on its files
@@ -424,14 +411,20 @@ class DLedgerCommitLog(LogFiles):
         key = tpl.queue_key
         advances = tpl.advances
         table = self.topic_queue_table
-        append_one = self._append_one
+        embedded = self._embedded
         with self.put_lock:
             now = self._store_time()
             queue_offset = table.get(key, 0) if advances else 0
             rec = _encode_put(tpl, body, uniq_head, counter, flag, born_ts, reconsume, prepared, queue_offset, 0, now)
             try:
-                if append_one is not None:
-                    pos = append_one(rec, self.term)
+                if embedded is not None:
+                    # The single member: committed as appended (``on_committed`` inline).
+                    pos = embedded.append_one_committed(rec, self.term)
+                    end = pos + BODY_OFFSET + len(rec)
+                    if end > self._committed_pos:
+                        self._committed_pos = end
+                        if self.wakeup is not None:
+                            self.wakeup()
                 else:
                     assert self.appender is not None
                     pos = int(self.appender.append_batch([rec], self.term)[1][0])

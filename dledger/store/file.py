@@ -275,6 +275,20 @@ class MmapFileStore:
             self.flush()
         return int(first), positions
 
+    def append_one_committed(self, body: bytes, term: int) -> int:
+        """``append_with_pos`` where an append is committed at once (a single member), as
+        ``append_framed_committed``: also moves the committed index to the entry. Returns its
+        position."""
+        if self._closed or self.readonly:
+            self._writable()
+        lg = self._log
+        pos: int = lg.append_with_pos(body, term)[1]
+        if self.sync:
+            self.flush()
+        self._committed_pos = pos + BODY_OFFSET + len(body)
+        self._committed = lg.end
+        return pos
+
     def append_framed_committed(self, buf: bytearray, offsets: np.ndarray, term: int) -> tuple[int, np.ndarray, int]:
         """``append_framed`` where an append is committed at once (a single member): also moves
         the committed index to the last entry, as ``update_committed_index`` would, without its

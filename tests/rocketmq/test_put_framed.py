@@ -108,6 +108,42 @@ def test_append_framed_end_is_the_end_of_the_last_entry(tmp_path: Path) -> None:
     s.close()
 
 
+def test_committed_appends_commit_as_update_committed_index_does(tmp_path: Path) -> None:
+    """The single member's appends (``append_one_committed``, ``append_framed_committed``) leave
+    the committed index and position where an append and ``update_committed_index`` leave them,
+    across data files, and write the same files."""
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=1 << 13, mapped_file_size_for_entry_index=32 * 32)
+    a = MmapFileStore(tmp_path / "a", cfg, start_services=False, body_pos_patch=mk.PHY_POS_POSITION)
+    b = MmapFileStore(tmp_path / "b", cfg, start_services=False, body_pos_patch=mk.PHY_POS_POSITION)
+    for i in range(40):
+        bodies = [bytes([i, k]) * (k * 13 % 170 + 30) for k in range(1 + i % 5)]
+        if i % 2:
+            for body in _records(bodies):
+                index, pos = a.append_with_pos(body, 1)
+                a.update_committed_index(1, index)
+                assert b.append_one_committed(body, 1) == pos
+        else:
+            buf, starts = _uniform(bodies, b"TAGS\x01t", -1, 0, 0, 0)
+            first, _ = a.append_batch(PackedBodies(buf, starts), 1)
+            a.update_committed_index(1, first + len(bodies) - 1)
+            fbuf, fstarts = _uniform(bodies, b"TAGS\x01t", -1, 0, 0, 48)
+            assert b.append_framed_committed(fbuf, fstarts, 1)[2] == a.committed_pos
+        assert (b.committed_index, b.committed_pos) == (a.committed_index, a.committed_pos)
+    assert len(a._log.data.files) > 3
+    a.close()
+    b.close()
+    for sub in ("data", "index"):
+        fa = sorted((tmp_path / "a" / sub).iterdir())
+        fb = sorted((tmp_path / "b" / sub).iterdir())
+        assert [p.name for p in fa] == [p.name for p in fb]
+        assert all(x.read_bytes() == y.read_bytes() for x, y in zip(fa, fb, strict=True))
+
+
+def _records(bodies: list[bytes]) -> list[bytes]:
+    buf, starts = _uniform(bodies, b"TAGS\x01t", -1, 0, 0, 0)
+    return [bytes(buf[int(starts[k]) : int(starts[k + 1])]) for k in range(len(bodies))]
+
+
 def test_dledger_batch_result_offsets(tmp_path: Path) -> None:
     from dledger.rocketmq.config import MessageStoreConfig
     from dledger.rocketmq.message import MessageSysFlag
