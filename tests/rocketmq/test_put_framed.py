@@ -73,11 +73,7 @@ def test_framed_put_stores_what_the_packed_put_stores(tmp_path: Path, uniq: int)
     assert len(a._log.data.files) > 2
     a.close()
     b.close()
-    for sub in ("data", "index"):
-        fa = sorted((tmp_path / "a" / sub).iterdir())
-        fb = sorted((tmp_path / "b" / sub).iterdir())
-        assert [p.name for p in fa] == [p.name for p in fb]
-        assert all(x.read_bytes() == y.read_bytes() for x, y in zip(fa, fb, strict=True))
+    _assert_same_files(tmp_path / "a", tmp_path / "b")
     # (the checkpoint's first line is the time it was written, which may differ by a second)
     assert read_properties(tmp_path / "a" / "checkpoint") == read_properties(tmp_path / "b" / "checkpoint")
 
@@ -132,9 +128,13 @@ def test_committed_appends_commit_as_update_committed_index_does(tmp_path: Path)
     assert len(a._log.data.files) > 3
     a.close()
     b.close()
+    _assert_same_files(tmp_path / "a", tmp_path / "b")
+
+
+def _assert_same_files(a: Path, b: Path) -> None:
     for sub in ("data", "index"):
-        fa = sorted((tmp_path / "a" / sub).iterdir())
-        fb = sorted((tmp_path / "b" / sub).iterdir())
+        fa = sorted((a / sub).iterdir())
+        fb = sorted((b / sub).iterdir())
         assert [p.name for p in fa] == [p.name for p in fb]
         assert all(x.read_bytes() == y.read_bytes() for x, y in zip(fa, fb, strict=True))
 
