@@ -299,7 +299,8 @@ class AsyncProducer:
                 base = {k: v for k, v in base.items() if k != PROPERTY_KEYS}
             return await self._send_columns(
                 topic,
-                [bytes(m.body) for m in msgs],
+                # bytes(b) of a bytes object is a call a message for the same object
+                [m.body if type(m.body) is bytes else bytes(m.body) for m in msgs],
                 qid,
                 tags,
                 keys,
