@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
+# Called with the cluster just before a throughput run's timed part; what it returns is called
+# just after it (bench/cluster_cpu.py reads the members' CPU times around the timed part).
+Timed = Callable[[TestCluster], Callable[[], None]]
+
+
 def dledger_throughput(
-    body_size: int, count: int, chunk: int = 2000, window: int = 16, extra: list[str] | None = None
+    body_size: int,
+    count: int,
+    chunk: int = 2000,
+    window: int = 16,
+    extra: list[str] | None = None,
+    timed: Timed | None = None,
 ) -> Throughput:
     root = Path(tempfile.mkdtemp(prefix="dledger-bench-cluster-"))
     cluster = TestCluster(root, extra=list(extra or []), proxied=False)
@@ -78,9 +89,13 @@ def dledger_throughput(
                     async with sem:
                         await client.append_batch([body] * chunk)
 
+                done = timed(cluster) if timed is not None else None
                 t0 = time.perf_counter()
                 await asyncio.gather(*(one() for _ in range(count // chunk)))
-                return time.perf_counter() - t0
+                elapsed = time.perf_counter() - t0
+                if done is not None:
+                    done()
+                return elapsed
 
         elapsed = asyncio.run(run())
         done = (count // chunk) * chunk

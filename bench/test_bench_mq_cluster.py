@@ -55,9 +55,17 @@ def mq_cluster(extra: list[str] | None = None) -> TestCluster:
     return TestCluster(root, extra=["--message-store", *(extra or [])], proxied=False, member_dirs=True)
 
 
-def mq_throughput(body_size: int, count: int, chunk: int = CHUNK, window: int = WINDOW, objects: bool = False) -> float:
+def mq_throughput(
+    body_size: int,
+    count: int,
+    chunk: int = CHUNK,
+    window: int = WINDOW,
+    objects: bool = False,
+    timed: cb.Timed | None = None,
+) -> float:
     """Messages/s acknowledged SEND_OK by a batching producer: ``send_bodies`` (a MessageBatch
-    of bodies), or ``send_batch`` of Message objects with ``objects``."""
+    of bodies), or ``send_batch`` of Message objects with ``objects``; ``timed`` as
+    ``cluster_bench.dledger_throughput``'s."""
     cluster = mq_cluster()
     try:
         cluster.start_all()
@@ -79,9 +87,13 @@ def mq_throughput(body_size: int, count: int, chunk: int = CHUNK, window: int = 
                             rs = await p.send_bodies("Bench", [body] * chunk, k % nums)
                         assert rs.ok, rs[-1]
 
+                done = timed(cluster) if timed is not None else None
                 t0 = time.perf_counter()
                 await asyncio.gather(*(one(k) for k in range(count // chunk)))
-                return time.perf_counter() - t0
+                elapsed = time.perf_counter() - t0
+                if done is not None:
+                    done()
+                return elapsed
 
         elapsed = asyncio.run(run())
         return (count // chunk) * chunk / elapsed
