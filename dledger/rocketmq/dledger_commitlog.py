@@ -418,13 +418,9 @@ class DLedgerCommitLog(LogFiles):
             rec = _encode_put(tpl, body, uniq_head, counter, flag, born_ts, reconsume, prepared, queue_offset, 0, now)
             try:
                 if embedded is not None:
-                    # The single member: committed as appended (``on_committed`` inline).
+                    # The single member: committed as appended.
                     pos = embedded.append_one_committed(rec, self.term)
-                    end = pos + BODY_OFFSET + len(rec)
-                    if end > self._committed_pos:
-                        self._committed_pos = end
-                        if self.wakeup is not None:
-                            self.wakeup()
+                    self.on_committed(pos + BODY_OFFSET + len(rec))
                 else:
                     assert self.appender is not None
                     pos = int(self.appender.append_batch([rec], self.term)[1][0])

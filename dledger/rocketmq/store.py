@@ -399,9 +399,10 @@ class MessageStore:
             if refused is not None:
                 return refused
         prep = self.preparer
+        batch: PreparedBatch | UniformBatch
         try:
             if keys is None:
-                uniform = prep.prepare_uniform(
+                batch = prep.prepare_uniform(
                     topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
                 )
             else:
@@ -411,13 +412,7 @@ class MessageStore:
         except IllegalMessage as exc:
             log.warning("put refused: %s", exc)
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
-        if keys is not None:
-            return self._put(batch)
-        try:
-            result = self.commitlog.put_uniform(uniform)
-        except Exception as exc:
-            return self._put_failed(exc)
-        return self._answer(result, uniform)
+        return self._put(batch)
 
     def _refuse(self) -> PutMessageResult | None:
         if self._closed or self.readonly:
@@ -429,15 +424,14 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="the store is a slave")
         return None
 
-    def _put(self, batch: PreparedBatch) -> PutMessageResult:
+    def _put(self, batch: PreparedBatch | UniformBatch) -> PutMessageResult:
         try:
-            result = self.commitlog.put(batch)
+            if type(batch) is UniformBatch:
+                result = self.commitlog.put_uniform(batch)
+            else:
+                result = self.commitlog.put(batch)
         except Exception as exc:
             return self._put_failed(exc)
-        return self._answer(result, batch)
-
-    def _answer(self, result: AppendMessageResult, batch: PreparedBatch | UniformBatch) -> PutMessageResult:
-        """The put's result, once flushed where SYNC_FLUSH wants it."""
         if not (self._sync_classic and batch.wait_store):
             if result.status is _APPEND_OK:
                 return PutMessageResult(_PUT_OK, result)
