@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import os
 import re
 import shutil
 import statistics
@@ -30,25 +29,11 @@ if __package__ in (None, ""):
 
 from bench import cluster_bench as cb
 from bench.test_bench_mq_cluster import CHUNK, WINDOW, mq_throughput
+from bench.thread_cpu import thread_times
 from dledger.testing import TestCluster
 
-_TICK = os.sysconf("SC_CLK_TCK")
 # What the members still do once the producer has its last answer (followers' dispatch).
 SETTLE_S = 1.0
-
-
-def thread_times(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of each thread of ``pid``, by thread id."""
-    out: dict[str, float] = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # the thread ended
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[tid] = (int(fields[11]) + int(fields[12])) / _TICK
-    return out
 
 
 def thread_names(pid: int) -> dict[str, str]:
