@@ -30,6 +30,12 @@ include "format.pxi"
 cdef extern from "dl_format.h" nogil:
     void dl_put64(unsigned char *p, uint64_t v)
 
+cdef extern from "dl_wguard.h" nogil:
+    void dl_wguard_lock(int *lock)
+    void dl_wguard_unlock(int *lock)
+    int64_t dl_load_i64(const int64_t *p)
+    void dl_store_i64(int64_t *p, int64_t v)
+
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
     int madvise(void *addr, size_t length, int advice)
@@ -71,9 +77,10 @@ cdef extern from "<sys/uio.h>" nogil:
 # writable costs less on the writer's thread, but every msync must then write-protect each of
 # those pages again, one TLB shootdown per page while another thread of the process runs (an
 # msync of 64 MB: 130 ms of CPU against 8 ms for pages populated read-only), and the put thread
-# takes the interrupts. For batches the service populates the pages read-only, so the pwrite
-# finds them allocated and zeroed. Single entries still go through the mapping (see
-# EntryLog._put), into pages the service populated writable: a syscall per entry would cost more.
+# takes the interrupts. For batches the service writes zeros ahead instead (MappedFile.prewrite),
+# so the pwrite finds the pages allocated, dirty and with their blocks reserved, and never mapped
+# writable. Single entries still go through the mapping (see EntryLog._put), into pages the
+# service populated writable: a syscall per entry would cost more.
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
 # RUN_ENTRIES entries, two buffers (header, body) each (see _put_run).
 cdef int IOV_MAX_ = 1024
@@ -86,6 +93,11 @@ cdef Py_ssize_t SCRATCH_BYTES = 1 << 20
 # Suffix of a segment file being created (see _create_sized).
 TMP_SUFFIX = ".creating"
 cdef Py_ssize_t NOGIL_COPY = 65536
+# MappedFile.prewrite writes at most PREWRITE_IOV * ZEROS_LEN bytes of zeros a call.
+cdef enum:
+    ZEROS_LEN = 65536
+    PREWRITE_IOV = 16
+cdef unsigned char _ZEROS[ZEROS_LEN]
 # WRITE_RELEASE: a caller may ask for the GIL to be let go around a small batch's write too
 # (``MappedFile.append(release_gil=True)``, ``EntryLog.append_framed_end(release_gil=True)``).
 # The message store's put thread does: its dispatch thread then runs on the other core while
@@ -188,6 +200,12 @@ cdef class MappedFile:
     cdef public int64_t start_position
     cdef public int64_t populated_to
     cdef readonly bint readonly
+    # Pre-writing (``prewrite``): only a file of a guarded list is pre-written, and every write
+    # to it that ends past ``prewritten_to`` takes the write guard (see _guard). Nothing below
+    # ``prewritten_to`` is ever written by a pre-write again.
+    cdef readonly bint guarded
+    cdef readonly int64_t prewritten_to
+    cdef int _wguard
     cdef object _mm
     cdef const unsigned char[::1] _view
     cdef unsigned char *ptr
@@ -197,8 +215,9 @@ cdef class MappedFile:
     cdef int fd
 
     def __cinit__(self, str path, int64_t file_from_offset, int64_t file_size, bint create=False,
-                  bint readonly=False):
+                  bint readonly=False, bint guarded=False):
         self.fd = -1
+        self.guarded = guarded and not readonly
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
@@ -274,12 +293,30 @@ cdef class MappedFile:
         self._pwrite_begin(rel, total)
         cdef int err
         cdef Py_ssize_t done = 0
+        cdef bint held = self._guard(rel + total)
         if release or total >= NOGIL_COPY:
             with nogil:
                 err = _pwritev_all(self.fd, iov, count, rel, &done)
         else:
             err = _pwritev_all(self.fd, iov, count, rel, &done)
+        self._unguard(held, rel + total)
         return self._pwrite_end(rel, err, done)
+
+    cdef inline bint _guard(self, int64_t end) noexcept nogil:
+        """Before a write that ends at ``end`` (relative): take the write guard when the write
+        reaches past ``prewritten_to``, where a pre-write of zeros may be running. True when
+        taken; pass it to ``_unguard`` after the write, which then moves ``prewritten_to`` past
+        it, so that no later pre-write starts below what this one wrote."""
+        if not self.guarded or end <= dl_load_i64(&self.prewritten_to):
+            return False
+        dl_wguard_lock(&self._wguard)
+        return True
+
+    cdef inline void _unguard(self, bint held, int64_t end) noexcept nogil:
+        if held:
+            if end > self.prewritten_to:
+                dl_store_i64(&self.prewritten_to, end)
+            dl_wguard_unlock(&self._wguard)
 
     cdef int _pwrite_begin(self, int64_t rel, Py_ssize_t total) except -1:
         """What a write by the file descriptor checks first (and the descriptor, opened once)."""
@@ -330,9 +367,12 @@ cdef class MappedFile:
         self._check_writable()
         start = max(start, 0)
         end = min(end, self.file_size)
+        cdef bint held
         if start < end:
             with nogil:
+                held = self._guard(end)
                 memset(self.ptr + start, 0, end - start)
+                self._unguard(held, end)
 
     def read(self, int64_t rel, Py_ssize_t n):
         self._check_open()
@@ -390,6 +430,51 @@ cdef class MappedFile:
         if end > self.populated_to:
             self.populated_to = end
         return True
+
+    def prewrite(self, int64_t start, int64_t end):
+        """Make the page-cache pages of ``[start, end)`` by writing zeros there, past everything
+        written (the write position and ``prewritten_to``), so that the writer's pwrites land in
+        pages that are allocated, zeroed, dirty and have their blocks reserved. Where this VM's
+        populate-read costs 4-7 us a page and leaves 2.4-3.1 for each page's first pwrite, this
+        costs 1.0-1.4 and leaves 1.2-1.5 (bench/page_costs.py; docs/message-store.md). Only for
+        a file of a guarded list, whose writers take the write guard past ``prewritten_to``.
+        The zeros read as the hole they replace. Returns the bytes written, or -1 when the write
+        failed (ENOSPC, EIO: nothing to undo, the zeros are what was there)."""
+        self._check_writable()
+        if not self.guarded:
+            raise ValueError(f"{self.path}: only a file of a guarded list is pre-written")
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_RDWR)
+        cdef int64_t at
+        cdef Py_ssize_t done = 0
+        cdef int err = 0
+        cdef iovec iov[PREWRITE_IOV]
+        cdef int k, count
+        cdef int64_t n
+        if end > self.file_size:
+            end = self.file_size
+        with nogil:
+            dl_wguard_lock(&self._wguard)
+            at = start
+            if at < self.prewritten_to:
+                at = self.prewritten_to
+            if at < self.wrote_position:
+                at = self.wrote_position
+            if end > at:
+                n = end - at
+                count = 0
+                while n > 0 and count < PREWRITE_IOV:
+                    iov[count].iov_base = <void *>_ZEROS
+                    iov[count].iov_len = <size_t>(n if n < ZEROS_LEN else ZEROS_LEN)
+                    n -= <int64_t>iov[count].iov_len
+                    count += 1
+                err = _pwritev_all(self.fd, iov, count, at, &done)
+                if at + done > self.prewritten_to:
+                    dl_store_i64(&self.prewritten_to, at + done)
+            dl_wguard_unlock(&self._wguard)
+        if self.prewritten_to > self.populated_to:
+            self.populated_to = self.prewritten_to
+        return -1 if err else done
 
     def drop_cache(self, int64_t start, int64_t end):
         """Hand the page cache of the whole pages in ``[start, end)`` back to the kernel: this
@@ -450,13 +535,16 @@ cdef class MmapFileList:
     cdef public list files
     cdef public int64_t flushed_where
     cdef public bint new_names  # a file was created since the last flush: fsync the directory
+    # Its files may be pre-written (MappedFile.prewrite): their writes take the write guard.
+    cdef readonly bint guarded
 
-    def __init__(self, str store_path, int64_t file_size, bint readonly=False):
+    def __init__(self, str store_path, int64_t file_size, bint readonly=False, bint guarded=False):
         if file_size <= 0:
             raise ValueError(f"segment size must be positive, got {file_size}")
         self.store_path = store_path
         self.file_size = file_size
         self.readonly = readonly
+        self.guarded = guarded
         self.files = []
         self.flushed_where = 0
 
@@ -480,7 +568,7 @@ cdef class MmapFileList:
                 raise DLedgerError(ResponseCode.DISK_ERROR,
                                    f"{path}: size {size} differs from the segment size {self.file_size} "
                                    "(files of mixed sizes)")
-            self.files.append(MappedFile(path, int(name), self.file_size, False, self.readonly))
+            self.files.append(MappedFile(path, int(name), self.file_size, False, self.readonly, self.guarded))
 
     def check_self(self):
         """Adjacent files must be exactly one segment apart."""
@@ -522,7 +610,7 @@ cdef class MmapFileList:
         if last is not None:
             last.release_fd()  # full: written no more
         f = MappedFile(os.path.join(self.store_path, offset_to_file_name(create_at)), create_at,
-                       self.file_size, True, False)
+                       self.file_size, True, False, self.guarded)
         self.files.append(f)
         self.new_names = True
         return f
@@ -789,6 +877,7 @@ cdef class EntryLog:
         # One entry goes through the mapping: a syscall per entry would cost more than the page
         # fault per 4 KiB it saves (small entries share a page), and the store service prefaults
         # the data files while most bytes arrive this way (see mapped_bytes).
+        cdef bint held = df._guard(df.wrote_position + size)
         dl_write_header(p, magic, <int32_t>size, index, term, pos, channel, chain_crc, <int32_t>crc,
                         <int32_t>n)
         if n >= NOGIL_COPY:
@@ -798,6 +887,7 @@ cdef class EntryLog:
             memcpy(p + DL_BODY_OFFSET, body, n)
         if patch:
             memcpy(p + DL_BODY_OFFSET + self.patch_at, stamp, 8)
+        df._unguard(held, df.wrote_position + size)
         df.wrote_position += size
         self.mapped_bytes += size
         self._put_unit(xf, magic, pos, <int32_t>size, index, term)
@@ -986,6 +1076,7 @@ cdef class EntryLog:
         cdef int err
         cdef Py_ssize_t done = 0
         cdef iovec one
+        cdef bint held
         if release or span >= NOGIL_COPY:
             # Headers and the write in one stretch without the GIL (one hand-over, not two).
             df._pwrite_begin(df.wrote_position, span)
@@ -994,7 +1085,9 @@ cdef class EntryLog:
             with nogil:
                 self._frame(buf, off, start, j, base, index0, term, pos_out)
                 # By pwrite, not through the mapping (see IOV_MAX_ for why).
+                held = df._guard(df.wrote_position + span)
                 err = _pwritev_all(df.fd, &one, 1, df.wrote_position, &done)
+                df._unguard(held, df.wrote_position + span)
             df._pwrite_end(df.wrote_position, err, done)
         else:
             self._frame(buf, off, start, j, base, index0, term, pos_out)

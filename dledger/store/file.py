@@ -81,11 +81,12 @@ class MmapFileStore:
         self.config = config or DLedgerConfig()
         self.path = Path(path)
         self.readonly = readonly
-        # Whether the store service populates the data pages ahead of batch appends (read-only,
-        # so that the pwrite finds them allocated). One process putting small batches gains (the
-        # embedded message store turns it on); on a group's members, which append batches of
-        # thousands, it cost the service 0.2-0.5 us an entry on every member, more than the
-        # writes saved: 3 members on 2 cores took a third fewer entries and messages a second.
+        # Whether the store service makes the data pages ahead of batch appends (by writing
+        # zeros there, MappedFile.prewrite, so that the pwrite finds them made). One process
+        # putting small batches gains (the embedded message store turns it on). On a group's
+        # members, which append batches of thousands, populating them read-only (what the
+        # service did before it pre-wrote) cost 0.2-0.5 us an entry on every member, more than
+        # the writes saved: 3 members on 2 cores took a third fewer entries and messages a second.
         self.populate_after_batches = False
         self.sync = self.config.sync if sync is None else sync
         self._lock = threading.RLock()
@@ -112,7 +113,9 @@ class MmapFileStore:
         )
         self.data_file_size = data_size
         self.index_file_size = index_size
-        data = _segment.MmapFileList(str(data_dir), data_size, readonly)
+        # Data files are pre-written ahead of batch appends (see dledger/store/service.py), so
+        # their writes take the write guard; index units go through the mapping, populated.
+        data = _segment.MmapFileList(str(data_dir), data_size, readonly, guarded=True)
         index = _segment.MmapFileList(str(index_dir), index_size, readonly)
         # A body must also fit a data segment with its header and the blank record after it.
         self.max_body_size = min(self.config.max_body_size, data_size - BODY_OFFSET - MIN_BLANK_LEN)

@@ -24,10 +24,12 @@ log = logging.getLogger(__name__)
 # The service keeps this much past the write position faulted in (prefault), in steps of
 # PREFAULT_STEP per hold of the store lock: enough to stay ahead of appends between two ticks.
 # Data pages are populated writable while most appended bytes go through the mapping (single
-# entries), read-only while they go by pwrite (batches) where the store asks for it
-# (MmapFileStore.populate_after_batches): the pwrite then finds its page-cache pages allocated
-# and zeroed (an 8 KB pwrite into a hole: 9.3 us, into read-populated pages 6.8 us), and the
-# msyncs need not write-protect them again (see _ext/segment.pyx).
+# entries). While they go by pwrite (batches), where the store asks for it
+# (MmapFileStore.populate_after_batches), the service writes zeros there instead
+# (MappedFile.prewrite), so the pwrites land in pages already allocated, dirty and with their
+# blocks reserved, which the msyncs need not write-protect again (see _ext/segment.pyx). On
+# this VM that costs the service 1.0-1.4 us a page and leaves the writer 1.2-1.5, where
+# populating them read-only cost 4-7 and left 2.4-3.1 (bench/page_costs.py).
 PREFAULT_DATA_AHEAD = 8 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
@@ -48,6 +50,7 @@ class FlushDataService:
     def __init__(self, store: MmapFileStore) -> None:
         self.store = store
         self._prefault_ok = True
+        self._prewrite_ok = True
         self._dropped_to = 0  # data before this absolute offset was handed back (see opened_at)
 
     def opened_at(self, end: int) -> None:
@@ -95,6 +98,7 @@ class FlushDataService:
             targets.append((lg.data, PREFAULT_DATA_AHEAD, False))
         done = 0
         for files, ahead, write in targets:
+            prewrite = not write and self._prewrite_ok
             while True:
                 with store._lock:
                     if store._closed or not files.files:
@@ -104,7 +108,13 @@ class FlushDataService:
                     end = min(f.wrote_position + ahead, f.file_size, start + PREFAULT_STEP)
                     if end <= start:
                         break
-                    if not f.populate(start, end, write):
+                    if prewrite:
+                        if f.prewrite(start, end) < 0:
+                            # A full disk (or EIO): the writes will say so; populate from now on.
+                            log.warning("%s: pre-writing zeros failed; populating from now on", f.path)
+                            self._prewrite_ok = prewrite = False
+                            continue
+                    elif not f.populate(start, end, write):
                         self._prefault_ok = False
                         return done
                     done += end - start
