@@ -141,6 +141,7 @@ def pack_bodies(list bodies):
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
     int MS_SYNC
+    int MADV_DONTNEED
 
 cdef extern from "<errno.h>":
     int errno
@@ -149,11 +150,16 @@ import mmap as _mmap
 import os as _os
 
 
-def sync_mapped(mapped, Py_ssize_t offset=0, Py_ssize_t length=-1):
+def sync_mapped(mapped, Py_ssize_t offset=0, Py_ssize_t length=-1, bint unmap_written=False):
     """msync ``length`` bytes (-1: to the end) of a writable mapping (an ``mmap.mmap``) from
     ``offset``, rounded down to a page, with the GIL released. ``mmap.flush`` holds the GIL
     through the msync (CPython 3.11), which stops every thread of the process, the event loop
-    among them, for as long as the disk takes: a consume queue's or an index file's flush."""
+    among them, for as long as the disk takes: a consume queue's or an index file's flush.
+
+    With ``unmap_written`` the range's whole pages but the last are unmapped first
+    (MADV_DONTNEED; the page cache keeps them, dirty), so that the msync need not
+    write-protect them one TLB shootdown each: for a file appended to through the mapping,
+    whose pages below the last are written no more (see MappedFile.flush in segment.pyx)."""
     cdef unsigned char[::1] m = memoryview(mapped).cast("B")
     cdef Py_ssize_t size = m.shape[0], page = _mmap.PAGESIZE, end
     cdef int rc = 0
@@ -163,7 +169,10 @@ def sync_mapped(mapped, Py_ssize_t offset=0, Py_ssize_t length=-1):
     offset -= offset % page  # msync takes a page-aligned address (the mapping starts on a page)
     if end <= offset:
         return
+    cdef Py_ssize_t whole = end - end % page
     with nogil:
+        if unmap_written and whole > offset:
+            madvise(&m[0] + offset, <size_t>(whole - offset), MADV_DONTNEED)
         rc = msync(&m[0] + offset, <size_t>(end - offset), MS_SYNC)
     if rc != 0:
         raise OSError(errno, f"msync: {_os.strerror(errno)}")

@@ -388,7 +388,13 @@ cdef class MappedFile:
         return memoryview(self._mm)[start:end].toreadonly()
 
     def flush(self, int least_pages=0):
-        """msync what was written since the last flush; returns the new flushed position."""
+        """msync what was written since the last flush; returns the new flushed position.
+
+        The range's whole pages below the write position are unmapped first (MADV_DONTNEED:
+        the page cache keeps them, dirty, and a read maps them again). The msync then finds no
+        writable mapping of them to write-protect, which costs a TLB shootdown, an interrupt
+        of the other CPUs, for each page written through the mapping (the index units, single
+        entries): on this VM that was half the store service's time under 100 B batch puts."""
         self._check_open()
         if self.readonly:
             return self.flushed_position
@@ -398,8 +404,11 @@ cdef class MappedFile:
         if least_pages > 0 and wrote < self.file_size and (wrote // PAGE - flushed // PAGE) < least_pages:
             return flushed
         cdef int64_t start = (flushed // PAGE) * PAGE
+        cdef int64_t whole = (wrote // PAGE) * PAGE  # the page holding ``wrote`` is still written to
         cdef int rc
         with nogil:
+            if whole > start:
+                madvise(self.ptr + start, <size_t>(whole - start), MADV_DONTNEED)
             rc = msync(self.ptr + start, <size_t>(wrote - start), MS_SYNC)
         if rc != 0:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"msync {self.path}: {os.strerror(errno)}")

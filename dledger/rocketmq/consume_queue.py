@@ -182,7 +182,9 @@ class MappedFile:
             if self.mm is None:
                 return
             try:
-                _mk.sync_mapped(self.mm, lo, hi - lo)  # mmap.flush would hold the GIL through the msync
+                # mmap.flush would hold the GIL through the msync; the units are appended through
+                # the mapping, so the pages below the last are done with (see sync_mapped).
+                _mk.sync_mapped(self.mm, lo, hi - lo, True)
             except BaseException:
                 self.dirty_from, self.dirty_to = min(self.dirty_from, lo), max(self.dirty_to, hi)
                 raise
