@@ -443,10 +443,10 @@ cdef class MappedFile:
     def prewrite(self, int64_t start, int64_t end):
         """Make the page-cache pages of ``[start, end)`` by writing zeros there, past everything
         written (the write position and ``prewritten_to``), so that the writer's pwrites land in
-        pages that are allocated, zeroed, dirty and have their blocks reserved. Where this VM's
-        populate-read costs 4-7 us a page and leaves 2.4-3.1 for each page's first pwrite, this
-        costs 1.0-1.4 and leaves 1.2-1.5 (bench/page_costs.py; docs/message-store.md). Only for
-        a file of a guarded list, whose writers take the write guard past ``prewritten_to``.
+        pages that are allocated, zeroed, dirty and have their blocks reserved. On this VM a
+        populate-read cost 2-8 us a page and left the writer 3.3; this costs 1.1 and leaves 2.3
+        (bench/page_costs.py; docs/message-store.md). Only for a file of a guarded list, whose
+        writers take the write guard past ``prewritten_to``.
         The zeros read as the hole they replace. Returns the bytes written, or -1 when the write
         failed (ENOSPC, EIO: nothing to undo, the zeros are what was there)."""
         self._check_writable()
@@ -458,7 +458,7 @@ cdef class MappedFile:
         cdef Py_ssize_t done = 0
         cdef int err = 0
         cdef iovec iov[PREWRITE_IOV]
-        cdef int k, count
+        cdef int count
         cdef int64_t n
         if end > self.file_size:
             end = self.file_size

@@ -46,8 +46,8 @@ _SCAN_CHUNK = 1 << 16
 # allocate and zero its page-cache page. A thread keeps PREFAULT_AHEAD bytes past the write
 # position made, PREFAULT_STEP at a time, without the GIL, by writing zeros there
 # (MappedFile.prewrite: the puts then land in pages allocated, dirty and with their blocks
-# reserved; populating them read-only, MADV_POPULATE_READ, cost this VM 4-7 us a page against
-# 1.0-1.4 and left each page's first pwrite 2.4-3.1 us against 1.2-1.5; writable, as
+# reserved; populating them read-only, MADV_POPULATE_READ, cost this VM 2-8 us a page against
+# 1.1 and left the pwrites 3.3 us a page against 2.3, bench/page_costs.py; writable, as
 # MADV_POPULATE_WRITE would make them, every flush would have to write-protect them again, one
 # TLB shootdown per page, interrupting the put thread on the other core). It looks every
 # PREFAULT_POLL_S seconds while the log grows (32 MB last 80 ms at 1.3M puts/s of 100 B), every

@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 # (MmapFileStore.populate_after_batches), the service writes zeros there instead
 # (MappedFile.prewrite), so the pwrites land in pages already allocated, dirty and with their
 # blocks reserved, which the msyncs need not write-protect again (see _ext/segment.pyx). On
-# this VM that costs the service 1.0-1.4 us a page and leaves the writer 1.2-1.5, where
-# populating them read-only cost 4-7 and left 2.4-3.1 (bench/page_costs.py).
+# this VM that costs the service 1.1 us a page and leaves the writer 2.3, where populating them
+# read-only cost 2-8 and left 3.3 (bench/page_costs.py).
 PREFAULT_DATA_AHEAD = 8 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
