@@ -447,8 +447,10 @@ cdef class MappedFile:
         populate-read cost 2-8 us a page and left the writer 3.3; this costs 1.1 and leaves 2.3
         (bench/page_costs.py; docs/message-store.md). Only for a file of a guarded list, whose
         writers take the write guard past ``prewritten_to``.
-        The zeros read as the hole they replace. Returns the bytes written, or -1 when the write
-        failed (ENOSPC, EIO: nothing to undo, the zeros are what was there)."""
+        The zeros read as the hole they replace. Where the write fails (ENOSPC, EIO: nothing to
+        undo, the zeros are what was there) the rest of the range is populated read-only instead
+        (``populate(write=False)``); the writer's own pwrite then reports the error. Returns the
+        bytes made ahead."""
         self._check_writable()
         if not self.guarded:
             raise ValueError(f"{self.path}: only a file of a guarded list is pre-written")
@@ -483,7 +485,9 @@ cdef class MappedFile:
             dl_wguard_unlock(&self._wguard)
         if self.prewritten_to > self.populated_to:
             self.populated_to = self.prewritten_to
-        return -1 if err else done
+        if err and end > at + done and self.populate(at + done, end, False):
+            return end - at
+        return done
 
     def drop_cache(self, int64_t start, int64_t end):
         """Hand the page cache of the whole pages in ``[start, end)`` back to the kernel: this

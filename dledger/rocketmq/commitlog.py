@@ -215,7 +215,6 @@ class CommitLog(LogFiles):
         self._prefaulter: threading.Thread | None = None
         # (file start offset, how far its pages are faulted in)
         self._prefaulted = (-1, 0)
-        self._prewrite_ok = True
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -601,16 +600,7 @@ class CommitLog(LogFiles):
                 return False
             if start >= end:
                 return False
-            if not self._prewrite_ok or f.prewrite(start, end) < 0:
-                if self._prewrite_ok:
-                    # A full disk (or EIO): the puts will say so; populate from now on.
-                    log.warning("%s: pre-writing zeros failed; populating from now on", f.path)
-                    self._prewrite_ok = False
-                view = f.view()
-                try:
-                    K.prefault(view, start, end, K.PREFAULT_READ)
-                finally:
-                    view.release()
+            f.prewrite(start, end)
             self._prefaulted = (int(f.file_from_offset), end)
             return True
 

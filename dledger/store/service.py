@@ -50,7 +50,6 @@ class FlushDataService:
     def __init__(self, store: MmapFileStore) -> None:
         self.store = store
         self._prefault_ok = True
-        self._prewrite_ok = True
         self._dropped_to = 0  # data before this absolute offset was handed back (see opened_at)
 
     def opened_at(self, end: int) -> None:
@@ -98,7 +97,6 @@ class FlushDataService:
             targets.append((lg.data, PREFAULT_DATA_AHEAD, False))
         done = 0
         for files, ahead, write in targets:
-            prewrite = not write and self._prewrite_ok
             while True:
                 with store._lock:
                     if store._closed or not files.files:
@@ -108,12 +106,8 @@ class FlushDataService:
                     end = min(f.wrote_position + ahead, f.file_size, start + PREFAULT_STEP)
                     if end <= start:
                         break
-                    if prewrite:
-                        if f.prewrite(start, end) < 0:
-                            # A full disk (or EIO): the writes will say so; populate from now on.
-                            log.warning("%s: pre-writing zeros failed; populating from now on", f.path)
-                            self._prewrite_ok = prewrite = False
-                            continue
+                    if not write:
+                        f.prewrite(start, end)
                     elif not f.populate(start, end, write):
                         self._prefault_ok = False
                         return done
