@@ -265,8 +265,9 @@ class BatchPreparer:
         advances: list[bool] = []
         store_raw = self.store_host_raw
         wait_store = True
-        uniq_head = self.uniq.head() if cfg.create_uniq_key else ""
-        counter = self.uniq.take(n)
+        uniq_head, counter, _now = self.uniq.reserve(n)
+        if not cfg.create_uniq_key:
+            uniq_head = ""
         topic_bytes = self._topic_cache.get
         not_type, commit_type = MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE
         for m in messages:
@@ -518,8 +519,8 @@ class BatchPreparer:
         if len(keys) != n:
             raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
         if tpl.create_uniq:
-            head = self.uniq.head()
-            props = _keyed_properties(tpl, keys, head, self.uniq.take(n))
+            head, first, _now = self.uniq.reserve(n)
+            props = _keyed_properties(tpl, keys, head, first)
         else:
             props = _keyed_properties(tpl, keys, None, 0)
         body_list = bodies if isinstance(bodies, list) else list(bodies)
@@ -548,8 +549,7 @@ class BatchPreparer:
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
         n = len(bodies)
         if tpl.create_uniq:
-            head = self.uniq.head()
-            first = self.uniq.take(n)
+            head, first, now = self.uniq.reserve(n)
             # Left to the encoder: the stem, then each message's 4 counter digits. The head is
             # the same string for every put within a millisecond: its stem is kept.
             last = tpl.last_stem
@@ -563,6 +563,7 @@ class BatchPreparer:
             stem = tpl.fixed
             first = -1
             plen = len(stem)
+            now = 0
         if plen > MAX_PROPERTIES_BYTES:
             raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
         body_list = bodies if isinstance(bodies, list) else list(bodies)
@@ -570,7 +571,8 @@ class BatchPreparer:
         longest = _longest_body(body_list) + plen + tpl.fixed_len
         if longest > self.config.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {self.config.max_message_size} as a record")
-        return UniformBatch(tpl, body_list, n, stem, first, born_timestamp or int(time.time() * 1000), longest)
+        born = born_timestamp or now or int(time.time() * 1000)
+        return UniformBatch(tpl, body_list, n, stem, first, born, longest)
 
     def _batch_template(
         self,

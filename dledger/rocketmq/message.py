@@ -269,8 +269,9 @@ class UniqIdGenerator:
         self._start_ms = int(start.timestamp() * 1000)
         self._next_start_ms = int(nxt.timestamp() * 1000)
 
-    def _diff(self) -> int:
-        now = int(time.time() * 1000)
+    def _diff(self, now: int | None = None) -> int:
+        if now is None:
+            now = int(time.time() * 1000)
         if now >= self._next_start_ms:
             with self._lock:
                 if now >= self._next_start_ms:
@@ -284,8 +285,7 @@ class UniqIdGenerator:
         return f"{self.prefix}{self._diff():08X}{self.take(1) & 0xFFFF:04X}"
 
     def create_many(self, n: int) -> list[str]:
-        head = self.head()
-        first = self.take(n)
+        head, first, _now = self.reserve(n)
         return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
 
     def head(self) -> str:
@@ -294,9 +294,24 @@ class UniqIdGenerator:
         cached = self._head
         if cached[0] == now:
             return cached[1]
-        head = f"{self.prefix}{self._diff():08X}"
+        return self._new_head(now)
+
+    def _new_head(self, now: int) -> str:
+        head = f"{self.prefix}{self._diff(now):08X}"
         self._head = (now, head, head.encode())
         return head
+
+    def reserve(self, n: int) -> tuple[str, int, int]:
+        """``head()`` and ``take(n)`` from one reading of the clock: ``(head, first, now_ms)``,
+        what a batch's ids need (``now_ms`` serves as its born time)."""
+        now = int(time.time() * 1000)
+        cached = self._head
+        head = cached[1] if cached[0] == now else self._new_head(now)
+        with self._lock:
+            first = next(self._counter)
+            if n > 1:
+                self._counter = itertools.count(first + n)
+        return head, first, now
 
     def head_raw(self) -> bytes:
         """``head()`` as ASCII bytes (what a single put's encoder takes)."""

@@ -382,8 +382,7 @@ class AsyncProducer:
         ends = np.cumsum(sizes) if raw is not None and len(cuts) > 2 else None
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
-            head = self._uniq.head()
-            first = self._uniq.take(end - start)
+            head, first, _now = self._uniq.reserve(end - start)
             packed: tuple[bytes, np.ndarray] | None = None
             if raw is not None:
                 if ends is None:

@@ -41,6 +41,9 @@ class FixedUniq:
         self.counter += n
         return first
 
+    def reserve(self, n: int) -> tuple[str, int, int]:
+        return self._head, self.take(n), 0
+
 
 # property names and values cannot hold the separators \x01 and \x02
 text = st.text(
