@@ -330,6 +330,21 @@ def test_iter_messages_in_log_order(store: MessageStore) -> None:
     assert [m.phys_offset for m in msgs] == sorted(m.phys_offset for m in msgs)
 
 
+def test_uniform_batches_get_distinct_ids_and_a_born_time(store: MessageStore) -> None:
+    """A batch without keys takes its UNIQ_KEYs and born time from one reading of the clock:
+    every id still differs, across batches too, and the born time lies within the put."""
+    before = int(time.time() * 1000)
+    first = store.put_batch("TopicU", [b"a%d" % i for i in range(20)])
+    second = store.put_batch("TopicU", [b"b%d" % i for i in range(20)])
+    after = int(time.time() * 1000)
+    assert first.status == second.status == PutMessageStatus.PUT_OK
+    store.wait_dispatched()
+    got = store.get_messages("TopicU", 0, 0, 64).messages
+    assert len(got) == 40
+    assert len({m.properties["UNIQ_KEY"] for m in got}) == 40
+    assert all(before <= m.born_timestamp <= m.store_timestamp <= after for m in got)
+
+
 def test_put_batch_columns(store: MessageStore) -> None:
     bodies = [b"b%d" % i for i in range(40)]
     keys = [f"k{i} shared" if i % 2 else None for i in range(40)]
