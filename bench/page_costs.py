@@ -7,7 +7,9 @@ on a fresh file of ``--mb`` MiB (files are kept until the end, so every page is 
 - ``none``: nothing ahead; the writer's pwrites make the pages;
 - ``populate-read``: ``MADV_POPULATE_READ`` of the hole, 256 KiB at a time (zero-filled pages,
   mapped read-only);
-- ``prewrite``: ``MappedFile.prewrite``, zeros written 1 MiB at a time (what the stores do).
+- ``prewrite``: ``MappedFile.prewrite``, zeros written 1 MiB at a time (what the stores do;
+  ``--prewrite-step`` writes them in smaller pieces: a buffered write makes page-cache folios
+  as large as it writes, and the writer's cost a page depends on their size).
 
 For each, the service's CPU a 4 KiB page to make them, then the writer's CPU a page to write
 batch-sized records (9,728 bytes: 32 DLedger entries of 100 B messages) into them, medians of
@@ -38,7 +40,7 @@ RECORDS = 9728
 WAYS = ("none", "populate-read", "prewrite")
 
 
-def one(root: Path, k: int, way: str, size: int) -> tuple[float, float]:
+def one(root: Path, k: int, way: str, size: int, step: int = PREWRITE_STEP) -> tuple[float, float]:
     """(service, writer) CPU microseconds a page for one fresh file made ``way``."""
     files = _segment.MmapFileList(str(root / f"{k}-{way}"), size, False, guarded=True)
     f = files.last_file(0, True)
@@ -49,8 +51,8 @@ def one(root: Path, k: int, way: str, size: int) -> tuple[float, float]:
             for at in range(0, size, POPULATE_STEP):
                 K.prefault(m, at, at + POPULATE_STEP, K.PREFAULT_READ)
     elif way == "prewrite":
-        for at in range(0, size, PREWRITE_STEP):
-            f.prewrite(at, at + PREWRITE_STEP)
+        for at in range(0, size, step):
+            f.prewrite(at, at + step)
     c1 = time.thread_time()
     chunk = os.urandom(RECORDS)
     while f.remaining >= RECORDS:
@@ -65,6 +67,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=64, help="MiB a file")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--dir", default=None, help="where to put the files (default: a temporary directory)")
+    ap.add_argument("--prewrite-step", type=int, default=PREWRITE_STEP, help="bytes a pre-write call (at most 1 MiB)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="dledger-page-costs-", dir=args.dir))
     got: dict[str, list[tuple[float, float]]] = {w: [] for w in WAYS}
@@ -72,7 +75,7 @@ def main() -> None:
         k = 0
         for _ in range(args.rounds):
             for way in WAYS:  # interleaved, so that a slow minute of the VM hits every way
-                got[way].append(one(root, k, way, args.mb << 20))
+                got[way].append(one(root, k, way, args.mb << 20, args.prewrite_step))
                 k += 1
     finally:
         shutil.rmtree(root, ignore_errors=True)
