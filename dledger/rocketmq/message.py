@@ -307,11 +307,7 @@ class UniqIdGenerator:
         now = int(time.time() * 1000)
         cached = self._head
         head = cached[1] if cached[0] == now else self._new_head(now)
-        with self._lock:
-            first = next(self._counter)
-            if n > 1:
-                self._counter = itertools.count(first + n)
-        return head, first, now
+        return head, self.take(n), now
 
     def head_raw(self) -> bytes:
         """``head()`` as ASCII bytes (what a single put's encoder takes)."""
