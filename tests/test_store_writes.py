@@ -122,6 +122,36 @@ def test_data_pages_are_prefaulted_after_batches_and_single_appends(tmp_path):
         assert again.ledger_end_index == 199 and again.get(199).body == b"s99"
 
 
+def test_batch_prewrites_reach_as_far_as_the_writer_went_since_the_last_call(tmp_path):
+    # A fast writer (1 KiB messages) used up the fixed distance between two ticks: the service
+    # pre-writes twice what was written since its last call, never less than the fixed distance
+    # and never past PREWRITE_AHEAD_MAX.
+    from dledger.store import service
+
+    cfg = DLedgerConfig(mapped_file_size_for_entry_data=1 << 30)
+    store = _open(tmp_path / "dledger-n0", cfg)
+    store.populate_after_batches = True
+
+    def ahead() -> int:
+        f = store._log.data.files[-1]
+        return int(f.populated_to - f.wrote_position)
+
+    store.append_batch_as_leader([b"b" * 1000] * 100, 1)  # ~100 KB: the fixed distance
+    store.prefault()
+    assert ahead() == service.PREFAULT_DATA_AHEAD
+    chunk = [b"c" * 4000] * 1000
+    for _ in range(3):  # ~12 MB since the last call
+        store.append_batch_as_leader(chunk, 1)
+    written = store._log.written_bytes
+    store.prefault()
+    assert ahead() == min(2 * written, service.PREWRITE_AHEAD_MAX) > service.PREFAULT_DATA_AHEAD
+    for _ in range(12):  # ~48 MB: capped
+        store.append_batch_as_leader(chunk, 1)
+    store.prefault()
+    assert ahead() == service.PREWRITE_AHEAD_MAX
+    store.close()
+
+
 def test_a_members_data_pages_are_not_prefaulted_after_batches(tmp_path):
     # By default (a group's member: batches of thousands) the pwrite fills the pages itself:
     # populating them ahead cost the service more than it saved the writer.
