@@ -34,7 +34,7 @@ PREFAULT_DATA_AHEAD = 8 << 20
 # Pre-writes for batches reach twice as far as what was written since the last call, up to this:
 # a tick flushes before it pre-writes (5-10 ms of msync), and at 1 KiB messages (~400 MB/s) the
 # writer used up 8 MB ahead in every tick and made the pages itself. Twice the last tick's
-# bytes cut the put thread's CPU a message by 18 % there (10/10 alternating pairs) and left
+# bytes cut the put thread's CPU a message by 17-18 % there (10/10 alternating pairs) and left
 # 100 B batches as they were (docs/message-store.md).
 PREWRITE_AHEAD_MAX = 64 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
