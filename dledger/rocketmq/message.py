@@ -290,32 +290,25 @@ class UniqIdGenerator:
 
     def head(self) -> str:
         """Everything but the counter: the ids made within one millisecond share it."""
-        now = int(time.time() * 1000)
-        cached = self._head
-        if cached[0] == now:
-            return cached[1]
-        return self._new_head(now)
+        return self._heads(int(time.time() * 1000))[1]
 
-    def _new_head(self, now: int) -> str:
-        head = f"{self.prefix}{self._diff(now):08X}"
-        self._head = (now, head, head.encode())
-        return head
+    def head_raw(self) -> bytes:
+        """``head()`` as ASCII bytes (what a single put's encoder takes)."""
+        return self._heads(int(time.time() * 1000))[2]
 
     def reserve(self, n: int) -> tuple[str, int, int]:
         """``head()`` and ``take(n)`` from one reading of the clock: ``(head, first, now_ms)``,
         what a batch's ids need (``now_ms`` serves as its born time)."""
         now = int(time.time() * 1000)
-        cached = self._head
-        head = cached[1] if cached[0] == now else self._new_head(now)
-        return head, self.take(n), now
+        return self._heads(now)[1], self.take(n), now
 
-    def head_raw(self) -> bytes:
-        """``head()`` as ASCII bytes (what a single put's encoder takes)."""
+    def _heads(self, now: int) -> tuple[int, str, bytes]:
+        """``(now, head, head as bytes)`` for the millisecond ``now``, made once per millisecond."""
         cached = self._head
-        if cached[0] == int(time.time() * 1000):
-            return cached[2]
-        self.head()
-        return self._head[2]
+        if cached[0] != now:
+            head = f"{self.prefix}{self._diff(now):08X}"
+            cached = self._head = (now, head, head.encode())
+        return cached
 
     @property
     def head_len(self) -> int:
