@@ -302,6 +302,11 @@ class UniqIdGenerator:
         now = int(time.time() * 1000)
         return self._heads(now)[1], self.take(n), now
 
+    def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
+        """``reserve`` with the head as ASCII bytes (what a single put's encoder takes)."""
+        now = int(time.time() * 1000)
+        return self._heads(now)[2], self.take(n), now
+
     def _heads(self, now: int) -> tuple[int, str, bytes]:
         """``(now, head, head as bytes)`` for the millisecond ``now``, made once per millisecond."""
         cached = self._head

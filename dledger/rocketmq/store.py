@@ -324,9 +324,10 @@ class MessageStore:
         """putMessage of one message: its template (topic, queue, properties, hosts; checked and
         encoded once per kind of message), then one kernel call under the lock writes the record.
         Stores what ``put_messages([msg])`` stores, byte for byte."""
-        refused = self._refuse()
-        if refused is not None:
-            return refused
+        if self._closed or self.readonly or self.config.broker_role == SLAVE:
+            refused = self._refuse()
+            if refused is not None:
+                return refused
         prep = self.preparer
         try:
             tpl = prep.put_template(msg)
@@ -343,25 +344,27 @@ class MessageStore:
             )
             log.warning("put refused: %s", reason)
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=reason)
-        # The counter is taken as the batch path takes it (for every message), so both number alike.
-        uniq = prep.uniq
-        counter = uniq.take(1)
-        head = uniq.head_raw() if tpl.uniq else b""
+        # The counter is taken as the batch path takes it (for every message), so both number
+        # alike; the clock is read once, for the UNIQ_KEY and (when the message has none) the
+        # born time.
+        head, counter, now = prep.uniq.reserve_raw(1)
         try:
             result = self.commitlog.put_one(
                 tpl,
                 body,
                 msg.flag,
-                msg.born_timestamp or int(time.time() * 1000),
+                msg.born_timestamp or now or int(time.time() * 1000),
                 msg.reconsume_times,
                 msg.prepared_offset,
-                head,
+                head if tpl.uniq else b"",
                 counter,
             )
         except Exception as exc:
             return self._put_failed(exc)
         if self._sync_classic and tpl.wait_store:
             return self._put_done(result, lambda: result.wrote_offset + result.wrote_bytes)
+        if result.status is _APPEND_OK:
+            return PutMessageResult(_PUT_OK, result)
         return self._put_done(result, None)
 
     def put_messages(self, msgs: Sequence[Message]) -> PutMessageResult:

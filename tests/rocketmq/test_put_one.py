@@ -44,6 +44,9 @@ class FixedUniq:
     def reserve(self, n: int) -> tuple[str, int, int]:
         return self._head, self.take(n), 0
 
+    def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
+        return self.head_raw(), self.take(n), 0
+
 
 # property names and values cannot hold the separators \x01 and \x02
 text = st.text(

@@ -345,6 +345,23 @@ def test_uniform_batches_get_distinct_ids_and_a_born_time(store: MessageStore) -
     assert all(before <= m.born_timestamp <= m.store_timestamp <= after for m in got)
 
 
+def test_single_puts_get_distinct_ids_and_a_born_time(store: MessageStore) -> None:
+    """put_message reads the clock once for its UNIQ_KEY and, when the message has none, its
+    born time: ids differ from put to put, and the born time lies within the put; a born time
+    the message carries is kept."""
+    before = int(time.time() * 1000)
+    results = [store.put_message(Message("TopicS", b"s%d" % i)) for i in range(30)]
+    kept = store.put_message(Message("TopicS", b"old", born_timestamp=1_234_567))
+    after = int(time.time() * 1000)
+    assert all(r.status == PutMessageStatus.PUT_OK for r in [*results, kept])
+    store.wait_dispatched()
+    got = store.get_messages("TopicS", 0, 0, 64).messages
+    assert [m.body for m in got] == [b"s%d" % i for i in range(30)] + [b"old"]
+    assert len({m.properties[UNIQ_KEY] for m in got}) == 31
+    assert all(before <= m.born_timestamp <= m.store_timestamp <= after for m in got[:30])
+    assert got[30].born_timestamp == 1_234_567
+
+
 def test_put_batch_columns(store: MessageStore) -> None:
     bodies = [b"b%d" % i for i in range(40)]
     keys = [f"k{i} shared" if i % 2 else None for i in range(40)]
