@@ -213,6 +213,8 @@ class MessageStore:
             # start(): finish what dispatch lacks before taking writes.
             self.reput.dispatch_now()
             self.recover_topic_queue_table()
+            if cfg.message_index_enable:
+                self.index_service.prepare_first_file()
             (self.root / ABORT_FILE).touch()
             self.commitlog.start()
             self.reput.start()

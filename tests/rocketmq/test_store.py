@@ -437,6 +437,25 @@ def test_empty_properties_and_body(tmp_path: Path, mode: str) -> None:
         assert got[0].size == 91 + 1  # calMsgLength with a 1-byte topic, no body, no properties
 
 
+def test_a_new_store_opens_with_its_first_index_file(tmp_path: Path, mode: str) -> None:
+    """A new store creates its first index file when it opens, not at the first dispatch; the
+    first puts' keys go into it, and neither a reopen nor a store without the index adds one."""
+    root = tmp_path / "s"
+    with MessageStore(root, small_config(mode)) as s:
+        names = sorted(p.name for p in (root / "index").iterdir())
+        assert len(names) == 1 and names[0].isdigit() and len(names[0]) == 17
+        assert s.put_message(Message("T", b"first", keys="k1")).status == PutMessageStatus.PUT_OK
+        assert s.wait_dispatched()
+        assert [m.body for m in s.query_by_key("T", "k1")] == [b"first"]
+        assert sorted(p.name for p in (root / "index").iterdir()) == names
+    with MessageStore(root, small_config(mode)) as again:
+        assert [f.name for f in again.index_service.files] == names
+        assert [m.body for m in again.query_by_key("T", "k1")] == [b"first"]
+    bare = tmp_path / "bare"
+    MessageStore(bare, small_config(mode, message_index_enable=False)).close()
+    assert not (bare / "index").exists() or not any((bare / "index").iterdir())
+
+
 def test_reader_beside_a_running_writer(tmp_path: Path, mode: str) -> None:
     root = tmp_path / "s"
     with MessageStore(root, small_config(mode)) as writer:
