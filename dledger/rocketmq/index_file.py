@@ -483,10 +483,10 @@ class IndexService:
 
     def prepare_first_file(self) -> IndexFile | None:
         """Create the first file of an index that has none and fault in its slot table and first
-        items, waiting for them. A new store does this when it opens (RocketMQ creates the file at
-        the first dispatch): a new file's puts hit its 20 MB slot table at random, and faulting
-        it in while the first puts run took 11-13 % of a 262k-message put round
-        (docs/message-store.md). Returns the file, or None when the index already had one."""
+        items, waiting for them. A new store does this when it opens, where RocketMQ creates the
+        file at the first dispatch: a new file's puts hit its 20 MB slot table at random, and
+        faulting that in beside the first puts slowed them (docs/message-store.md, "Files").
+        Returns the file, or None when the index already had one."""
         if self.readonly:
             return None
         self.load()
