@@ -277,8 +277,8 @@ cdef class MappedFile:
             return -1
         cdef int64_t at = self.wrote_position
         if n:
-            if (not release_gil and n < NOGIL_COPY and self.guarded
-                    and at + n <= dl_load_i64(&self.prewritten_to)):
+            # (Only a guarded file is pre-written: elsewhere prewritten_to stays 0.)
+            if not release_gil and n < NOGIL_COPY and at + n <= dl_load_i64(&self.prewritten_to):
                 # A small append (a single put) below the pre-written mark is copied through
                 # the mapping (see MAPPED_APPENDS).
                 memcpy(self.ptr + at, &b[0], n)

@@ -292,10 +292,6 @@ class UniqIdGenerator:
         """Everything but the counter: the ids made within one millisecond share it."""
         return self._heads(int(time.time() * 1000))[1]
 
-    def head_raw(self) -> bytes:
-        """``head()`` as ASCII bytes (what a single put's encoder takes)."""
-        return self._heads(int(time.time() * 1000))[2]
-
     def reserve(self, n: int) -> tuple[str, int, int]:
         """``head()`` and ``take(n)`` from one reading of the clock: ``(head, first, now_ms)``,
         what a batch's ids need (``now_ms`` serves as its born time)."""

@@ -355,7 +355,7 @@ class MessageStore:
                 tpl,
                 body,
                 msg.flag,
-                msg.born_timestamp or now or int(time.time() * 1000),
+                msg.born_timestamp or now,
                 msg.reconsume_times,
                 msg.prepared_offset,
                 head if tpl.uniq else b"",

@@ -4,6 +4,7 @@ the batch path writes for a batch of one, and the store keeps every rule of putM
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ class FixedUniq:
         return self._head, self.take(n), 0
 
     def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
-        return self.head_raw(), self.take(n), 0
+        return self.head_raw(), self.take(n), int(time.time() * 1000)
 
 
 # property names and values cannot hold the separators \x01 and \x02
