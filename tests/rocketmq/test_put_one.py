@@ -101,12 +101,12 @@ def preparer(store_v6: bool, uniq: bool = True) -> BatchPreparer:
 
 def single_record(prep: BatchPreparer, m: Message, queue_offset: int, phys: int, store_ts: int) -> bytes:
     tpl = prep.put_template(m)
-    counter = prep.uniq.take(1)  # as the store takes it, for every message
+    head, counter, _now = prep.uniq.reserve_raw(1)  # as the store takes it, for every message
     return bytes(
         K.encode_put(
             tpl,
             m.body,
-            prep.uniq.head_raw(),
+            head,
             counter,
             m.flag,
             m.born_timestamp,
