@@ -67,26 +67,24 @@ cdef extern from "<sys/uio.h>" nogil:
         size_t iov_len
     Py_ssize_t pwritev(int fd, const iovec *iov, int iovcnt, int64_t offset)
 
-# Batches go to the data files through the file descriptor (pwritev), not through the mapping.
-# A store through the mapping into a fresh (sparse) segment takes a page fault that reads the
-# hole in as a zero-filled page before the copy; pwritev fills the page cache with the bytes
-# directly, with no zero-fill to fault in first, and a full disk answers ENOSPC instead of
-# killing the process with SIGBUS. Reads still use the mapping, which sees the same page
-# cache, and msync still makes the written range durable.
-# Framed batches (EntryLog.append_framed) too: a copy through pages the service populated
-# writable costs less on the writer's thread, but every msync must then write-protect each of
-# those pages again, one TLB shootdown per page while another thread of the process runs (an
-# msync of 64 MB: 130 ms of CPU against 8 ms for pages populated read-only), and the put thread
-# takes the interrupts. For batches the service writes zeros ahead instead (MappedFile.prewrite),
-# so the pwrite finds the pages allocated, dirty and with their blocks reserved, and never mapped
-# writable. Single entries still go through the mapping (see EntryLog._put), into pages the
+# Writes past the pre-written mark go to the data files through the file descriptor (pwritev),
+# not through the mapping. A store through the mapping into a fresh (sparse) segment takes a
+# page fault that reads the hole in as a zero-filled page before the copy; pwritev fills the
+# page cache with the bytes directly, with no zero-fill to fault in first, and a full disk
+# answers ENOSPC instead of killing the process with SIGBUS. Reads still use the mapping, which
+# sees the same page cache, and msync still makes the written range durable.
+# MAPPED_APPENDS: a write of less than NOGIL_COPY bytes that lies below the pre-written mark
+# (MappedFile.prewrite: the store service, or the classic commit log's prefault thread, writes
+# zeros ahead of the writer) is copied through the mapping instead. There the blocks are
+# reserved (no SIGBUS on a full disk) and the pages are in the cache, so it costs a minor fault
+# a page, where a pwrite costs a syscall (3-4 us on this VM) and the inode's lock, which the
+# pre-writer holds for its own pwrites. flush unmaps such pages (MADV_DONTNEED) before it
+# msyncs them: otherwise the msync write-protects each page written through the mapping, a TLB
+# shootdown each while another thread of the process runs (an msync of 64 MB: 130 ms of CPU
+# against 8 ms), and the put thread takes the interrupts. Measured (docs/message-store.md):
+# classic single puts of 100 B 13.0 -> 8.6 us; DLedger put_batch of 32 x 1 KiB 53 -> 42 us.
+# Single entries go through the mapping in any case (see EntryLog._put), into pages the
 # service populated writable: a syscall per entry would cost more.
-# MAPPED_APPENDS: a small append that does not ask to let go of the GIL (a classic commit log's
-# single put) goes through the mapping too when it lies below the pre-written mark: there the
-# blocks are reserved (no SIGBUS on a full disk) and the pages are in the cache, so it costs a
-# minor fault a page, where a pwrite costs a syscall a record (3-4 us on this VM; classic
-# single puts of 100 B went 13.0 -> 8.6 us, docs/message-store.md). flush unmaps those pages
-# before it msyncs them, so they cost no TLB shootdown there either.
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
 # RUN_ENTRIES entries, two buffers (header, body) each (see _put_run).
 cdef int IOV_MAX_ = 1024
@@ -131,6 +129,14 @@ def set_entry_type(cls):
 
 cdef inline const unsigned char[::1] _ro(object buf):
     return memoryview(buf).cast("B")
+
+
+cdef inline void _copy_iov(unsigned char *dst, const iovec *iov, int count) noexcept nogil:
+    """The buffers of ``iov`` one after another from ``dst`` (a write through the mapping)."""
+    cdef int i
+    for i in range(count):
+        memcpy(dst, iov[i].iov_base, iov[i].iov_len)
+        dst += iov[i].iov_len
 
 
 cdef int _pwritev_all(int fd, iovec *iov, int count, int64_t offset, Py_ssize_t *done) noexcept nogil:
@@ -277,13 +283,7 @@ cdef class MappedFile:
             return -1
         cdef int64_t at = self.wrote_position
         if n:
-            # (Only a guarded file is pre-written: elsewhere prewritten_to stays 0.)
-            if not release_gil and n < NOGIL_COPY and at + n <= dl_load_i64(&self.prewritten_to):
-                # A small append (a single put) below the pre-written mark is copied through
-                # the mapping (see MAPPED_APPENDS).
-                memcpy(self.ptr + at, &b[0], n)
-            else:
-                self._pwrite(at, &b[0], n, release_gil)
+            self._pwrite(at, &b[0], n, release_gil)
         self.wrote_position = at + n
         return self.file_from_offset + at
 
@@ -298,13 +298,21 @@ cdef class MappedFile:
 
     cdef int _pwritev(self, int64_t rel, iovec *iov, int count, Py_ssize_t total, bint release=False) except -1:
         """Write ``count`` buffers (``total`` bytes) at ``rel`` through the file descriptor
-        (see IOV_MAX_ for why not through the mapping). ``iov`` is consumed. Short writes are
-        continued; on failure what did land is zeroed again, so no part of it can read as
-        entries, and DISK_FULL (ENOSPC) or DISK_ERROR is raised. The GIL is let go for a large
-        write, or with ``release`` (see WRITE_RELEASE)."""
+        (see IOV_MAX_ for why not through the mapping), or, for a small write below the
+        pre-written mark, through the mapping (MAPPED_APPENDS). ``iov`` is consumed. Short
+        writes are continued; on failure what did land is zeroed again, so no part of it can
+        read as entries, and DISK_FULL (ENOSPC) or DISK_ERROR is raised. The GIL is let go for
+        a large write, or with ``release`` (see WRITE_RELEASE)."""
         self._pwrite_begin(rel, total)
         cdef int err
         cdef Py_ssize_t done = 0
+        if self._mapped_write(rel, total):
+            if release:
+                with nogil:
+                    _copy_iov(self.ptr + rel, iov, count)
+            else:
+                _copy_iov(self.ptr + rel, iov, count)
+            return 0
         cdef bint held = self._guard(rel + total)
         if release or total >= NOGIL_COPY:
             with nogil:
@@ -313,6 +321,12 @@ cdef class MappedFile:
             err = _pwritev_all(self.fd, iov, count, rel, &done)
         self._unguard(held, rel + total)
         return self._pwrite_end(rel, err, done)
+
+    cdef inline bint _mapped_write(self, int64_t rel, Py_ssize_t total) noexcept nogil:
+        """Whether a write of ``total`` bytes at ``rel`` goes through the mapping (MAPPED_APPENDS):
+        small, and below the pre-written mark (only a guarded file is pre-written: elsewhere
+        ``prewritten_to`` stays 0), where no pre-write runs and the blocks are reserved."""
+        return total < NOGIL_COPY and rel + total <= dl_load_i64(&self.prewritten_to)
 
     cdef inline bint _guard(self, int64_t end) noexcept nogil:
         """Before a write that ends at ``end`` (relative): take the write guard when the write
@@ -1102,7 +1116,12 @@ cdef class EntryLog:
         cdef Py_ssize_t done = 0
         cdef iovec one
         cdef bint held
-        if release or span >= NOGIL_COPY:
+        if release and df._mapped_write(df.wrote_position, span):
+            df._pwrite_begin(df.wrote_position, span)
+            with nogil:  # (MAPPED_APPENDS) headers and the copy without the GIL
+                self._frame(buf, off, start, j, base, index0, term, pos_out)
+                memcpy(df.ptr + df.wrote_position, buf + off[start], span)
+        elif release or span >= NOGIL_COPY:
             # Headers and the write in one stretch without the GIL (one hand-over, not two).
             df._pwrite_begin(df.wrote_position, span)
             one.iov_base = <void *>(buf + off[start])

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dledger._ext import segment as _segment
@@ -102,10 +103,21 @@ def test_concurrent_prewrites_never_land_on_written_bytes(tmp_path: Path) -> Non
     assert raw[:end] == bytes(written) and not raw[end:].strip(b"\0")
 
 
+def _framed(batch: list[bytes]) -> tuple[bytearray, np.ndarray]:
+    buf = bytearray()
+    offsets = [0]
+    for body in batch:
+        buf += bytes(48) + body
+        offsets.append(len(buf))
+    return buf, np.array(offsets, dtype=np.int64)
+
+
 def test_store_appends_read_back_beside_a_prewriter(tmp_path: Path) -> None:
-    # The same through the store: batches by pwritev and single entries through the mapping,
-    # while the store service pre-writes ahead (populate_after_batches, as the embedded message
-    # store asks). Every entry reads back after a reopen, which checks each entry's CRC.
+    # The same through the store: batches (append_batch, and framed ones as the DLedger commit
+    # log's put hands them, with and without the GIL) and single entries, while the store
+    # service pre-writes ahead (populate_after_batches, as the embedded message store asks).
+    # Writes below the pre-written mark go through the mapping, the rest by pwritev. Every
+    # entry reads back after a reopen, which checks each entry's CRC, and from the file itself.
     cfg = DLedgerConfig(mapped_file_size_for_entry_data=SIZE, flush_file_interval=1)
     store = MmapFileStore(tmp_path / "dledger-n0", cfg)
     store.populate_after_batches = True
@@ -113,14 +125,17 @@ def test_store_appends_read_back_beside_a_prewriter(tmp_path: Path) -> None:
     deadline = time.monotonic() + 2.0
     k = 0
     while time.monotonic() < deadline and len(bodies) < 20_000:
+        batch = [os.urandom(50 + (k + j) % 500) for j in range(1 + k % 40)]
         if k % 4 == 3:
-            body = os.urandom(1 + k % 300)
-            store.append_as_leader(body, 1)
-            bodies.append(body)
-        else:
-            batch = [os.urandom(50 + (k + j) % 500) for j in range(1 + k % 40)]
+            store.append_as_leader(batch[0], 1)
+            del batch[1:]
+        elif k % 4 == 2:
             store.append_batch(batch, 1)
-            bodies.extend(batch)
+        elif k % 4 == 1:
+            store.append_framed_committed(*_framed(batch), 1)
+        else:
+            store.append_framed(*_framed(batch), 1)
+        bodies.extend(batch)
         k += 1
     files = store._log.data.files
     assert len(files) > 1 and any(f.prewritten_to > f.wrote_position for f in files[-1:])
@@ -130,3 +145,8 @@ def test_store_appends_read_back_beside_a_prewriter(tmp_path: Path) -> None:
         for i in range(0, len(bodies), 97):
             assert again.get(i).body == bodies[i]
         assert again.get(len(bodies) - 1).body == bodies[-1]
+        # The data files' bytes as read(2) sees them: each body after its 48-byte header.
+        data = b"".join(p.read_bytes() for p in sorted((tmp_path / "dledger-n0" / "data").iterdir()))
+        for i in range(0, len(bodies), 89):
+            pos = again.get(i).pos
+            assert data[pos + 48 : pos + 48 + len(bodies[i])] == bodies[i]

@@ -120,7 +120,8 @@ class EmbeddedAppender:
 
     def __init__(self, store: MmapFileStore) -> None:
         self.store = store
-        # One process putting small framed batches: the pwrites gain from pages populated ahead.
+        # One process putting small framed batches: its writes gain from pages pre-written ahead
+        # (below that mark they are copied through the mapping: MAPPED_APPENDS in _ext/segment.pyx).
         store.populate_after_batches = True
         self.on_committed: Callable[[int], None] | None = None
 
