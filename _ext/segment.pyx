@@ -97,7 +97,7 @@ cdef Py_ssize_t SCRATCH_BYTES = 1 << 20
 # Suffix of a segment file being created (see _create_sized).
 TMP_SUFFIX = ".creating"
 cdef Py_ssize_t NOGIL_COPY = 65536
-# MappedFile.prewrite writes at most PREWRITE_IOV * ZEROS_LEN bytes of zeros a call.
+# MappedFile.prewrite writes PREWRITE_IOV * ZEROS_LEN bytes of zeros at most a hold of the write guard.
 cdef enum:
     ZEROS_LEN = 65536
     PREWRITE_IOV = 16
@@ -482,7 +482,7 @@ cdef class MappedFile:
             raise ValueError(f"{self.path}: only a file of a guarded list is pre-written")
         if self.fd < 0:
             self.fd = os.open(self.path, os.O_RDWR)
-        cdef int64_t at
+        cdef int64_t at = start, total = 0
         cdef Py_ssize_t done = 0
         cdef int err = 0
         cdef iovec iov[PREWRITE_IOV]
@@ -491,13 +491,20 @@ cdef class MappedFile:
         if end > self.file_size:
             end = self.file_size
         with nogil:
-            dl_wguard_lock(&self._wguard)
-            at = start
-            if at < self.prewritten_to:
-                at = self.prewritten_to
-            if at < self.wrote_position:
-                at = self.wrote_position
-            if end > at:
+            # One call writes the whole range, a chunk at a time under the write guard: a writer
+            # that reaches past the mark waits for one chunk at most, and the caller needs the
+            # GIL once a range, not once a chunk (a busy put thread holds it for up to the switch
+            # interval, 5 ms, each time: at 1 MB a hand-over the classic log's prefault fell
+            # behind 1 KiB single puts, which then took the pwrite path).
+            while True:
+                dl_wguard_lock(&self._wguard)
+                if at < self.prewritten_to:
+                    at = self.prewritten_to
+                if at < self.wrote_position:
+                    at = self.wrote_position
+                if end <= at:
+                    dl_wguard_unlock(&self._wguard)
+                    break
                 n = end - at
                 count = 0
                 while n > 0 and count < PREWRITE_IOV:
@@ -505,15 +512,20 @@ cdef class MappedFile:
                     iov[count].iov_len = <size_t>(n if n < ZEROS_LEN else ZEROS_LEN)
                     n -= <int64_t>iov[count].iov_len
                     count += 1
+                done = 0
                 err = _pwritev_all(self.fd, iov, count, at, &done)
                 if at + done > self.prewritten_to:
                     dl_store_i64(&self.prewritten_to, at + done)
-            dl_wguard_unlock(&self._wguard)
+                dl_wguard_unlock(&self._wguard)
+                total += done
+                at += done
+                if err:
+                    break
         if self.prewritten_to > self.populated_to:
             self.populated_to = self.prewritten_to
-        if err and end > at + done and self.populate(at + done, end, False):
-            return end - at
-        return done
+        if err and end > at and self.populate(at, end, False):
+            return total + end - at
+        return total
 
     def drop_cache(self, int64_t start, int64_t end):
         """Hand the page cache of the whole pages in ``[start, end)`` back to the kernel: this
@@ -799,8 +811,9 @@ cdef class EntryLog:
     cdef public Py_ssize_t max_body_size
     cdef public bint disk_full
     cdef public bint record_crc
-    # Data bytes appended through the mapping (single entries) and by pwritev (batches) since
-    # the store service last looked: it prefaults data pages only while the first dominate.
+    # Data bytes appended as single entries (through the mapping) and as batches (by pwritev, or
+    # below the pre-written mark through the mapping) since the store service last looked: it
+    # populates data pages writable while the first dominate, and pre-writes them otherwise.
     cdef public int64_t mapped_bytes
     cdef public int64_t written_bytes
     # The AppendHook (DLedgerCommitLog's): leader appends write big-endian ``pos + 48`` (the

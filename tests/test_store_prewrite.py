@@ -47,6 +47,19 @@ def test_prewrite_writes_zeros_past_the_written_bytes_only(tmp_path: Path) -> No
     assert raw[:15_000] == data + more and not raw[15_000:].strip(b"\0")
 
 
+def test_one_prewrite_makes_the_whole_range(tmp_path: Path) -> None:
+    # It writes a chunk at a time under the write guard, but one call covers the range: the
+    # prefault threads ask for megabytes a call and look again only a tick later.
+    f = _file(tmp_path / "log")
+    data = os.urandom(1000)
+    f.append(data)
+    assert f.prewrite(0, 3 << 20) == (3 << 20) - 1000
+    assert f.prewritten_to == 3 << 20
+    f.close()
+    raw = (tmp_path / "log" / f"{0:020d}").read_bytes()
+    assert raw[:1000] == data and not raw[1000:].strip(b"\0")
+
+
 def test_prewrite_needs_a_guarded_file(tmp_path: Path) -> None:
     f = _file(tmp_path / "log", guarded=False)
     with pytest.raises(ValueError, match="guarded"):

@@ -42,19 +42,19 @@ _PUT_OK = AppendMessageStatus.PUT_OK
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16
-# The puts are pwrites into a sparse file: the first write to each page made the put thread
-# allocate and zero its page-cache page. A thread keeps PREFAULT_AHEAD bytes past the write
-# position made, PREFAULT_STEP at a time, without the GIL, by writing zeros there
-# (MappedFile.prewrite: the puts then land in pages allocated, dirty and with their blocks
-# reserved; populating them read-only, MADV_POPULATE_READ, cost this VM 2-8 us a page against
-# 1.1 and left the pwrites 3.3 us a page against 2.3, bench/page_costs.py; writable, as
-# MADV_POPULATE_WRITE would make them, every flush would have to write-protect them again, one
-# TLB shootdown per page, interrupting the put thread on the other core). It looks every
-# PREFAULT_POLL_S seconds while the log grows (32 MB last 80 ms at 1.3M puts/s of 100 B), every
-# PREFAULT_IDLE_S while it does not: each look takes the GIL, which a put thread that never
-# lets go of it (single puts) hands over only at the interpreter's switch interval.
+# A put into a sparse file made the put thread allocate and zero a page-cache page at the first
+# write to each page. A thread keeps PREFAULT_AHEAD bytes past the write position made,
+# PREFAULT_STEP at a time, without the GIL, by writing zeros there (MappedFile.prewrite: the
+# puts then land in pages allocated, dirty and with their blocks reserved, and below that mark
+# they are copied through the mapping, MAPPED_APPENDS in _ext/segment.pyx; populating them
+# read-only, MADV_POPULATE_READ, cost this VM 2-8 us a page against 1.1 and left the pwrites
+# 3.3 us a page against 2.3, bench/page_costs.py). It looks every PREFAULT_POLL_S seconds while
+# the log grows (32 MB last 80 ms at 1.3M puts/s of 100 B), every PREFAULT_IDLE_S while it does
+# not: each look takes the GIL, which a put thread that never lets go of it (single puts) hands
+# over only at the interpreter's switch interval, 5 ms. So a step is large: at 1 MB a step the
+# thread fell behind 1 KiB single puts (a quarter to half of them went by pwrite).
 PREFAULT_AHEAD = 32 << 20
-PREFAULT_STEP = 1 << 20
+PREFAULT_STEP = 8 << 20
 PREFAULT_POLL_S = 0.01
 PREFAULT_IDLE_S = 0.05
 _BLANK = struct.Struct(">ii")
@@ -572,7 +572,7 @@ class CommitLog(LogFiles):
         return where
 
     def _prefault_loop(self) -> None:
-        wait = PREFAULT_IDLE_S
+        wait = PREFAULT_POLL_S
         last_end = -1
         while not self._prefault_stop.wait(wait):
             try:
@@ -607,6 +607,12 @@ class CommitLog(LogFiles):
     def start(self) -> None:
         if self.readonly or self.flush_service is not None:
             return
+        try:
+            # The first step before any put: a new store's first puts would otherwise race the
+            # thread's first step for the same pages (by pwrite, under the write guard).
+            self._prefault_step()
+        except OSError:
+            log.exception("commit log prefault failed; the thread retries")
         self._prefaulter = threading.Thread(target=self._prefault_loop, name="rocketmq-commitlog-prefault", daemon=True)
         self._prefaulter.start()
         cfg = self.config

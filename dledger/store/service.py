@@ -39,6 +39,9 @@ PREFAULT_DATA_AHEAD = 8 << 20
 PREWRITE_AHEAD_MAX = 64 << 20
 PREFAULT_INDEX_AHEAD = 1 << 20
 PREFAULT_STEP = 256 << 10
+# A pre-write takes the write guard a chunk at a time, not the whole step, and needs the GIL once
+# a step: larger steps keep it ahead of 1 KiB batches (at 256 KB it fell behind ~15 % of them).
+PREWRITE_STEP = 2 << 20
 # drop_behind hands back at least this much at a time (fewer syscalls) and at most this much
 # per tick (the store lock is held meanwhile).
 DROP_STEP_MIN = 4 << 20
@@ -110,7 +113,8 @@ class FlushDataService:
                         break
                     f = files.files[-1]
                     start = max(f.populated_to, f.wrote_position)
-                    end = min(f.wrote_position + ahead, f.file_size, start + PREFAULT_STEP)
+                    step = PREFAULT_STEP if write else PREWRITE_STEP
+                    end = min(f.wrote_position + ahead, f.file_size, start + step)
                     if end <= start:
                         break
                     if not write:
