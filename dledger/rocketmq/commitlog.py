@@ -39,6 +39,7 @@ K = _load_ext("message")
 _encode_put = K.encode_put
 _END_MIN_BLANK = K.END_FILE_MIN_BLANK_LENGTH
 _PUT_OK = AppendMessageStatus.PUT_OK
+_time = time.time
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 16
@@ -482,16 +483,22 @@ class CommitLog(LogFiles):
         """putMessage of one message of template ``tpl`` (``K.PutTemplate``): one kernel call
         encodes the record with what the lock assigns, one append writes it."""
         length = tpl.fixed_len + len(body)
-        if length + K.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+        if length + _END_MIN_BLANK > self.file_size:
             return AppendMessageResult(AppendMessageStatus.MESSAGE_SIZE_EXCEEDED)
         key = tpl.queue_key
         advances = tpl.advances
         table = self.topic_queue_table
-        with self.put_lock:
-            now = self._store_time()
+        # The lock by acquire/release and the store time inline (_store_time's rule): a single
+        # put of 100 B is Python calls, and these cost it ~0.25 us (docs/message-store.md).
+        lock = self.put_lock
+        lock.acquire()
+        try:
+            now = int(_time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
             queue_offset = table.get(key, 0) if advances else 0
             f = self.files.last_file(0, True)
-            if f.wrote_position + length + K.END_FILE_MIN_BLANK_LENGTH > f.file_size:
+            if f.wrote_position + length + _END_MIN_BLANK > f.file_size:
                 self._end_file(f)
                 f = self.files.last_file(0, True)
             pos = f.file_from_offset + f.wrote_position
@@ -501,7 +508,9 @@ class CommitLog(LogFiles):
             if advances:
                 table[key] = queue_offset + 1
             self.last_store_timestamp = now
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, pos, length, now, queue_offset, 1, tpl.store_host)
+        finally:
+            lock.release()
+        return AppendMessageResult(_PUT_OK, pos, length, now, queue_offset, 1, tpl.store_host)
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]

@@ -417,8 +417,13 @@ class DLedgerCommitLog(LogFiles):
         advances = tpl.advances
         table = self.topic_queue_table
         embedded = self._embedded
-        with self.put_lock:
-            now = self._store_time()
+        # As CommitLog.put_one: the lock by acquire/release, the store time inline.
+        lock = self.put_lock
+        lock.acquire()
+        try:
+            now = int(_time() * 1000)
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp
             queue_offset = table.get(key, 0) if advances else 0
             rec = _encode_put(tpl, body, uniq_head, counter, flag, born_ts, reconsume, prepared, queue_offset, 0, now)
             try:
@@ -434,9 +439,9 @@ class DLedgerCommitLog(LogFiles):
             if advances:
                 table[key] = queue_offset + 1
             self.last_store_timestamp = now
-        return AppendMessageResult(
-            AppendMessageStatus.PUT_OK, pos + BODY_OFFSET, len(rec), now, queue_offset, 1, tpl.store_host
-        )
+        finally:
+            lock.release()
+        return AppendMessageResult(_PUT_OK, pos + BODY_OFFSET, len(rec), now, queue_offset, 1, tpl.store_host)
 
     def _refuse(self) -> None:
         if self.readonly or self.appender is None:

@@ -19,6 +19,8 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
+_time = time.time  # a global, not an attribute lookup, on every put
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "
@@ -295,13 +297,19 @@ class UniqIdGenerator:
     def reserve(self, n: int) -> tuple[str, int, int]:
         """``head()`` and ``take(n)`` from one reading of the clock: ``(head, first, now_ms)``,
         what a batch's ids need (``now_ms`` serves as its born time)."""
-        now = int(time.time() * 1000)
-        return self._heads(now)[1], self.take(n), now
+        now = int(_time() * 1000)
+        cached = self._head  # _heads' cache, looked at here: a call costs a put more than the rest
+        if cached[0] != now:
+            cached = self._heads(now)
+        return cached[1], self.take(n), now
 
     def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
         """``reserve`` with the head as ASCII bytes (what a single put's encoder takes)."""
-        now = int(time.time() * 1000)
-        return self._heads(now)[2], self.take(n), now
+        now = int(_time() * 1000)
+        cached = self._head
+        if cached[0] != now:
+            cached = self._heads(now)
+        return cached[2], self.take(n), now
 
     def _heads(self, now: int) -> tuple[int, str, bytes]:
         """``(now, head, head as bytes)`` for the millisecond ``now``, made once per millisecond."""
@@ -318,11 +326,15 @@ class UniqIdGenerator:
 
     def take(self, n: int) -> int:
         """Reserve ``n`` consecutive counter values; returns the first."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: its protocol calls cost a single put ~0.1 us
+        try:
             first = next(self._counter)
             if n > 1:
                 self._counter = itertools.count(first + n)
-            return first
+        finally:
+            lock.release()
+        return first
 
 
 _uniq: UniqIdGenerator | None = None

@@ -208,6 +208,26 @@ def test_put_message_refuses_oversized_with_nothing_written(tmp_path: Path) -> N
         assert ok.status == PutMessageStatus.PUT_OK and ok.queue_offset == 0
 
 
+def test_a_put_refused_under_the_lock_leaves_the_store_taking_puts(tmp_path: Path) -> None:
+    # The DLedger store refuses the entry while the put holds the put lock (a full disk): the
+    # put says so, nothing is written, and the lock is free for the next put.
+    cfg = MessageStoreConfig(enable_dledger_commit_log=True, store_host="10.0.0.1:10911")
+    with MessageStore(tmp_path / "s", cfg) as s:
+        assert s.put_message(Message("T", b"first")).ok
+        end = s.max_phys_offset
+        store = s.commitlog.store
+        store.disk_full = True
+        refused = s.put_message(Message("T", b"refused"))
+        assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert s.max_phys_offset == end and s.commitlog.topic_queue_table == {"T-0": 1}
+        store.disk_full = False
+        after = s.put_message(Message("T", b"after"))
+        assert after.ok and after.queue_offset == 1
+        assert s.wait_dispatched(10)
+        got = s.get_messages("T", 0, 0, 10)
+        assert [m.body for m in got.messages] == [b"first", b"after"]
+
+
 def test_put_message_delay_and_transactions(tmp_path: Path) -> None:
     with MessageStore(tmp_path / "s", MessageStoreConfig(store_host="10.0.0.1:10911")) as s:
         d = s.put_message(Message("T", b"later", queue_id=3, delay_level=99))
