@@ -13,12 +13,12 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dledger._ext import segment as _segment
 from dledger.config import DLedgerConfig
 from dledger.store.file import MmapFileStore
+from tests.test_store_framed import frame
 
 SIZE = 1 << 22
 
@@ -116,15 +116,6 @@ def test_concurrent_prewrites_never_land_on_written_bytes(tmp_path: Path) -> Non
     assert raw[:end] == bytes(written) and not raw[end:].strip(b"\0")
 
 
-def _framed(batch: list[bytes]) -> tuple[bytearray, np.ndarray]:
-    buf = bytearray()
-    offsets = [0]
-    for body in batch:
-        buf += bytes(48) + body
-        offsets.append(len(buf))
-    return buf, np.array(offsets, dtype=np.int64)
-
-
 def test_store_appends_read_back_beside_a_prewriter(tmp_path: Path) -> None:
     # The same through the store: batches (append_batch, and framed ones as the DLedger commit
     # log's put hands them, with and without the GIL) and single entries, while the store
@@ -145,9 +136,9 @@ def test_store_appends_read_back_beside_a_prewriter(tmp_path: Path) -> None:
         elif k % 4 == 2:
             store.append_batch(batch, 1)
         elif k % 4 == 1:
-            store.append_framed_committed(*_framed(batch), 1)
+            store.append_framed_committed(*frame(batch), 1)
         else:
-            store.append_framed(*_framed(batch), 1)
+            store.append_framed(*frame(batch), 1)
         bodies.extend(batch)
         k += 1
     files = store._log.data.files

@@ -617,8 +617,9 @@ class CommitLog(LogFiles):
         if self.readonly or self.flush_service is not None:
             return
         try:
-            # The first step before any put: a new store's first puts would otherwise race the
-            # thread's first step for the same pages (by pwrite, under the write guard).
+            # The first step before any put: a reopened store's first puts would otherwise race
+            # the thread's first step for the same pages (by pwrite, under the write guard). A
+            # new store has no file yet; the thread's first look, PREFAULT_POLL_S on, finds it.
             self._prefault_step()
         except OSError:
             log.exception("commit log prefault failed; the thread retries")
