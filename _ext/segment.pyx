@@ -588,6 +588,9 @@ cdef class MmapFileList:
     cdef public bint new_names  # a file was created since the last flush: fsync the directory
     # Its files may be pre-written (MappedFile.prewrite): their writes take the write guard.
     cdef readonly bint guarded
+    # Called with each file last_file creates, under the creator's locks: a pre-writer's wake-up,
+    # so that a new file's first pages are made ahead of its writer at once, not at its next look.
+    cdef public object on_create
 
     def __init__(self, str store_path, int64_t file_size, bint readonly=False, bint guarded=False):
         if file_size <= 0:
@@ -664,6 +667,8 @@ cdef class MmapFileList:
                        self.file_size, True, False, self.guarded)
         self.files.append(f)
         self.new_names = True
+        if self.on_create is not None:
+            self.on_create(f)
         return f
 
     cpdef int64_t pre_append(self, int64_t length, bint use_blank=True) except? -2:

@@ -154,3 +154,51 @@ def test_store_appends_read_back_beside_a_prewriter(tmp_path: Path) -> None:
         for i in range(0, len(bodies), 89):
             pos = again.get(i).pos
             assert data[pos + 48 : pos + 48 + len(bodies[i])] == bodies[i]
+
+
+def test_on_create_is_called_with_each_file_the_list_creates(tmp_path: Path) -> None:
+    files = _segment.MmapFileList(str(tmp_path), SIZE, False, guarded=True)
+    made: list[_segment.MappedFile] = []
+    files.on_create = made.append
+    first = files.last_file(0, True)
+    assert made == [first]
+    assert files.last_file(0, True) is first and made == [first]  # not full: no new file
+    first.fill_blank()
+    second = files.last_file(0, True)
+    assert second is not first and made == [first, second]
+    assert second.file_from_offset == SIZE
+
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+def test_a_new_stores_first_file_is_prewritten_without_waiting_for_a_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # The put that creates the commit log's first file wakes its pre-writer: the pages ahead of
+    # the next puts are made at once, not at the thread's next look (here set 60 s away, which
+    # would fail the wait below), while puts meanwhile go by pwrite under the write guard.
+    from dledger.rocketmq import commitlog
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.store import MessageStore
+
+    monkeypatch.setattr(commitlog, "PREFAULT_POLL_S", 60.0)
+    monkeypatch.setattr(commitlog, "PREFAULT_IDLE_S", 60.0)
+    cfg = MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger",
+        dledger_store_options={"flush_file_interval": 60_000},
+    )
+    s = MessageStore(tmp_path / "store", cfg)
+    try:
+        time.sleep(0.1)  # the services' first looks, which find no file
+        assert s.put_batch("TopicA", [b"x" * 100] * 32).ok
+        data = s.commitlog.store._log.data if mode == "dledger" else s.commitlog.files
+        f = data.files[-1]
+        deadline = time.monotonic() + 10
+        while f.prewritten_to < f.wrote_position + (1 << 20) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert f.prewritten_to >= f.wrote_position + (1 << 20)
+        assert s.put_batch("TopicA", [b"y" * 100] * 32).ok
+        assert s.wait_dispatched(10)
+        got = s.get_messages("TopicA", 0, 0, 64)
+        assert [m.body for m in got.messages] == [b"x" * 100] * 32 + [b"y" * 100] * 32
+    finally:
+        s.close()

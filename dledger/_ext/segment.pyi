@@ -1,6 +1,6 @@
 """mmap segment files and the entry log hot path (Cython: _ext/segment.pyx)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,7 @@ class MmapFileList:
     flushed_where: int
     new_names: bool  # files created since the last flush (it fsyncs the directory first)
     guarded: bool  # its files may be pre-written (MappedFile.prewrite)
+    on_create: Callable[[MappedFile], object] | None  # called with each file last_file creates
     def __init__(self, store_path: str, file_size: int, readonly: bool = False, guarded: bool = False) -> None: ...
     def load(self) -> None: ...
     def check_self(self) -> None: ...

@@ -213,6 +213,9 @@ class CommitLog(LogFiles):
         self.recovered_from = 0
         self.closed = False
         self._prefault_stop = threading.Event()
+        # Set with the stop and when a put creates a file (MmapFileList.on_create), whose first
+        # pages the thread then makes at once rather than at its next look.
+        self._prefault_wake = threading.Event()
         self._prefaulter: threading.Thread | None = None
         # (file start offset, how far its pages are faulted in)
         self._prefaulted = (-1, 0)
@@ -583,7 +586,11 @@ class CommitLog(LogFiles):
     def _prefault_loop(self) -> None:
         wait = PREFAULT_POLL_S
         last_end = -1
-        while not self._prefault_stop.wait(wait):
+        while True:
+            self._prefault_wake.wait(wait)
+            self._prefault_wake.clear()
+            if self._prefault_stop.is_set():
+                break
             try:
                 while self._prefault_step():
                     pass
@@ -619,10 +626,11 @@ class CommitLog(LogFiles):
         try:
             # The first step before any put: a reopened store's first puts would otherwise race
             # the thread's first step for the same pages (by pwrite, under the write guard). A
-            # new store has no file yet; the thread's first look, PREFAULT_POLL_S on, finds it.
+            # new store has no file yet: the put that creates it wakes the thread.
             self._prefault_step()
         except OSError:
             log.exception("commit log prefault failed; the thread retries")
+        self.files.on_create = lambda _f: self._prefault_wake.set()
         self._prefaulter = threading.Thread(target=self._prefault_loop, name="rocketmq-commitlog-prefault", daemon=True)
         self._prefaulter.start()
         cfg = self.config
@@ -665,9 +673,11 @@ class CommitLog(LogFiles):
         if self.closed:
             return
         self._prefault_stop.set()
+        self._prefault_wake.set()
         if self._prefaulter is not None:
             self._prefaulter.join()
             self._prefaulter = None
+        self.files.on_create = None
         if self.flush_service is not None:
             self.flush_service.stop()
             self.flush_service = None

@@ -60,6 +60,8 @@ class FlushDataService:
         self.store = store
         self._prefault_ok = True
         self._dropped_to = 0  # data before this absolute offset was handed back (see opened_at)
+        # An append created a data file since the last prefault (StoreService's wake-up).
+        self.new_file = False
 
     def opened_at(self, end: int) -> None:
         """The store opened a log whose data ends at ``end``: only what is flushed from now on
@@ -97,7 +99,9 @@ class FlushDataService:
         lg = store._log
         # Advisory counts (an append racing this reset only shifts one tick's decision).
         through_mapping = lg.mapped_bytes > lg.written_bytes
-        appended = lg.mapped_bytes + lg.written_bytes > 0
+        # A new file wakes the service before its creator's append is counted.
+        appended = lg.mapped_bytes + lg.written_bytes > 0 or self.new_file
+        self.new_file = False
         batch_ahead = max(PREFAULT_DATA_AHEAD, min(2 * lg.written_bytes, PREWRITE_AHEAD_MAX))
         lg.mapped_bytes = lg.written_bytes = 0
         targets = [(lg.index, PREFAULT_INDEX_AHEAD, True)]
@@ -220,6 +224,9 @@ class StoreService:
         self.flush = FlushDataService(store)
         self.clean = CleanSpaceService(store)
         self._stop = threading.Event()
+        # Set with the stop and when an append creates a data file (MmapFileList.on_create): the
+        # tick then comes at once, so a new file's first pages are made ahead of its writer.
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
@@ -230,22 +237,36 @@ class StoreService:
         if self._thread is not None:
             return
         self._stop.clear()
+        self.store._log.data.on_create = self._on_new_file
         self._thread = threading.Thread(target=self._run, name=f"dledger-store-{self.store.path.name}", daemon=True)
         self._thread.start()
 
+    def _on_new_file(self, _f: object) -> None:
+        self.flush.new_file = True
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self.store._log.data.on_create = None
 
     def _run(self) -> None:
         interval = max(self.store.config.flush_file_interval, 1) / 1000.0
         last_clean = 0.0
         failures = 0
         last_report = 0.0
-        while not self._stop.wait(interval):
+        while True:
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
+                if self.flush.new_file:
+                    # The new file's first pages before the tick's flush (which may take ms).
+                    self.flush.prefault()
                 self.flush.tick(interval)
                 if time.monotonic() - last_clean >= CLEAN_INTERVAL_S:
                     last_clean = time.monotonic()
