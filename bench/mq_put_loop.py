@@ -35,23 +35,33 @@ from dledger.rocketmq.store import MessageStore
 BATCH = 32
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def loop_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments every put loop here takes: the commit log, the body size, ``--single``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
     ap.add_argument("mode", choices=["classic", "dledger"])
     ap.add_argument("size", type=int, help="body bytes")
-    ap.add_argument("--batches", type=int, default=8192)
-    ap.add_argument("--single", action="store_true", help="put_message of one message (--batches of them)")
+    ap.add_argument("--single", action="store_true", help=f"put_message of one message, not put_batch of {BATCH}")
+    return ap
+
+
+def loop_config(mode: str) -> MessageStoreConfig:
+    """The store a put loop fills: ``test_bench_mq.py``'s commit-log file size and store host."""
+    return MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger",
+        mapped_file_size_commit_log=1 << 30,
+        store_host="10.0.0.1:10911",
+    )
+
+
+def main() -> None:
+    ap = loop_parser(__doc__)
+    ap.add_argument("--batches", type=int, default=8192, help="puts (batches, or messages with --single)")
     ap.add_argument("--threads", action="store_true", help="also print each thread's CPU a message")
     args = ap.parse_args()
     unit = "message" if args.single else "batch"
     root = Path(tempfile.mkdtemp(prefix="dledger-put-loop-"))
     try:
-        config = MessageStoreConfig(
-            enable_dledger_commit_log=args.mode == "dledger",
-            mapped_file_size_commit_log=1 << 30,
-            store_host="10.0.0.1:10911",
-        )
-        with MessageStore(root, config) as store:
+        with MessageStore(root, loop_config(args.mode)) as store:
             bodies = [os.urandom(args.size)] * BATCH
             msg = Message("TopicA", bodies[0], tags="TagA")
             cpu0 = thread_times()

@@ -12,7 +12,6 @@ in DLedger mode the lead is read from ``populated_to``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -23,29 +22,19 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dledger.rocketmq.config import MessageStoreConfig
+from bench.mq_put_loop import BATCH, loop_config, loop_parser
 from dledger.rocketmq.message import Message
 from dledger.rocketmq.store import MessageStore
 
-BATCH = 32
-
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("mode", choices=["classic", "dledger"])
-    ap.add_argument("size", type=int, help="body bytes")
-    ap.add_argument("--single", action="store_true", help="put_message of one message")
+    ap = loop_parser(__doc__)
     ap.add_argument("--seconds", type=float, default=0.3)
     ap.add_argument("--ahead", type=int, default=1 << 20, help="bytes ahead that count as ahead")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="dledger-prewrite-lead-"))
     try:
-        config = MessageStoreConfig(
-            enable_dledger_commit_log=args.mode == "dledger",
-            mapped_file_size_commit_log=1 << 30,
-            store_host="10.0.0.1:10911",
-        )
-        with MessageStore(root, config) as store:
+        with MessageStore(root, loop_config(args.mode)) as store:
             cl = store.commitlog
             files = cl.store._log.data if args.mode == "dledger" else cl.files
             populated = args.mode == "dledger" and args.single
