@@ -57,11 +57,15 @@ class Toy:
         self.closed = True
 
 
-def test_an_application_sees_roles_commits_and_answers_its_codes():
+def test_an_application_sees_roles_commits_and_answers_its_codes(tmp_path: Path) -> None:
     toy = Toy()
     app: GroupApplication = toy  # the protocol is satisfied
     port = free_ports(1)[0]
-    cfg = DLedgerConfig(group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_type=MEMORY)
+    # The entries stay in memory; the member's term file goes under the store dir (this test's
+    # own, not the default /tmp/dledgerstore, where one run's term would reach the next).
+    cfg = DLedgerConfig(
+        group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_type=MEMORY, store_base_dir=str(tmp_path)
+    )
 
     async def run() -> None:
         server = NodeServer(cfg, application_factory=lambda c, addr: app)
@@ -87,6 +91,7 @@ def test_an_application_sees_roles_commits_and_answers_its_codes():
         assert toy.closed
 
     asyncio.run(run())
+    assert (tmp_path / "dledger-n0" / "currterm").is_file()
 
 
 class _Follower:
