@@ -17,6 +17,9 @@ import pytest
 
 from dledger._ext import segment as _segment
 from dledger.config import DLedgerConfig
+from dledger.rocketmq import commitlog
+from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.store import MessageStore
 from dledger.store.file import MmapFileStore
 from tests.test_store_framed import frame
 
@@ -176,10 +179,6 @@ def test_a_new_stores_first_file_is_prewritten_without_waiting_for_a_look(
     # The put that creates the commit log's first file wakes its pre-writer: the pages ahead of
     # the next puts are made at once, not at the thread's next look (here set 60 s away, which
     # would fail the wait below), while puts meanwhile go by pwrite under the write guard.
-    from dledger.rocketmq import commitlog
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.store import MessageStore
-
     monkeypatch.setattr(commitlog, "PREFAULT_POLL_S", 60.0)
     monkeypatch.setattr(commitlog, "PREFAULT_IDLE_S", 60.0)
     cfg = MessageStoreConfig(

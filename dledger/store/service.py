@@ -73,6 +73,9 @@ class FlushDataService:
 
     def tick(self, interval_s: float) -> None:
         store = self.store
+        if self.new_file:
+            # A new data file's first pages before the flush below (which may take ms).
+            self.prefault()
         now = time.monotonic()
         if now - store._last_checkpoint >= store.config.check_point_interval / 1000.0:
             store.checkpoint()
@@ -264,9 +267,6 @@ class StoreService:
             if self._stop.is_set():
                 break
             try:
-                if self.flush.new_file:
-                    # The new file's first pages before the tick's flush (which may take ms).
-                    self.flush.prefault()
                 self.flush.tick(interval)
                 if time.monotonic() - last_clean >= CLEAN_INTERVAL_S:
                     last_clean = time.monotonic()
