@@ -25,6 +25,22 @@ PREFAULT_READ = 0
 PREFAULT_WRITE = 1
 PREFAULT_WILLNEED = 2
 
+cdef extern from "dl_zero_fill.h" nogil:
+    int dl_zero_fill_fd(int fd, int64_t start, int64_t end)
+    int dl_zero_fill_path(const char *path, int64_t start, int64_t end)
+
+
+def zero_fill(int fd, int64_t start, int64_t end):
+    """Zeros over ``[start, end)`` of ``fd``'s file by pwrite, without the GIL: the page cache
+    of a range nothing has been written to yet, made for writes through a mapping (see
+    dl_zero_fill.h; the caller keeps every writer of the range out). Returns 0 or an errno."""
+    if start < 0 or end < start:
+        raise ValueError(f"bad range {start}..{end}")
+    cdef int err
+    with nogil:
+        err = dl_zero_fill_fd(fd, start, end)
+    return err
+
 
 def copy_into(dst, Py_ssize_t pos, src):
     """``dst[pos:pos + len(src)] = src`` without the GIL. ``dst`` is a file mapping (a consume
@@ -404,11 +420,28 @@ cdef enum:
     _RECORDS_AHEAD = 2048
 
 
+cdef void _zero_range(object path, Py_ssize_t start, Py_ssize_t end, size_t page, list held, const char **zp,
+                      int64_t *zlo, int64_t *zhi) except *:
+    """The part of a prefault range to zero-fill first: its whole pages from ``start`` (the
+    page holding ``start`` may hold what was written below it) to ``end``, in the file at
+    ``path`` (bytes, kept alive in ``held``); none without a path."""
+    zp[0] = NULL
+    zlo[0] = (<int64_t>start + <int64_t>page - 1) // <int64_t>page * <int64_t>page
+    zhi[0] = end
+    if path is None or zlo[0] >= zhi[0]:
+        return
+    if not isinstance(path, bytes):
+        raise TypeError(f"prefault path must be bytes, not {type(path).__name__}")
+    held.append(path)
+    zp[0] = PyBytes_AS_STRING(path)
+
+
 def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dledger, Py_ssize_t max_records,
                    int64_t index_floor, index_buf=None, int32_t hash_slot_num=0, int32_t index_num=0,
                    int64_t index_begin_ts=0, cq_buf=None, Py_ssize_t cq_pos=0, Py_ssize_t cq_room=0,
                    bytes cq_topic=None, int32_t cq_queue_id=-1, int64_t cq_next=-1, int64_t cq_max_phys=-1,
-                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0, prefault=(), dict arena=None):
+                   Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0, prefault=(), dict arena=None,
+                   bytes cq_path=None):
     """One dispatch round over ``buf[start:end]`` in one pass without the GIL: the scan
     (``scan_records``, or ``scan_dledger_records`` with ``dledger``), ``dispatch_keys`` of what it
     found with the index keys of the records whose physical offset is ``index_floor`` or more,
@@ -428,10 +461,13 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     ``cq_next``, its first message ending past ``cq_max_phys``) and fits the ``cq_room`` bytes
     there are also written at ``cq_pos`` (so the page faults of the write happen without the
     GIL); ``units`` is then an empty array (its length says nothing was left to write). The
-    pages of ``cq_buf[cq_prefault_start:cq_prefault_end]`` are then faulted in, writable
-    (``prefault``), for the next rounds' writes, and so are those of each ``(mapping, start,
-    end)`` in ``prefault`` (other queues' files, for the next rounds' runs of several queues;
-    the first 16).
+    pages of ``cq_buf[cq_prefault_start:cq_prefault_end]`` are faulted in first, writable
+    (``prefault``), for this and the next rounds' writes, and so are those of each ``(mapping,
+    start, end)`` in ``prefault`` (other queues' files and the index file, for the next rounds;
+    the first 16). With the file's path (``cq_path``, or a fourth item ``path``) the range's
+    whole pages are first written with zeros (``zero_fill``): the caller promises that nothing
+    was written at or past its start and that no other thread writes the file meanwhile (this
+    call writes its units and items after the prefaults).
 
     With ``arena`` (a dict, empty at first) the arrays of one call are kept there for the next
     calls to fill again, when large enough: what this call returns is then valid until the next
@@ -446,7 +482,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     cdef unsigned char[::1] cb
     cdef unsigned char *cqp = NULL
     cdef unsigned char *cq_base = NULL
-    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE), lo, hi
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
     cdef Py_ssize_t cq_tl = 0
     cdef const unsigned char *cq_tp = NULL
     if cq_buf is not None:
@@ -466,12 +502,21 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     cdef unsigned char[::1] pv
     held = []
     cdef Py_ssize_t npf = 0, ipf, pf_start, pf_end
-    cdef size_t[16] pf_lo
-    cdef size_t[16] pf_hi
+    # A range's mapped pages (page-aligned start), and the file range zero-filled first
+    # (zf_path NULL: none). The last slot is the hinted queue's range.
+    cdef size_t[17] pf_lo
+    cdef size_t[17] pf_hi
+    cdef int64_t[17] zf_lo
+    cdef int64_t[17] zf_hi
+    cdef const char *zf_path[17]
     for item in prefault:
         if npf == 16:
             break
-        pf_buf, pf_start, pf_end = item
+        if len(item) == 4:
+            pf_buf, pf_start, pf_end, pf_path = item
+        else:
+            pf_buf, pf_start, pf_end = item
+            pf_path = None
         pv = memoryview(pf_buf).cast("B")
         if pf_start < 0 or pf_end > pv.shape[0] or pf_start >= pf_end:
             raise ValueError(f"prefault range {pf_start}..{pf_end} outside {pv.shape[0]} bytes")
@@ -479,7 +524,21 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
         pf_lo[npf] = <size_t>&pv[0] + <size_t>pf_start
         pf_lo[npf] -= pf_lo[npf] % page
         pf_hi[npf] = <size_t>&pv[0] + <size_t>pf_end
+        _zero_range(pf_path, pf_start, pf_end, page, held, &zf_path[npf], &zf_lo[npf], &zf_hi[npf])
         npf += 1
+    if cq_base != NULL and cq_prefault_end > cq_prefault_start:
+        pf_lo[npf] = <size_t>cq_base + <size_t>cq_prefault_start
+        pf_lo[npf] -= pf_lo[npf] % page
+        pf_hi[npf] = <size_t>cq_base + <size_t>cq_prefault_end
+        _zero_range(cq_path, cq_prefault_start, cq_prefault_end, page, held, &zf_path[npf], &zf_lo[npf],
+                    &zf_hi[npf])
+        npf += 1
+    if npf:
+        with nogil:
+            for ipf in range(npf):
+                if zf_path[ipf] != NULL:
+                    dl_zero_fill_path(zf_path[ipf], zf_lo[ipf], zf_hi[ipf])  # failed: populated below
+                madvise(<void *>pf_lo[ipf], pf_hi[ipf] - pf_lo[ipf], _MADV_POPULATE_WRITE)
     cdef unsigned char[::1] ib
     cdef unsigned char *ip = NULL
     if index_buf is not None:
@@ -595,14 +654,6 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                             and c.topic_len[0] == cq_tl and memcmp(p + c.topic_off[0], cq_tp, <size_t>cq_tl) == 0):
                         memcpy(cqp, units_p, count * MQ_CQ_UNIT)
                         in_cq = True
-                if not full and cq_base != NULL and cq_prefault_end > cq_prefault_start:
-                    lo = <size_t>cq_base + <size_t>cq_prefault_start
-                    lo -= lo % page
-                    hi = <size_t>cq_base + <size_t>cq_prefault_end
-                    madvise(<void *>lo, hi - lo, _MADV_POPULATE_WRITE)
-                if not full:
-                    for ipf in range(npf):
-                        madvise(<void *>pf_lo[ipf], pf_hi[ipf] - pf_lo[ipf], _MADV_POPULATE_WRITE)
             if not full or oom:
                 break
             cap = min(cap * 2, upper)

@@ -165,6 +165,7 @@ PREFAULT_WILLNEED: int
 
 def prefault(buf: Buffer, start: int = 0, end: int = -1, how: int = ...) -> int: ...
 def copy_into(dst: Buffer, pos: int, src: Buffer) -> None: ...
+def zero_fill(fd: int, start: int, end: int) -> int: ...
 
 # The single put (_ext/message_put.pxi).
 class PutTemplate:
@@ -253,8 +254,9 @@ def dispatch_round(
     cq_max_phys: int = -1,
     cq_prefault_start: int = 0,
     cq_prefault_end: int = 0,
-    prefault: Sequence[tuple[Buffer, int, int]] = (),
+    prefault: Sequence[tuple[Buffer, int, int] | tuple[Buffer, int, int, bytes]] = (),
     arena: dict[str, Any] | None = None,
+    cq_path: bytes | None = None,
 ) -> tuple[
     dict[str, NDArray[Any]],
     int,

@@ -315,12 +315,20 @@ class ReputMessageService:
             hint_cq = hint[0]
             target = hint_cq.run_target()
         cq_args: tuple[Any, ...] = ()
+        cq_path = None
         pf_end = 0
         if target is not None and hint is not None and hint_cq is not None:
             mm, pos, room, nxt, max_phys = target
             pf_start, pf_end = hint_cq.prefault_range(CQ_PREFAULT)
             cq_args = (mm, pos, room, hint[1], hint_cq.queue_id, nxt, max_phys, pf_start, pf_end)
-        prefaults = tuple((pf[0].mm, pf[1], pf[2]) for pf in self._prefaults if pf[0].mm is not None)
+            if pf_end:
+                cq_path = os.fsencode(hint_cq.files[-1].path)
+        # Each range lies past everything written to its file, and only this thread writes
+        # the queues and the index: the kernel may write zeros there before it populates
+        # (the path; see dl_zero_fill.h for what that saves).
+        prefaults = tuple(
+            (pf[0].mm, pf[1], pf[2], os.fsencode(pf[0].path)) for pf in self._prefaults if pf[0].mm is not None
+        )
         self._prefaults.clear()
         cols, stop, code, topic_id, firsts, tags_code, hashes, rows, units, put = K.dispatch_round(
             seg.view,
@@ -337,6 +345,7 @@ class ReputMessageService:
             *cq_args,
             prefault=prefaults,
             arena=self._arena,
+            cq_path=cq_path,
         )
         if pf_end and hint_cq is not None:
             hint_cq.prefaulted(pf_end)

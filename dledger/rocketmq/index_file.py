@@ -144,6 +144,10 @@ class IndexFile:
             if readonly:
                 raise PermissionError(f"read-only index: cannot create {self.path}")
             fd = create_sized(self.path, self.file_size)
+            # The slot table and the first items, made as page cache now, while no one else has
+            # the file (the prefault thread below then only maps them): see dl_zero_fill.h.
+            # Failed (ENOSPC): the populate makes them, or reports nothing, as before.
+            _mk.zero_fill(fd, 0, min(self._item_pos(0) + PREFAULT_CHUNK, self.file_size))
         else:
             fd = os.open(self.path, os.O_RDONLY if readonly else os.O_RDWR)
         try:

@@ -6,7 +6,11 @@ with its columns grown mid-batch and over 256 topics)."""
 
 from __future__ import annotations
 
+import errno
+import mmap
+import os
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,6 +235,62 @@ def test_dispatch_round_prefaults_other_files_and_changes_no_byte() -> None:
         assert g.tolist() == w.tolist()
     with pytest.raises(ValueError, match="prefault range"):
         K.dispatch_round(buf, 0, 0, -1, False, -1, 0, prefault=[(other, 0, 20001)])
+
+
+def test_dispatch_round_zero_fills_only_whole_pages_past_a_ranges_start(tmp_path: Path) -> None:
+    # A prefault range with its file's path is written with zeros before it is populated. The
+    # range starts past what was written, but the page holding its start may hold written
+    # bytes: they and everything below must survive, in the file and through the mapping.
+    path = tmp_path / "queue"
+    size = 64 << 10
+    written = bytes(range(256)) * 20  # 5,120 bytes: the second page is part written
+    with open(path, "wb") as f:
+        f.truncate(size)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, size)
+        mm[: len(written)] = written
+        buf = _log(20, False, 1)
+        K.dispatch_round(buf, 0, 0, -1, False, -1, 0, prefault=[(mm, len(written), 40000, os.fsencode(path))])
+        # The hinted queue's range takes its path by keyword.
+        K.dispatch_round(
+            buf,
+            0,
+            0,
+            -1,
+            False,
+            -1,
+            0,
+            cq_buf=mm,
+            cq_topic=b"T",
+            cq_prefault_start=len(written),
+            cq_prefault_end=size,
+            cq_path=os.fsencode(path),
+        )
+        assert mm[: len(written)] == written
+        assert not any(mm[len(written) :])
+        mm.close()
+    finally:
+        os.close(fd)
+    on_disk = path.read_bytes()
+    assert on_disk[: len(written)] == written and not any(on_disk[len(written) :])
+    with pytest.raises(TypeError, match="bytes"):
+        K.dispatch_round(buf, 0, 0, -1, False, -1, 0, prefault=[(bytearray(8192), 0, 8192, str(path))])
+
+
+def test_zero_fill_writes_zeros_and_reports_errors_as_errno(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"\xff" * 10000)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert K.zero_fill(fd, 4096, 9000) == 0
+    finally:
+        os.close(fd)
+    got = path.read_bytes()
+    assert got[:4096] == b"\xff" * 4096 and got[4096:9000] == bytes(4904) and got[9000:] == b"\xff" * 1000
+    assert K.zero_fill(fd, 0, 10) == errno.EBADF  # closed above
+    with pytest.raises(ValueError, match="bad range"):
+        K.zero_fill(0, 10, 5)
 
 
 def test_dispatch_round_with_an_arena_returns_what_it_returns_without() -> None:
