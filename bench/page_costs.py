@@ -15,7 +15,15 @@ For each, the service's CPU a 4 KiB page to make them, then the writer's CPU a p
 batch-sized records (9,728 bytes: 32 DLedger entries of 100 B messages) into them, medians of
 ``--rounds``. Thread CPU time, so a round is not charged for what other processes do.
 
+With ``--mapped`` the writer copies into the file's mapping instead, 2,000 bytes at a time (a
+dispatch round's consume-queue units or index items), and the ways are the ones for such files:
+
+- ``none``: the writer's page faults make the pages;
+- ``populate-write``: ``MADV_POPULATE_WRITE`` of the hole, 256 KiB at a time (what dispatch did);
+- ``zeros+populate``: zeros written there first (``zero_fill``), then the populate (now).
+
     python bench/page_costs.py --mb 64 --rounds 4
+    python bench/page_costs.py --mb 64 --rounds 4 --mapped
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ POPULATE_STEP = 256 << 10  # the store service's step
 PREWRITE_STEP = 1 << 20
 RECORDS = 9728
 WAYS = ("none", "populate-read", "prewrite")
+MAPPED_WAYS = ("none", "populate-write", "zeros+populate")
+UNITS = 2000
 
 
 def one(root: Path, k: int, way: str, size: int, step: int = PREWRITE_STEP) -> tuple[float, float]:
@@ -62,20 +72,46 @@ def one(root: Path, k: int, way: str, size: int, step: int = PREWRITE_STEP) -> t
     return (c1 - c0) / pages * 1e6, (c2 - c1) / pages * 1e6
 
 
+def one_mapped(root: Path, k: int, way: str, size: int) -> tuple[float, float]:
+    """(service, writer) CPU microseconds a page for one fresh file written through its mapping."""
+    path = root / f"{k}-{way}"
+    with open(path, "w+b") as fh:
+        fh.truncate(size)
+        with mmap.mmap(fh.fileno(), size) as m:
+            pages = size // PAGE
+            c0 = time.thread_time()
+            if way != "none":
+                for at in range(0, size, POPULATE_STEP):
+                    if way == "zeros+populate":
+                        K.zero_fill(fh.fileno(), at, at + POPULATE_STEP)
+                    K.prefault(m, at, at + POPULATE_STEP, K.PREFAULT_WRITE)
+            c1 = time.thread_time()
+            chunk = os.urandom(UNITS)
+            for at in range(0, size - UNITS + 1, UNITS):
+                K.copy_into(m, at, chunk)
+            c2 = time.thread_time()
+    return (c1 - c0) / pages * 1e6, (c2 - c1) / pages * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--mb", type=int, default=64, help="MiB a file")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--dir", default=None, help="where to put the files (default: a temporary directory)")
     ap.add_argument("--prewrite-step", type=int, default=PREWRITE_STEP, help="bytes a pre-write call (at most 1 MiB)")
+    ap.add_argument("--mapped", action="store_true", help="a writer through the mapping (consume queue, index)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="dledger-page-costs-", dir=args.dir))
-    got: dict[str, list[tuple[float, float]]] = {w: [] for w in WAYS}
+    ways = MAPPED_WAYS if args.mapped else WAYS
+    got: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
     try:
         k = 0
         for _ in range(args.rounds):
-            for way in WAYS:  # interleaved, so that a slow minute of the VM hits every way
-                got[way].append(one(root, k, way, args.mb << 20, args.prewrite_step))
+            for way in ways:  # interleaved, so that a slow minute of the VM hits every way
+                if args.mapped:
+                    got[way].append(one_mapped(root, k, way, args.mb << 20))
+                else:
+                    got[way].append(one(root, k, way, args.mb << 20, args.prewrite_step))
                 k += 1
     finally:
         shutil.rmtree(root, ignore_errors=True)
