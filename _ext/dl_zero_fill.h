@@ -2,11 +2,11 @@
  *
  * A file written through its mapping (index units, consume-queue units) had the pages ahead of
  * its writer faulted in by madvise(MADV_POPULATE_WRITE). Over a hole that is a read fault per
- * page (the page zero-filled by the filesystem's read path) and then a page_mkwrite: 5-6 us a
- * page on this VM, where a pwrite of zeros over the same range costs ~1 and leaves a populate
- * of ~0.3 (docs/message-store.md, "Zeros ahead of the mapped writers"). The bytes read the
- * same: the zeros replace a hole. Only for a range nothing has been written to, with every
- * writer of the file kept out meanwhile: a write racing it would be overwritten. */
+ * page (the page zero-filled by the filesystem's read path) and then a page_mkwrite; a pwrite
+ * of zeros over the same range, and then the populate, cost a fraction of that
+ * (bench/page_costs.py --mapped; docs/message-store.md, "Zeros ahead of the mapped writers").
+ * The bytes read the same: the zeros replace a hole. Only for a range nothing has been written
+ * to, with every writer of the file kept out meanwhile: a write racing it would be lost. */
 #ifndef DL_ZERO_FILL_H
 #define DL_ZERO_FILL_H
 
