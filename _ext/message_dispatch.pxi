@@ -533,12 +533,6 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
         _zero_range(cq_path, cq_prefault_start, cq_prefault_end, page, held, &zf_path[npf], &zf_lo[npf],
                     &zf_hi[npf])
         npf += 1
-    if npf:
-        with nogil:
-            for ipf in range(npf):
-                if zf_path[ipf] != NULL:
-                    dl_zero_fill_path(zf_path[ipf], zf_lo[ipf], zf_hi[ipf])  # failed: populated below
-                madvise(<void *>pf_lo[ipf], pf_hi[ipf] - pf_lo[ipf], _MADV_POPULATE_WRITE)
     cdef unsigned char[::1] ib
     cdef unsigned char *ip = NULL
     if index_buf is not None:
@@ -613,6 +607,14 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
             units_p = <unsigned char *>_ptr(units)
             full = False
             with nogil:
+                # The prefaults first (once: the columns' growth comes back here), in the same
+                # release of the GIL as the rest: each taking back of the GIL waits for the
+                # thread that holds it meanwhile (the putting thread, the member's loop).
+                for ipf in range(npf):
+                    if zf_path[ipf] != NULL:
+                        dl_zero_fill_path(zf_path[ipf], zf_lo[ipf], zf_hi[ipf])  # failed: populated below
+                    madvise(<void *>pf_lo[ipf], pf_hi[ipf] - pf_lo[ipf], _MADV_POPULATE_WRITE)
+                npf = 0
                 while True:
                     if max_records >= 0 and count >= max_records:
                         code = C_LIMIT
