@@ -26,7 +26,7 @@ PREFAULT_WRITE = 1
 PREFAULT_WILLNEED = 2
 
 cdef extern from "dl_zero_fill.h" nogil:
-    int dl_zero_fill_fd(int fd, int64_t start, int64_t end)
+    int dl_zero_fill_fd(int fd, int64_t start, int64_t end, int64_t *done)
     int dl_zero_fill_path(const char *path, int64_t start, int64_t end)
 
 
@@ -38,7 +38,7 @@ def zero_fill(int fd, int64_t start, int64_t end):
         raise ValueError(f"bad range {start}..{end}")
     cdef int err
     with nogil:
-        err = dl_zero_fill_fd(fd, start, end)
+        err = dl_zero_fill_fd(fd, start, end, NULL)
     return err
 
 

@@ -30,6 +30,11 @@ include "format.pxi"
 cdef extern from "dl_format.h" nogil:
     void dl_put64(unsigned char *p, uint64_t v)
 
+# MappedFile.prewrite writes DL_ZF_MAX bytes of zeros at most a hold of the write guard.
+cdef extern from "dl_zero_fill.h" nogil:
+    int64_t DL_ZF_MAX
+    int dl_zero_fill_fd(int fd, int64_t start, int64_t end, int64_t *done)
+
 cdef extern from "dl_wguard.h" nogil:
     void dl_wguard_lock(int *lock)
     void dl_wguard_unlock(int *lock)
@@ -97,11 +102,6 @@ cdef Py_ssize_t SCRATCH_BYTES = 1 << 20
 # Suffix of a segment file being created (see _create_sized).
 TMP_SUFFIX = ".creating"
 cdef Py_ssize_t NOGIL_COPY = 65536
-# MappedFile.prewrite writes PREWRITE_IOV * ZEROS_LEN bytes of zeros at most a hold of the write guard.
-cdef enum:
-    ZEROS_LEN = 65536
-    PREWRITE_IOV = 16
-cdef unsigned char _ZEROS[ZEROS_LEN]
 # WRITE_RELEASE: a caller may ask for the GIL to be let go around a small batch's write too
 # (``MappedFile.append(release_gil=True)``, ``EntryLog.append_framed_end(release_gil=True)``).
 # The message store's put thread does: its dispatch thread then runs on the other core while
@@ -482,12 +482,8 @@ cdef class MappedFile:
             raise ValueError(f"{self.path}: only a file of a guarded list is pre-written")
         if self.fd < 0:
             self.fd = os.open(self.path, os.O_RDWR)
-        cdef int64_t at = start, total = 0
-        cdef Py_ssize_t done = 0
+        cdef int64_t at = start, total = 0, done = 0
         cdef int err = 0
-        cdef iovec iov[PREWRITE_IOV]
-        cdef int count
-        cdef int64_t n
         if end > self.file_size:
             end = self.file_size
         with nogil:
@@ -505,15 +501,7 @@ cdef class MappedFile:
                 if end <= at:
                     dl_wguard_unlock(&self._wguard)
                     break
-                n = end - at
-                count = 0
-                while n > 0 and count < PREWRITE_IOV:
-                    iov[count].iov_base = <void *>_ZEROS
-                    iov[count].iov_len = <size_t>(n if n < ZEROS_LEN else ZEROS_LEN)
-                    n -= <int64_t>iov[count].iov_len
-                    count += 1
-                done = 0
-                err = _pwritev_all(self.fd, iov, count, at, &done)
+                err = dl_zero_fill_fd(self.fd, at, end if end - at < DL_ZF_MAX else at + DL_ZF_MAX, &done)
                 if at + done > self.prewritten_to:
                     dl_store_i64(&self.prewritten_to, at + done)
                 dl_wguard_unlock(&self._wguard)
