@@ -107,12 +107,16 @@ def test_sdist_installs_and_works(tmp_path: Path):
     py = env_dir / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", str(sdist)], check=True, capture_output=True, timeout=800)
     script = (
-        "import tempfile; from dledger.store.file import MmapFileStore\n"
-        "d = tempfile.mkdtemp()\n"
-        "with MmapFileStore(d + '/dledger-n0') as s:\n"
+        "import sys; from dledger.store.file import MmapFileStore\n"
+        "with MmapFileStore(sys.argv[1]) as s:\n"
         "    s.append_batch([b'a', b'b'], 1)\n"
         "    assert s.get(1).body == b'b'\n"
         "print('ok')\n"
     )
-    res = subprocess.run([str(py), "-P", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    # The store goes under tmp_path, so pytest removes it: a 1 GiB data file left in the system's
+    # temporary directory by every run adds up.
+    store = tmp_path / "store" / "dledger-n0"
+    res = subprocess.run(
+        [str(py), "-P", "-c", script, str(store)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert res.stdout.strip() == "ok", res.stderr
