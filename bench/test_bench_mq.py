@@ -82,6 +82,12 @@ class Round:
         shutil.rmtree(self.root / f"{self.name}-{self.k - 1}", ignore_errors=True)
         return path
 
+    def finish(self) -> None:
+        """Close and delete the last round's files, so that a figure's files (up to 2 GB for a
+        1 KiB case) are gone, dirty pages and all, before the next figure runs."""
+        self.close()
+        shutil.rmtree(self.root / f"{self.name}-{self.k}", ignore_errors=True)
+
 
 def run(
     benchmark: Any,
@@ -98,7 +104,7 @@ def run(
         done = benchmark.pedantic(fn, setup=setup, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     finally:
         if rounds is not None:
-            rounds.close()
+            rounds.finish()
     benchmark.extra_info["messages"] = messages
     benchmark.extra_info["msgs_per_s_median"] = messages / benchmark.stats.stats.median
     assert done == messages
@@ -179,7 +185,7 @@ def test_put(benchmark: Any, root: Path, mode: str, size: int, batch: int, side:
         os.close(fd)
         return n
 
-    run(benchmark, group, f"{group} [os.write, same bytes]", setup_w, work_w, n)
+    run(benchmark, group, f"{group} [os.write, same bytes]", setup_w, work_w, n, r)
 
 
 def put_framed_baseline(benchmark: Any, r: Round, group: str, records: list[bytes], n: int) -> None:
@@ -257,6 +263,7 @@ def test_pull_by_offset(benchmark: Any, root: Path, mode: str, side: str) -> Non
     r = Round(root, f"pull-{mode}-{side}")
     path = r.fresh()
     s = MessageStore(path, store_config(mode, message_index_enable=False))
+    r.opened.append(s)
     bodies = [os.urandom(100)] * 1024
     for _ in range(N // 1024):
         s.put_batch("TopicA", bodies, queue_id=0)
@@ -289,7 +296,7 @@ def test_pull_by_offset(benchmark: Any, root: Path, mode: str, side: str) -> Non
             n,
         )
     finally:
-        s.close()
+        r.finish()
 
 
 # -- query by key ------------------------------------------------------------------------------
