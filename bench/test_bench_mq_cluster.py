@@ -62,11 +62,12 @@ def mq_throughput(
     window: int = WINDOW,
     objects: bool = False,
     timed: cb.Timed | None = None,
+    extra: list[str] | None = None,
 ) -> float:
     """Messages/s acknowledged SEND_OK by a batching producer: ``send_bodies`` (a MessageBatch
-    of bodies), or ``send_batch`` of Message objects with ``objects``; ``timed`` as
-    ``cluster_bench.dledger_throughput``'s."""
-    cluster = mq_cluster()
+    of bodies), or ``send_batch`` of Message objects with ``objects``; ``timed`` and ``extra``
+    (the members' options) as ``cluster_bench.dledger_throughput``'s."""
+    cluster = mq_cluster(extra)
     try:
         cluster.start_all()
         cluster.wait_leader(30)
