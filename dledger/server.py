@@ -116,7 +116,9 @@ class GroupApplication(Protocol):
 
     def on_committed(self, committed_index: int) -> None: ...
 
-    async def handle(self, code: int, body: dict[str, Any]) -> Response: ...
+    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
+        """A request with one of ``request_codes``; ``peer`` is the sender's address as this
+        member's connection sees it (``host:port``; ``?`` when unknown)."""
 
     def close(self) -> None:
         """Called once, off the loop, before the node's store is closed."""
@@ -592,7 +594,7 @@ class NodeServer:
         if g is None:
             return self._unknown_group(request)
         if g.app is not None and code in g.app.request_codes:
-            return await g.app.handle(code, body)
+            return await g.app.handle(code, body, request.peer)
         if code == RequestCode.APPEND:
             if g.app is not None and g.app.node_store is not None:
                 # Its entries are the application's records: a raw entry would be garbage to it.

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import threading
@@ -193,6 +194,21 @@ def _parse_host(text: str | None) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def _peer_host(peer: str) -> tuple[str, int] | None:
+    """A connection's ``host:port`` as a BORNHOST (an IPv4-mapped IPv6 address as the IPv4 one,
+    as Java gives it); None when it is not an IP address and port."""
+    host, _, port = peer.rpartition(":")
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+    if not port.isdigit():
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip), int(port)
+
+
 _PROPS_REASONS = {
     K.PROPS_TOO_LONG: f"over the limit of {MAX_PROPERTIES_BYTES} bytes",
     K.PROPS_NOT_UTF8: "not UTF-8 (or a string starts or ends inside a character)",
@@ -344,11 +360,11 @@ class MessageService:
         self._apply_offsets()
         self.store.close()
 
-    async def handle(self, code: int, body: dict[str, Any]) -> Response:
+    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
         try:
             c = MessageRequestCode(code)
             if c in (MessageRequestCode.SEND_MESSAGE, MessageRequestCode.SEND_BATCH_MESSAGE):
-                return await self._send(body)
+                return await self._send(body, peer)
             if body.get("leader_only"):
                 # A read the client wants from the leader (its default): from one that has
                 # caught up, which holds every acknowledged message (a new leader's consume
@@ -476,7 +492,7 @@ class MessageService:
     # -- puts ------------------------------------------------------------------------------
 
     def _prepare(
-        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, peer: str
     ) -> PreparedBatch | _PackedSend:
         """The checked batch: packed, to be encoded by one kernel call (``_PackedSend``), or as
         ``Message`` objects for one message or a batch with a DELAY property (the store's
@@ -488,7 +504,9 @@ class MessageService:
             raise IllegalMessage(
                 f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
             )
-        born_host = _parse_host(req.born_host)
+        # The producer's address as the connection sees it, as the Java broker takes BORNHOST
+        # from the channel (SendMessageProcessor), unless the request names one.
+        born_host = _parse_host(req.born_host) if req.born_host else _peer_host(peer)
         n = len(bodies)
         stem = req.props_stem
         if props is None:
@@ -587,13 +605,13 @@ class MessageService:
             store_host=store_raw,
         )
 
-    async def _send(self, body: dict[str, Any]) -> Response:
+    async def _send(self, body: dict[str, Any], peer: str) -> Response:
         refused = self._not_writable()
         if refused is not None:
             return refused
         try:
             req, bodies, props = SendRequest.from_wire(body)
-            batch = self._prepare(req, bodies, props)
+            batch = self._prepare(req, bodies, props, peer)
         except IllegalMessage as exc:
             return Response(
                 ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc), req.queue_id).to_wire()

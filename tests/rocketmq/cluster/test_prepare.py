@@ -14,10 +14,14 @@ from hypothesis import strategies as st
 from dledger._ext import load
 from dledger.config import DLedgerConfig
 from dledger.rocketmq.encode import IllegalMessage, PreparedBatch, encode_batch
+from dledger.rocketmq.message import MessageSysFlag
+from dledger.rocketmq.records import decode_record
 from dledger.rocketmq.service import MessageService, _check_properties, _PackedSend
 from dledger.rocketmq.wire import SendRequest
 
 K = load("message")
+# The producer's address as a member's connection sees it.
+PEER = "10.1.2.3:4567"
 GOOD = b"UNIQ_KEY\x01abc\x02TAGS\x01t"
 CASES = {
     "pairs": (GOOD, True),
@@ -52,7 +56,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageService
 def accepted(svc: MessageService, props: list[bytes], topic: str = "T", queue_id: int = 0) -> bool:
     req, bodies, packed = SendRequest.from_wire(SendRequest(topic, queue_id, [b"x"] * len(props), props).to_wire())
     try:
-        svc._prepare(req, bodies, packed)
+        svc._prepare(req, bodies, packed, PEER)
     except IllegalMessage:
         return False
     return True
@@ -78,9 +82,9 @@ def test_queue_and_topic_checks_hold_for_batches(service: MessageService):
     assert accepted(service, [GOOD, GOOD], queue_id=3)
 
 
-def _records(svc: MessageService, req: SendRequest) -> bytes:
+def _records(svc: MessageService, req: SendRequest, peer: str = PEER) -> bytes:
     got, bodies, props = SendRequest.from_wire(req.to_wire())
-    batch = svc._prepare(got, bodies, props)
+    batch = svc._prepare(got, bodies, props, peer)
     if isinstance(batch, _PackedSend):
         return b"".join(batch.encode(7, 1234))  # the records, without the room for entry headers
     offsets = np.arange(7, 7 + batch.n, dtype=np.int64)
@@ -108,10 +112,40 @@ def test_a_stem_a_packed_batch_and_messages_make_the_same_records(service: Messa
         assert rec[:20] + rec[36:] == one[:20] + one[36:]
 
 
+@pytest.mark.parametrize(
+    "peer,born_host",
+    [
+        ("10.1.2.3:4567", ("10.1.2.3", 4567)),
+        ("::ffff:10.1.2.3:4567", ("10.1.2.3", 4567)),  # a dual-stack listener's IPv4 peer
+        ("2001:db8::10:4567", ("2001:db8::10", 4567)),
+        ("?", ("127.0.0.1", 1)),  # no address known: the store host, as the embedded store
+    ],
+)
+def test_the_born_host_is_the_producers_address_as_the_member_sees_it(
+    service: MessageService, peer: str, born_host: tuple[str, int]
+):
+    # As the Java broker takes BORNHOST from the channel's remote address.
+    props = [b"UNIQ_KEY\x01A", b"UNIQ_KEY\x01B"]
+    for req in (
+        SendRequest("T", 0, [b"a", b"b"], props),  # packed
+        SendRequest("T", 0, [b"a"], props[:1]),  # one message: Message objects
+        SendRequest("T", 0, [b"a", b"b"], [b"DELAY\x012", b"DELAY\x012"]),  # Message objects
+    ):
+        raw = _records(service, req, peer)
+        msg = decode_record(raw, 0)
+        assert msg is not None
+        assert msg.born_host == born_host
+        assert bool(msg.sys_flag & MessageSysFlag.BORNHOST_V6_FLAG) == (":" in born_host[0])
+    # A request that names its born host keeps it.
+    named = SendRequest("T", 0, [b"a"], props[:1], born_host="192.0.2.7:99")
+    got = decode_record(_records(service, named, peer), 0)
+    assert got is not None and got.born_host == ("192.0.2.7", 99)
+
+
 def test_a_stem_with_a_delay_goes_the_message_path(service: MessageService):
     req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"DELAY\x012\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
-    batch = service._prepare(got, bodies, props)
+    batch = service._prepare(got, bodies, props, PEER)
     assert isinstance(batch, PreparedBatch)
     assert batch.topics[0] == b"SCHEDULE_TOPIC_XXXX"
 
@@ -120,7 +154,7 @@ def test_a_bad_stem_is_refused(service: MessageService):
     req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"\x01x\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
     with pytest.raises(IllegalMessage):
-        service._prepare(got, bodies, props)
+        service._prepare(got, bodies, props, PEER)
 
 
 _ALPHABET = [b"\x01", b"\x02", b"a", b"DELAY", b"\xc3", b"\xa9", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x82\xac"]

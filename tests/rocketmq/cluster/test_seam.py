@@ -46,7 +46,7 @@ class Toy:
     def on_committed(self, committed_index: int) -> None:
         self.committed.append(committed_index)
 
-    async def handle(self, code: int, body: dict[str, Any]) -> Response:
+    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
         assert self.group is not None
         if not self.group.is_leader:
             return Response(ResponseCode.NOT_LEADER, {"leader": self.group.leader_id})

@@ -161,6 +161,11 @@ def test_offsets_queries_and_follower_reads(cluster: TestCluster):
         assert [m.body for m in found] == [b"order 7"]
         viewed = con.view(results[3].offset_msg_id)
         assert viewed is not None and viewed.body == b"order 3" and viewed.queue_offset == results[3].queue_offset
+        # BORNHOST is the producer's end of its connection (as the Java broker's channel gives
+        # it), STOREHOST the member's.
+        born, store = viewed.born_host, viewed.store_host
+        assert born is not None and born[0] == "127.0.0.1" and born[1] not in c.ports.values()
+        assert store is not None and store[0] == "127.0.0.1" and store[1] in c.ports.values()
         got = list(con.messages(1, idle_timeout=1.0, wait=0.5, auto_commit=True))
         # From the committed offset on; the iterator commits as it goes.
         assert [x.body for x in got] == [f"order {i}".encode() for i in range(5, 20)]
