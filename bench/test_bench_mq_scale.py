@@ -132,6 +132,11 @@ def data(request: Any) -> Iterator[DataSet]:
         ds.store.close()
         if not KEEP:
             shutil.rmtree(ds.path, ignore_errors=True)
+            if not os.environ.get("DLEDGER_BENCH_CACHE"):
+                try:
+                    CACHE.rmdir()  # the default directory, once its last data set is gone
+                except OSError:
+                    pass
 
 
 def warm(ds: DataSet) -> None:
