@@ -83,8 +83,8 @@ class Round:
         return path
 
     def finish(self) -> None:
-        """Close and delete the last round's files, so that a figure's files (up to 2 GB for a
-        1 KiB case) are gone, dirty pages and all, before the next figure runs."""
+        """Close and delete the last round's files (about 300 MB for a 1 KiB case), dirty pages
+        and all, before the next figure runs."""
         self.close()
         shutil.rmtree(self.root / f"{self.name}-{self.k}", ignore_errors=True)
 
