@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import json
 import logging
@@ -185,28 +186,38 @@ def _props_dict(text: str) -> dict[str, str]:
     return out
 
 
-def _parse_host(text: str | None) -> tuple[str, int] | None:
-    if not text:
-        return None
+def _split_host(text: str) -> tuple[str, int] | None:
+    """``host:port`` (the host may be a bracketed or bare IPv6 address), or None."""
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
-        raise IllegalMessage(f"born host {text!r}: want host:port")
+        return None
     return host.strip("[]"), int(port)
 
 
+def _parse_host(text: str | None) -> tuple[str, int] | None:
+    if not text:
+        return None
+    hp = _split_host(text)
+    if hp is None:
+        raise IllegalMessage(f"born host {text!r}: want host:port")
+    return hp
+
+
+# A connection sends many requests: its peer string is parsed once (4 us a parse).
+@functools.lru_cache(maxsize=1024)
 def _peer_host(peer: str) -> tuple[str, int] | None:
     """A connection's ``host:port`` as a BORNHOST (an IPv4-mapped IPv6 address as the IPv4 one,
     as Java gives it); None when it is not an IP address and port."""
-    host, _, port = peer.rpartition(":")
-    try:
-        ip = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
+    hp = _split_host(peer)
+    if hp is None:
         return None
-    if not port.isdigit():
+    try:
+        ip = ipaddress.ip_address(hp[0])
+    except ValueError:
         return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    return str(ip), int(port)
+    return str(ip), hp[1]
 
 
 _PROPS_REASONS = {
