@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,18 +35,21 @@ log = logging.getLogger(__name__)
 K = _load_ext("message")
 
 BATCH_RECORDS = 8192
-# When dispatch is this far behind, a thread reads the log up to READ_AHEAD past it from its own
-# file descriptor (pread, without the GIL): a log written a while ago may have left the page
-# cache, and reading it back a fault at a time in the dispatch thread is what kept dispatch of a
-# freshly written 10M-message DLedger log at half classic's rate. Only far behind (catching up
-# on a log written earlier): following a live writer, the pages are in the cache and the reads
-# took CPU from the puts (put with dispatch 5-30 % slower at 16 MB, alternating runs).
+# When dispatch is this far behind the readable end, a thread reads the log ahead of it, from its
+# own file descriptors and without the GIL, keeping up to READ_AHEAD read past where dispatch is
+# (across files). A log written a while ago may have left the page cache, and reading it back a
+# fault at a time in the dispatch thread is what kept dispatch of a freshly written 10M-message
+# DLedger log at half classic's rate. Only far behind (catching up on a log written earlier):
+# following a live writer, the pages are in the cache and the reads took CPU from the puts (put
+# with dispatch 5-30 % slower at 16 MB, alternating runs).
 READ_AHEAD_BEHIND = 256 << 20
 READ_AHEAD = 64 << 20
+# What the reader is given at a time: the range it reads before it looks at dispatch again.
+READ_AHEAD_STEP = 8 << 20
 _READ_CHUNK = 1 << 20
 
 
-def _read_ahead(path: str, start: int, end: int) -> None:
+def _read_range(path: str, start: int, end: int) -> None:
     """Bring ``path``'s bytes ``start``..``end`` into the page cache (the data are dropped)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -62,6 +67,44 @@ def _read_ahead(path: str, start: int, end: int) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class _ReadAhead:
+    """The thread that reads the log ahead of a catch-up run (see READ_AHEAD_BEHIND). It is
+    handed ranges in log order; a range dispatch has already passed is skipped."""
+
+    def __init__(self, position: Callable[[], int]) -> None:
+        # Where dispatch is now (the service's reput_from).
+        self._position = position
+        self._ranges: queue.SimpleQueue[tuple[str, int, int, int] | None] = queue.SimpleQueue()
+        # The log position up to which ranges were handed on.
+        self.planned = 0
+        self._thread = threading.Thread(target=self._run, name="rocketmq-reput-readahead", daemon=True)
+        self._thread.start()
+
+    def read(self, path: str, start: int, end: int, log_end: int) -> None:
+        """Read ``path``'s ``start``..``end``, which ends at log position ``log_end``."""
+        self._ranges.put((path, start, end, log_end))
+        self.planned = log_end
+
+    def _run(self) -> None:
+        while True:
+            item = self._ranges.get()
+            if item is None:
+                return
+            path, start, end, log_end = item
+            if log_end > self._position():
+                _read_range(path, start, end)
+
+    def close(self) -> None:
+        """Drop what is not read yet and wait for the range being read."""
+        while True:
+            try:
+                self._ranges.get_nowait()
+            except queue.Empty:
+                break
+        self._ranges.put(None)
+        self._thread.join()
 
 
 _SCHEDULE = RMQ_SYS_SCHEDULE_TOPIC.encode()
@@ -104,8 +147,7 @@ class ReputMessageService:
         self.index_from = 0
         self.dispatched_store_timestamp = 0
         self.dispatched_messages = 0
-        self._reader: threading.Thread | None = None
-        self._read_to = (-1, 0)  # (file base, offset in it) the read-ahead reached
+        self._reader: _ReadAhead | None = None
         self._lock = threading.RLock()
         self._cond = threading.Condition()
         self._wake = threading.Event()
@@ -205,81 +247,93 @@ class ReputMessageService:
         it was given, rather than following the end while puts move it: what comes meanwhile
         waits for the next round (1 ms), in one batch rather than in several small ones, each
         of which takes the GIL from the putting thread."""
-        done = 0
         with self._lock:
-            cl = self.commitlog
-            batches = 0
-            while max_batches < 0 or batches < max_batches:
-                end = int(cl.readable_end)
-                low = int(cl.min_offset)
-                if low >= 0 and self.reput_from < low:
-                    log.warning(
-                        "dispatch offset %d is below the commit log's first offset %d (expired): going on from there",
-                        self.reput_from,
-                        low,
-                    )
-                    self.reput_from = low
-                if self.reput_from >= end:
-                    break
-                with cl.reading():
-                    seg = cl.segment(self.reput_from, end)
-                    if seg is None:
-                        # The position sits at the end of a file whose successor holds the data.
-                        nxt = cl.roll_next_file(self.reput_from)
-                        if nxt < end and cl.segment(nxt, end) is not None:
-                            self.reput_from = nxt
-                            continue
-                        break
-                    if seg.end - seg.start > READ_AHEAD_BEHIND:
-                        self._read_ahead(cl, seg)
-                    try:
-                        stop, code, n = self._dispatch_segment(seg)
-                    finally:
-                        seg.view.release()
-                done += n
-                batches += 1
-                if code == K.STOP_BLANK:
-                    self.reput_from = cl.roll_next_file(seg.base + stop)
-                elif code in (K.STOP_END, K.STOP_LIMIT):
-                    self.reput_from = seg.base + stop
-                    if stop >= cl.file_size:
-                        self.reput_from = seg.base + cl.file_size
-                    elif code == K.STOP_END and not to_end:
-                        break
-                else:
-                    # A record dispatch cannot read: RocketMQ's master skips the rest of the
-                    # segment (its data came through the put path, so this is a bug or damage).
-                    log.error(
-                        "dispatch: %s record at commit-log offset %d; skipping to %d",
-                        K.STOP_NAMES[code],
-                        seg.base + stop,
-                        seg.base + seg.end,
-                    )
-                    self.reput_from = seg.base + seg.end
+            try:
+                done = self._dispatch_batches(max_batches, to_end)
+            finally:
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
         if done:
             with self._cond:
                 self._cond.notify_all()
         return done
 
-    def _read_ahead(self, cl: Any, seg: Any) -> None:
-        """Start reading the log ahead of dispatch when the last read-ahead is done and less
-        than half of READ_AHEAD remains of it."""
-        if self._reader is not None and self._reader.is_alive():
-            return
-        base, to = self._read_to
-        start = max(to, seg.start) if base == seg.base else seg.start
-        if start - seg.start > READ_AHEAD // 2:
-            return
-        end = min(seg.start + READ_AHEAD, seg.end)
-        f = cl.files.find(seg.base + seg.start)
-        path = getattr(f, "path", None)
-        if path is None or start >= end:
-            return
-        self._read_to = (seg.base, end)
-        self._reader = threading.Thread(
-            target=_read_ahead, args=(str(path), start, end), name="rocketmq-reput-readahead", daemon=True
-        )
-        self._reader.start()
+    def _dispatch_batches(self, max_batches: int, to_end: bool) -> int:
+        """dispatch_now's loop, under its lock."""
+        done = 0
+        cl = self.commitlog
+        batches = 0
+        while max_batches < 0 or batches < max_batches:
+            end = int(cl.readable_end)
+            low = int(cl.min_offset)
+            if low >= 0 and self.reput_from < low:
+                log.warning(
+                    "dispatch offset %d is below the commit log's first offset %d (expired): going on from there",
+                    self.reput_from,
+                    low,
+                )
+                self.reput_from = low
+            if self.reput_from >= end:
+                break
+            with cl.reading():
+                seg = cl.segment(self.reput_from, end)
+                if seg is None:
+                    # The position sits at the end of a file whose successor holds the data.
+                    nxt = cl.roll_next_file(self.reput_from)
+                    if nxt < end and cl.segment(nxt, end) is not None:
+                        self.reput_from = nxt
+                        continue
+                    break
+                if self._reader is not None or end - self.reput_from > READ_AHEAD_BEHIND:
+                    self._read_ahead(cl, end)
+                try:
+                    stop, code, n = self._dispatch_segment(seg)
+                finally:
+                    seg.view.release()
+            done += n
+            batches += 1
+            if code == K.STOP_BLANK:
+                self.reput_from = cl.roll_next_file(seg.base + stop)
+            elif code in (K.STOP_END, K.STOP_LIMIT):
+                self.reput_from = seg.base + stop
+                if stop >= cl.file_size:
+                    self.reput_from = seg.base + cl.file_size
+                elif code == K.STOP_END and not to_end:
+                    break
+            else:
+                # A record dispatch cannot read: RocketMQ's master skips the rest of the
+                # segment (its data came through the put path, so this is a bug or damage).
+                log.error(
+                    "dispatch: %s record at commit-log offset %d; skipping to %d",
+                    K.STOP_NAMES[code],
+                    seg.base + stop,
+                    seg.base + seg.end,
+                )
+                self.reput_from = seg.base + seg.end
+        return done
+
+    def _read_ahead(self, cl: Any, end: int) -> None:
+        """Have the reader keep up to READ_AHEAD read past dispatch (not past ``end``), a
+        READ_AHEAD_STEP at a time, across files."""
+        if self._reader is None:
+            self._reader = _ReadAhead(lambda: self.reput_from)
+        reader = self._reader
+        at = max(reader.planned, self.reput_from)
+        target = min(self.reput_from + READ_AHEAD, end)
+        while target - at >= min(READ_AHEAD_STEP, end - at) > 0:
+            f = cl.files.find(at)
+            path = getattr(f, "path", None)
+            if f is None or path is None:
+                return
+            base = int(f.file_from_offset)
+            stop = min(at + READ_AHEAD_STEP, end, base + int(f.wrote_position))
+            if stop <= at:
+                at = base + cl.file_size  # the rest of this file is blank: the next one
+                reader.planned = at
+                continue
+            reader.read(str(path), at - base, stop - base, stop)
+            at = stop
 
     # -- one batch -----------------------------------------------------------------------
 

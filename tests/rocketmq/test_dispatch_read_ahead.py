@@ -1,7 +1,9 @@
-"""Dispatch reading the log ahead in a thread (when far behind) builds the same queues and index."""
+"""Dispatch reading the log ahead in a thread (when far behind) builds the same queues and index,
+reads the log in order across files, and leaves no thread behind."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +14,26 @@ from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.index_file import INDEX_HEADER_SIZE, ITEM_DTYPE
 from dledger.rocketmq.store import MessageStore
 
+FILE = 256 * 1024
 
-def _built(root: Path, dledger: bool, behind: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+
+def _built(
+    root: Path, dledger: bool, behind: int, monkeypatch: pytest.MonkeyPatch, reads: list[tuple[str, int, int]]
+) -> dict[str, bytes]:
+    read_range = dispatch._read_range
+
+    def recorded(path: str, start: int, end: int) -> None:
+        reads.append((path, start, end))
+        read_range(path, start, end)
+
     with monkeypatch.context() as m:
         m.setattr(dispatch, "READ_AHEAD_BEHIND", behind)
-        m.setattr(dispatch, "READ_AHEAD", 8192)
+        m.setattr(dispatch, "READ_AHEAD", 64 * 1024)
+        m.setattr(dispatch, "READ_AHEAD_STEP", 16 * 1024)
+        m.setattr(dispatch, "_read_range", recorded)
         cfg = MessageStoreConfig(
             enable_dledger_commit_log=dledger,
-            mapped_file_size_commit_log=1 << 20,
+            mapped_file_size_commit_log=FILE,
             max_hash_slot_num=64,
             max_index_num=256,
         )
@@ -31,6 +45,7 @@ def _built(root: Path, dledger: bool, behind: int, monkeypatch: pytest.MonkeyPat
             )
             assert r.ok
         assert s.reput.dispatch_now() == 3000
+        assert not [t for t in threading.enumerate() if t.name == "rocketmq-reput-readahead"]
         s.close()
     # Index file names carry their creation time: compared in order.
     out = {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
@@ -43,8 +58,9 @@ def _built(root: Path, dledger: bool, behind: int, monkeypatch: pytest.MonkeyPat
 def test_read_ahead_builds_the_same_queues_and_index(
     tmp_path: Path, dledger: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = _built(tmp_path / "a", dledger, 0, monkeypatch)
-    b = _built(tmp_path / "b", dledger, 1 << 40, monkeypatch)
+    reads: list[tuple[str, int, int]] = []
+    a = _built(tmp_path / "a", dledger, 0, monkeypatch, reads)
+    b = _built(tmp_path / "b", dledger, 1 << 40, monkeypatch, [])
     assert a.keys() == b.keys() and len(a) > 3
     for k in a:
         if k.startswith("index/"):  # UNIQ_KEY hashes and times differ run to run: the offsets do not
@@ -54,3 +70,10 @@ def test_read_ahead_builds_the_same_queues_and_index(
             assert a[k][36:40] == b[k][36:40], k  # indexCount
         else:
             assert a[k] == b[k], k
+    # The reader went through the log in order, file after file, a step at a time at most.
+    files = sorted({Path(p) for p, _, _ in reads})
+    assert len(files) >= 2, reads
+    assert [Path(p) for p, _, _ in reads] == sorted(Path(p) for p, _, _ in reads)
+    for p, start, end in reads:
+        assert 0 <= start < end <= min(FILE, Path(p).stat().st_size)
+        assert end - start <= 16 * 1024
