@@ -136,6 +136,37 @@ def test_service_rolls_to_new_files_newest_first(tmp_path: Path) -> None:
     assert snapshot(tmp_path) == before
 
 
+def _rss_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    rss, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1])
+    return rss
+
+
+def test_a_full_file_is_flushed_unmapped_and_still_answers(tmp_path: Path) -> None:
+    """The flush of a full file (written no more) unmaps its pages before the msync, so that it
+    need not write-protect them one TLB shootdown each: its bytes are on disk all the same, and
+    queries read them back through the mapping."""
+    items = 2000  # 40 KB of items: ten pages
+    svc = IndexService(tmp_path / "index", 64, items + 1)
+    svc.load()
+    n = items + 10
+    assert svc.build_index("T", [[f"k{i}"] for i in range(n)], range(0, n * 100, 100), [T0] * n) == n
+    full = svc.files[0]
+    assert full.is_write_full() and len(svc.files) == 2
+    svc.flush()  # waits for the full file's flush
+    assert _rss_kib(full.path) <= 8  # the last page at most
+    assert full.mm is not None and bytes(full.mm) == full.path.read_bytes()
+    assert svc.query("T", "k7") == [700] and svc.query("T", f"k{n - 1}") == [(n - 1) * 100]
+    assert _rss_kib(full.path) > 0  # faulted back in by the query
+    svc.close()
+
+
 def test_max_num_is_capped_by_max_msgs_num_batch(tmp_path: Path) -> None:
     svc = IndexService(tmp_path / "index", 16, 256, max_msgs_num_batch=5)
     svc.build_index("T", [["k"]] * 20, list(range(0, 2000, 100)), [T0] * 20)
