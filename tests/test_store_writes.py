@@ -242,6 +242,34 @@ def test_reopening_leaves_the_page_cache_of_the_log_it_opens(tmp_path):
     store.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and fadvise semantics of Linux")
+def test_data_a_reader_has_still_to_read_stays_in_the_page_cache(tmp_path):
+    # cache_keep_from (the message store's dispatch position) holds the drop-behind back: data
+    # from there on is about to be read, and handing it back would make the reader read it
+    # from disk. Once the reader moves on, the data behind it and the window goes.
+    node = tmp_path / "dledger-n0"
+    cfg = DLedgerConfig(
+        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
+    )
+    store = _open(node, cfg)
+    store.append_batch_as_leader([os.urandom(1000) for _ in range(16000)], 1)  # ~16 MiB
+    store.flush()
+    end = _end_pos(store) // 4096 * 4096
+    data_file = node / "data" / f"{0:020d}"
+    at = 6 << 20
+    reader = [at]
+    store.cache_keep_from = lambda: reader[0]
+    unread = _resident_pages(data_file, at, end)
+    assert unread >= (end - at) // 4096 * 3 // 4  # written: in the cache
+    advised = store.drop_behind()
+    assert 0 < advised <= at
+    assert _resident_pages(data_file, at, end) == unread  # all of the unread part stayed
+    reader[0] = end
+    assert store.drop_behind() >= end - (1 << 20) - at - 4096  # the rest behind the window
+    assert _resident_pages(data_file, at, end - (1 << 20) - 4096) < unread // 4
+    store.close()
+
+
 def test_no_window_no_drop(tmp_path):
     store = _open(tmp_path / "dledger-n0", CFG.replace(data_cache_window=0))
     store.append_batch_as_leader([b"x" * 1000] * 8000, 1)

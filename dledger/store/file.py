@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -88,6 +88,10 @@ class MmapFileStore:
         # service did before it pre-wrote) cost 0.2-0.5 us an entry on every member, more than
         # the writes saved: 3 members on 2 cores took a third fewer entries and messages a second.
         self.populate_after_batches = False
+        # Where a reader of the log that follows the writer has got to (the message store's
+        # dispatch): data from there on is not handed back by the store's page-cache
+        # drop-behind (``data_cache_window``), since it is about to be read. None: no such reader.
+        self.cache_keep_from: Callable[[], int] | None = None
         self.sync = self.config.sync if sync is None else sync
         self._lock = threading.RLock()
         # Held by readers of the mapped files from outside the store (DLedgerCommitLog's) and,

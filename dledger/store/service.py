@@ -135,7 +135,8 @@ class FlushDataService:
     def drop_behind(self) -> int:
         """Hand the page cache of data more than ``config.data_cache_window`` bytes behind the
         flushed position back to the kernel, at most DROP_STEP_MAX per call and in steps of at
-        least DROP_STEP_MIN. Returns the bytes advised."""
+        least DROP_STEP_MIN, never from ``store.cache_keep_from`` on (data a reader has still to
+        read). Returns the bytes advised."""
         store = self.store
         window = store.config.data_cache_window
         if window <= 0 or store.readonly or store._closed:
@@ -147,6 +148,9 @@ class FlushDataService:
             # A truncation may have moved the flushed position back: follow it down.
             self._dropped_to = min(self._dropped_to, data.flushed_where)
             upto = min(data.flushed_where - window, self._dropped_to + DROP_STEP_MAX)
+            keep = store.cache_keep_from
+            if keep is not None:
+                upto = min(upto, keep())
             if upto - self._dropped_to < DROP_STEP_MIN:
                 return 0
             done = 0

@@ -77,3 +77,27 @@ def test_read_ahead_builds_the_same_queues_and_index(
     for p, start, end in reads:
         assert 0 <= start < end <= min(FILE, Path(p).stat().st_size)
         assert end - start <= 16 * 1024
+
+
+def test_the_log_dispatch_has_still_to_read_is_not_handed_back(tmp_path: Path) -> None:
+    """The DLedger log's store hands the page cache far behind its writer back to the kernel
+    (data_cache_window), but not what dispatch has still to read: with dispatch stopped the log
+    stays, and once dispatched, what is behind the window goes."""
+    cfg = MessageStoreConfig(
+        enable_dledger_commit_log=True,
+        mapped_file_size_commit_log=64 << 20,
+        dledger_store_options={"data_cache_window": 1 << 20},
+    )
+    s = MessageStore(tmp_path, cfg)
+    s.reput.stop()
+    for k in range(0, 40_000, 1000):
+        assert s.put_batch("T", [b"m" * 300] * 1000, queue_id=0, keys=[f"k{i}" for i in range(k, k + 1000)]).ok
+    log_store = s.commitlog.store
+    log_store.flush()
+    end = int(s.commitlog.readable_end)
+    assert end > 12 << 20
+    assert log_store.drop_behind() == 0  # nothing dispatched: nothing handed back
+    assert s.reput.dispatch_now() == 40_000
+    assert log_store.drop_behind() > 4 << 20  # dispatched and behind the window: handed back
+    assert s.query_by_key("T", "k7")[0].body == b"m" * 300
+    s.close()
