@@ -163,6 +163,20 @@ def test_a_members_data_pages_are_not_prefaulted_after_batches(tmp_path):
     store.close()
 
 
+# 64 MiB data files, and a 1 MiB page-cache window behind the flushed position.
+WINDOW_CFG = DLedgerConfig(
+    mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
+)
+
+
+def _window_store(tmp_path: Path, entries: int) -> tuple[MmapFileStore, Path]:
+    """A store of WINDOW_CFG with ``entries`` random 1000-byte entries; and its first data file."""
+    node = tmp_path / "dledger-n0"
+    store = _open(node, WINDOW_CFG)
+    store.append_batch_as_leader([os.urandom(1000) for _ in range(entries)], 1)
+    return store, node / "data" / f"{0:020d}"
+
+
 def _resident_pages(path: Path, start: int, end: int) -> int:
     """How many pages of ``[start, end)`` of the file are in the page cache (mincore)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -186,14 +200,8 @@ def _resident_pages(path: Path, start: int, end: int) -> int:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and fadvise semantics of Linux")
 def test_flushed_data_behind_the_window_leaves_the_page_cache_and_still_reads(tmp_path):
-    node = tmp_path / "dledger-n0"
-    cfg = DLedgerConfig(
-        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
-    )
-    store = _open(node, cfg)
-    bodies = [os.urandom(1000) for _ in range(8000)]  # ~8 MiB
-    store.append_batch_as_leader(bodies, 1)
-    data_file = node / "data" / f"{0:020d}"
+    store, data_file = _window_store(tmp_path, 8000)  # ~8 MiB
+    bodies = [store.get(i).body for i in range(8000)]
     assert store.drop_behind() == 0  # nothing is flushed yet: dirty pages are never handed back
     store.flush()
     end = _end_pos(store)
@@ -206,7 +214,7 @@ def test_flushed_data_behind_the_window_leaves_the_page_cache_and_still_reads(tm
     assert _resident_pages(data_file, end - (1 << 20), end // 4096 * 4096) > 0  # the window stayed
     assert [store.get(i).body for i in range(0, 8000, 97)] == bodies[::97]  # read back from disk
     store.close()
-    with _open(node, cfg) as again:
+    with _open(tmp_path / "dledger-n0", WINDOW_CFG) as again:
         assert again.ledger_end_index == 7999 and again.get(3).body == bodies[3]
 
 
@@ -214,18 +222,12 @@ def test_flushed_data_behind_the_window_leaves_the_page_cache_and_still_reads(tm
 def test_reopening_leaves_the_page_cache_of_the_log_it_opens(tmp_path):
     # What the log held at the open is not handed back again: only data flushed after it, as it
     # falls behind the window (a reopen used to evict the whole log and unmap what recovery read).
-    node = tmp_path / "dledger-n0"
-    cfg = DLedgerConfig(
-        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
-    )
-    store = _open(node, cfg)
-    store.append_batch_as_leader([os.urandom(1000) for _ in range(8000)], 1)  # ~8 MiB
+    store, data_file = _window_store(tmp_path, 8000)  # ~8 MiB
     store.close()
-    data_file = node / "data" / f"{0:020d}"
     with open(data_file, "rb") as f:  # the log in the page cache, as a reader left it
         while f.read(1 << 20):
             pass
-    store = _open(node, cfg)
+    store = _open(tmp_path / "dledger-n0", WINDOW_CFG)
     opened_end = _end_pos(store)
     head = (opened_end - (1 << 20)) // 4096 * 4096  # what was behind the window at the open
     before = _resident_pages(data_file, 0, head)
@@ -247,15 +249,9 @@ def test_data_a_reader_has_still_to_read_stays_in_the_page_cache(tmp_path):
     # cache_keep_from (the message store's dispatch position) holds the drop-behind back: data
     # from there on is about to be read, and handing it back would make the reader read it
     # from disk. Once the reader moves on, the data behind it and the window goes.
-    node = tmp_path / "dledger-n0"
-    cfg = DLedgerConfig(
-        mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=1 << 20, data_cache_window=1 << 20
-    )
-    store = _open(node, cfg)
-    store.append_batch_as_leader([os.urandom(1000) for _ in range(16000)], 1)  # ~16 MiB
+    store, data_file = _window_store(tmp_path, 16000)  # ~16 MiB
     store.flush()
     end = _end_pos(store) // 4096 * 4096
-    data_file = node / "data" / f"{0:020d}"
     at = 6 << 20
     reader = [at]
     store.cache_keep_from = lambda: reader[0]
