@@ -356,9 +356,8 @@ class IndexFile:
         self._write_header()
         self._dirty = False
         # A full file is written no more: its pages are unmapped before the msync (the page
-        # cache keeps them), which then need not write-protect them one TLB shootdown each (the
-        # 42 MB files of a 10M-message dispatch took ~150 ms of a core each that way, sending
-        # IPIs mostly). A reader faults them back in from the cache.
+        # cache keeps them), which then need not write-protect them one TLB shootdown each
+        # (docs/message-store.md, eighth session). A reader faults them back in from the cache.
         done_with = self.is_write_full()
 
         def sync() -> None:

@@ -209,9 +209,8 @@ class MessageStore:
             self.commitlog.wakeup = self.reput.wakeup
             self.reput.woken_by_commits = True
             # The log store hands the page cache far behind its writer back to the kernel
-            # (data_cache_window): not what dispatch has still to read. Dispatch stopped or
-            # behind (catching up, a slow follower) would read it back from disk, 2.7 GB of a
-            # freshly written 10M-message log.
+            # (data_cache_window), but not what dispatch has still to read: dispatch stopped or
+            # behind (catching up, a slow follower) would read it back from disk.
             reput = self.reput
             self.commitlog.store.cache_keep_from = lambda: reput.reput_from
             self.commitlog.on_role_ready = self.recover_topic_queue_table
