@@ -9,6 +9,7 @@ Every process started here is stopped by its own PID, and every wait is bounded.
 from __future__ import annotations
 
 import os
+import random
 import select
 import signal
 import socket
@@ -42,15 +43,44 @@ FAST = [
 ]
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out to bind(0) and connect() (Linux's ip_local_port_range)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """``n`` distinct ports of 127.0.0.1 that were free a moment ago, for members to bind.
+
+    Taken outside the kernel's ephemeral range, so that no bind(0) (a proxy's listener) or
+    outgoing connection, here or in another process, is handed one of them before its member
+    binds it: ports the kernel had just handed out to bind(0) and been given back were, and a
+    member then failed to start with "address already in use"."""
+    lo, hi = _ephemeral_range()
+    pool = range(10000, lo) if lo - 10000 >= 1000 else range(hi + 1, 65536)
+    if len(pool) < 1000:  # no room outside the range: the kernel's choice
+        pool = range(0, 1)
+    rnd = random.SystemRandom()
+    ports: list[int] = []
+    for _ in range(100 * n):
+        if len(ports) == n:
+            break
+        port = rnd.choice(pool)
+        if port in ports and port:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+            got = s.getsockname()[1]
+        if got not in ports:
+            ports.append(got)
+    if len(ports) < n:
+        raise RuntimeError(f"no {n} free ports on 127.0.0.1")
     return ports
 
 

@@ -19,7 +19,7 @@ from dledger.codes import RequestCode, ResponseCode
 from dledger.net.transport import RpcClient
 from dledger.raft.messages import HeartBeatRequest, PushEntryRequest, PushType, VoteRequest
 from dledger.store.entry import Entry
-from dledger.testing import TestCluster
+from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,7 +30,7 @@ SECRET = b"correct horse battery staple"
 def secured(tmp_path: Path) -> Iterator[TestCluster]:
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(SECRET)
-    c = TestCluster(tmp_path / "c", extra=[*TestCluster(tmp_path / "tmp").extra, "--secret-file", str(secret_file)])
+    c = TestCluster(tmp_path / "c", extra=[*FAST, "--secret-file", str(secret_file)])
     c.root.mkdir()
     try:
         c.start_all()
