@@ -52,6 +52,27 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def _kernel_ports(n: int) -> list[int]:
+    """``n`` ports the kernel picks (bind(0)), given back at once."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports of 127.0.0.1 that were free a moment ago, for members to bind.
 
@@ -60,28 +81,18 @@ def free_ports(n: int) -> list[int]:
     binds it: ports the kernel had just handed out to bind(0) and been given back were, and a
     member then failed to start with "address already in use"."""
     lo, hi = _ephemeral_range()
-    pool = range(10000, lo) if lo - 10000 >= 1000 else range(hi + 1, 65536)
+    pool = max(range(10000, lo), range(hi + 1, 65536), key=len)
     if len(pool) < 1000:  # no room outside the range: the kernel's choice
-        pool = range(0, 1)
+        return _kernel_ports(n)
     rnd = random.SystemRandom()
     ports: list[int] = []
     for _ in range(100 * n):
-        if len(ports) == n:
-            break
         port = rnd.choice(pool)
-        if port in ports and port:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # in use
-            got = s.getsockname()[1]
-        if got not in ports:
-            ports.append(got)
-    if len(ports) < n:
-        raise RuntimeError(f"no {n} free ports on 127.0.0.1")
-    return ports
+        if port not in ports and _bindable(port):
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+    raise RuntimeError(f"no {n} free ports on 127.0.0.1")
 
 
 @contextmanager

@@ -17,8 +17,9 @@ from dledger.store.file import MmapFileStore
 K = _load_ext("message")
 
 
-def _rss_kib(path: str) -> int:
-    """Resident KiB of this process's mapping of ``path`` (/proc/self/smaps)."""
+def rss_kib(path: str | Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    path = str(path)
     rss, inside = 0, False
     with open("/proc/self/smaps") as f:
         for line in f:
@@ -50,9 +51,9 @@ def test_flush_unmaps_the_written_pages_and_keeps_their_bytes(tmp_path: Path) ->
     data = os.urandom(10 * 4096 + 100)
     f.append(data)
     f.view(0, len(data)).tobytes()  # mapped by a read
-    before = _rss_kib(f.path)
+    before = rss_kib(f.path)
     f.flush()
-    assert _rss_kib(f.path) <= before - 40  # ten whole pages went; the last, partial one stays
+    assert rss_kib(f.path) <= before - 40  # ten whole pages went; the last, partial one stays
     f.zero_range(4096, 8192)  # written again after the flush
     f.flush(0)
     f.close()

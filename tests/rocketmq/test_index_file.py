@@ -25,6 +25,7 @@ from dledger.rocketmq.index_file import (
 )
 from dledger.rocketmq.listing import unescape
 from dledger.rocketmq.message import decode_properties
+from tests.test_flush_unmap import rss_kib
 
 FIXTURES_MQ = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9"
 FIXTURE_NAMES = ["classic-3topics", "dledger-1node"]
@@ -136,18 +137,6 @@ def test_service_rolls_to_new_files_newest_first(tmp_path: Path) -> None:
     assert snapshot(tmp_path) == before
 
 
-def _rss_kib(path: Path) -> int:
-    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
-    rss, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if "-" in line.split(" ", 1)[0]:
-                inside = line.rstrip().endswith(str(path))
-            elif inside and line.startswith("Rss:"):
-                rss += int(line.split()[1])
-    return rss
-
-
 def test_a_full_file_is_flushed_unmapped_and_still_answers(tmp_path: Path) -> None:
     """The flush of a full file (written no more) unmaps its pages before the msync, so that it
     need not write-protect them one TLB shootdown each: its bytes are on disk all the same, and
@@ -160,10 +149,10 @@ def test_a_full_file_is_flushed_unmapped_and_still_answers(tmp_path: Path) -> No
     full = svc.files[0]
     assert full.is_write_full() and len(svc.files) == 2
     svc.flush()  # waits for the full file's flush
-    assert _rss_kib(full.path) <= 8  # the last page at most
+    assert rss_kib(full.path) <= 8  # the last page at most
     assert full.mm is not None and bytes(full.mm) == full.path.read_bytes()
     assert svc.query("T", "k7") == [700] and svc.query("T", f"k{n - 1}") == [(n - 1) * 100]
-    assert _rss_kib(full.path) > 0  # faulted back in by the query
+    assert rss_kib(full.path) > 0  # faulted back in by the query
     svc.close()
 
 
