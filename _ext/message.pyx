@@ -16,6 +16,7 @@ from libc.string cimport memchr, memcmp, memcpy, memset
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 
 cnp.import_array()
 
@@ -1151,3 +1152,4 @@ include "message_service.pxi"
 include "message_read.pxi"
 include "message_dispatch.pxi"
 include "message_put.pxi"
+include "message_objects.pxi"

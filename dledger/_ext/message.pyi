@@ -269,3 +269,9 @@ def dispatch_round(
     NDArray[np.uint8] | None,
     int,
 ]: ...
+
+# -- records to MessageExt objects (message_objects.pxi) --
+MESSAGE_EXT_FIELDS: tuple[str, ...]
+
+def message_ext(buf: Buffer, phys_offset: int, cls: type[Any]) -> Any: ...
+def message_exts(buf: Buffer, cols: dict[str, NDArray[Any]], rows: ArrayLike | None, cls: type[Any]) -> list[Any]: ...

@@ -337,6 +337,43 @@ def parse_properties(props: str) -> dict[str, str]:
     return out
 
 
+def message_decode(buf: bytes, phys_offset: int) -> dict[str, Any]:
+    """MessageDecoder.decode of the record at the start of ``buf`` into MessageExt's fields (the
+    message id of the store host and ``phys_offset``; text decoded with replacement)."""
+    rec = decode_record(buf)
+
+    def host(raw: bytes) -> tuple[str, int]:
+        return str(ipaddress.ip_address(raw[:-4])), struct.unpack(">i", raw[-4:])[0]
+
+    props_string = rec["properties"].decode("utf-8", "replace")
+    props = parse_properties(props_string)
+    delay = props.get("DELAY")
+    return {
+        "topic": rec["topic"].decode("utf-8", "replace"),
+        "body": rec["body"],
+        "queue_id": rec["queue_id"],
+        "flag": rec["flag"],
+        "tags": props.get("TAGS"),
+        "keys": props.get("KEYS"),
+        "properties": props,
+        "delay_level": int(delay) if delay and delay.isdigit() else 0,
+        "sys_flag": rec["sys_flag"],
+        "born_timestamp": rec["born_timestamp"],
+        "born_host": host(rec["born_host"]),
+        "reconsume_times": rec["reconsume_times"],
+        "prepared_offset": rec["prepared_offset"],
+        "queue_offset": rec["queue_offset"],
+        "phys_offset": phys_offset,
+        "size": rec["size"],
+        "store_timestamp": rec["store_timestamp"],
+        "store_host": host(rec["store_host"]),
+        "body_crc": rec["body_crc"],
+        "msg_id": (rec["store_host"] + struct.pack(">q", phys_offset)).hex().upper(),
+        "properties_string": props_string,
+        "stored_phys_offset": rec["stored_phys_offset"],
+    }
+
+
 def property_span(props: bytes, name: bytes) -> tuple[int, int]:
     """(offset, length) of the value of ``name`` inside ``props`` as string2messageProperties
     would take it (the last non-empty one), or (-1, 0)."""

@@ -1,0 +1,188 @@
+# Included at the end of message.pyx (uses _ro, _Rec, _parse_record, C_OK and mq_host_len from
+# it): stored records to MessageExt objects, as MessageDecoder.decode makes them. A reader of
+# the store through the Python API (get_messages, lookup, query_by_key, the Consumer) gets one
+# object a message; built field by field in Python that cost 6-9 us a message, most of it in
+# slicing, the two hosts and the properties string.
+
+import ipaddress
+
+# MessageExt's fields in the order its constructor takes them (records.py checks this against
+# the dataclass at import).
+MESSAGE_EXT_FIELDS = (
+    "topic", "body", "queue_id", "flag", "tags", "keys", "properties", "delay_level", "sys_flag",
+    "born_timestamp", "born_host", "reconsume_times", "prepared_offset", "queue_offset", "phys_offset",
+    "size", "store_timestamp", "store_host", "body_crc", "msg_id", "properties_string", "stored_phys_offset",
+)
+
+# decode_host's answers by the stored host field (a broker sees few hosts).
+cdef dict _HOSTS = {}
+cdef Py_ssize_t _HOSTS_MAX = 4096
+
+
+cdef object _utf8(const unsigned char *p, Py_ssize_t n):
+    """``bytes(p[:n]).decode("utf-8", "replace")``."""
+    return PyUnicode_DecodeUTF8(<const char *>p, n, "replace")
+
+
+cdef object _host(const unsigned char *p, Py_ssize_t n):
+    """decode_host of the 8 (IPv4) or 20 (IPv6) bytes at ``p``: ``(address, port)``."""
+    key = PyBytes_FromStringAndSize(<const char *>p, n)
+    found = _HOSTS.get(key)
+    if found is not None:
+        return found
+    port = <int32_t>dl_get32(p + (n - 4))
+    if n == 8:
+        addr = f"{<int>p[0]}.{<int>p[1]}.{<int>p[2]}.{<int>p[3]}"
+    else:
+        addr = str(ipaddress.ip_address(key[: n - 4]))
+    found = (addr, port)
+    if len(_HOSTS) < _HOSTS_MAX:
+        _HOSTS[key] = found
+    return found
+
+
+cdef object _msg_id(const unsigned char *host, Py_ssize_t n, int64_t phys):
+    """MessageDecoder.createMessageId: upper-case hex of the store host field and the 8-byte
+    big-endian offset."""
+    cdef char out[56]  # (message.pyx's _HEX: the digits)
+    cdef Py_ssize_t i
+    cdef uint64_t v = <uint64_t>phys
+    cdef unsigned char c
+    for i in range(n):
+        out[2 * i] = <char>_HEX[host[i] >> 4]
+        out[2 * i + 1] = <char>_HEX[host[i] & 15]
+    for i in range(8):
+        c = <unsigned char>((v >> (56 - 8 * i)) & 0xFF)
+        out[2 * (n + i)] = <char>_HEX[c >> 4]
+        out[2 * (n + i) + 1] = <char>_HEX[c & 15]
+    return PyUnicode_DecodeASCII(out, 2 * (n + 8), NULL)
+
+
+cdef dict _properties(const unsigned char *p, Py_ssize_t n):
+    """string2messageProperties of the stored properties: pieces split on 0x02, each a name and
+    a value split on its first 0x01, both non-empty (a later name wins). The separators are
+    ASCII, so splitting the bytes and decoding the pieces gives what decoding first gives."""
+    cdef dict out = {}
+    cdef Py_ssize_t i = 0, j, s
+    while i < n:
+        j = i
+        while j < n and p[j] != 2:
+            j += 1
+        s = i
+        while s < j and p[s] != 1:
+            s += 1
+        if i < s < j - 1:
+            out[_utf8(p + i, s - i)] = _utf8(p + s + 1, j - s - 1)
+        i = j + 1
+    return out
+
+
+cdef class _Topics:
+    # The last topic decoded, reused while records repeat its bytes (a batch is mostly one).
+    cdef bytes raw
+    cdef object text
+
+    cdef object get(self, const unsigned char *p, Py_ssize_t n):
+        if self.raw is not None and len(self.raw) == n and memcmp(<const char *>self.raw, p, n) == 0:
+            return self.text
+        self.raw = PyBytes_FromStringAndSize(<const char *>p, n)
+        self.text = _utf8(p, n)
+        return self.text
+
+
+cdef object _message(object cls, _Topics topics, const unsigned char *p, Py_ssize_t plen, int32_t size,
+                     int32_t body_crc, int32_t queue_id, int32_t flag, int64_t queue_offset, int64_t stored_phys,
+                     int32_t sys_flag, int64_t born_ts, int64_t bo, int64_t store_ts, int64_t so, int32_t reconsume,
+                     int64_t prepared, int64_t body_off, int64_t body_len, int64_t topic_off, int64_t topic_len,
+                     int64_t props_off, int64_t props_len, int64_t phys):
+    """The MessageExt of one record whose fields lie at these offsets of ``p[:plen]``."""
+    cdef Py_ssize_t bh = mq_host_len(sys_flag, MQ_BORNHOST_V6), sh = mq_host_len(sys_flag, MQ_STOREHOST_V6)
+    if (bo < 0 or bo + bh > plen or so < 0 or so + sh > plen or body_off < 0 or body_len < 0
+            or body_off + body_len > plen or topic_off < 0 or topic_len < 0 or topic_off + topic_len > plen
+            or props_off < 0 or props_len < 0 or props_off + props_len > plen):
+        raise ValueError("a record's fields lie outside its buffer")
+    props_string = _utf8(p + props_off, props_len)
+    props = _properties(p + props_off, props_len)
+    delay = props.get("DELAY")
+    return cls(
+        topics.get(p + topic_off, topic_len),
+        PyBytes_FromStringAndSize(<const char *>p + body_off, body_len),
+        queue_id,
+        flag,
+        props.get("TAGS"),
+        props.get("KEYS"),
+        props,
+        int(delay) if delay and delay.isdigit() else 0,
+        sys_flag,
+        born_ts,
+        _host(p + bo, bh),
+        reconsume,
+        prepared,
+        queue_offset,
+        phys,
+        size,
+        store_ts,
+        _host(p + so, sh),
+        body_crc,
+        _msg_id(p + so, sh, phys),
+        props_string,
+        stored_phys,
+    )
+
+
+def message_ext(buf, int64_t phys_offset, cls):
+    """``cls`` (MessageExt) of the record at the start of ``buf``, its ``phys_offset`` the given
+    one; None when no whole valid record starts there (the checks of ``scan_records``)."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t n = b.shape[0]
+    cdef _Rec r
+    if n == 0 or _parse_record(&b[0], n, False, &r) != C_OK:
+        return None
+    return _message(cls, _Topics(), &b[0], n, r.size, r.body_crc, r.queue_id, r.flag, r.queue_offset, r.phys,
+                    r.sys_flag, r.born_ts, r.born_host_off, r.store_ts, r.store_host_off, r.reconsume, r.prepared,
+                    r.body_off, r.body_len, r.topic_off, r.topic_len, r.props_off, r.props_len, phys_offset)
+
+
+def message_exts(buf, dict cols, rows, cls):
+    """``cls`` (MessageExt) of each scanned record (``cols`` as ``scan_records`` makes them, over
+    ``buf``), for the rows ``rows`` (None: all) in their order."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t blen = b.shape[0]
+    cdef const unsigned char *p = &b[0] if blen else NULL
+    cdef Py_ssize_t count = len(cols["size"]), k, i
+    cdef const int64_t[::1] phys = _col(cols["phys_offset"], count, np.int64, "phys_offset")
+    cdef const int32_t[::1] size = _col(cols["size"], count, np.int32, "size")
+    cdef const int32_t[::1] body_crc = _col(cols["body_crc"], count, np.int32, "body_crc")
+    cdef const int32_t[::1] queue_id = _col(cols["queue_id"], count, np.int32, "queue_id")
+    cdef const int32_t[::1] flag = _col(cols["flag"], count, np.int32, "flag")
+    cdef const int64_t[::1] queue_offset = _col(cols["queue_offset"], count, np.int64, "queue_offset")
+    cdef const int64_t[::1] stored = _col(cols["stored_phys_offset"], count, np.int64, "stored_phys_offset")
+    cdef const int32_t[::1] sys_flag = _col(cols["sys_flag"], count, np.int32, "sys_flag")
+    cdef const int64_t[::1] born_ts = _col(cols["born_timestamp"], count, np.int64, "born_timestamp")
+    cdef const int64_t[::1] bo = _col(cols["born_host_off"], count, np.int64, "born_host_off")
+    cdef const int64_t[::1] store_ts = _col(cols["store_timestamp"], count, np.int64, "store_timestamp")
+    cdef const int64_t[::1] so = _col(cols["store_host_off"], count, np.int64, "store_host_off")
+    cdef const int32_t[::1] reconsume = _col(cols["reconsume_times"], count, np.int32, "reconsume_times")
+    cdef const int64_t[::1] prepared = _col(cols["prepared_offset"], count, np.int64, "prepared_offset")
+    cdef const int64_t[::1] body_off = _col(cols["body_off"], count, np.int64, "body_off")
+    cdef const int32_t[::1] body_len = _col(cols["body_len"], count, np.int32, "body_len")
+    cdef const int64_t[::1] topic_off = _col(cols["topic_off"], count, np.int64, "topic_off")
+    cdef const int32_t[::1] topic_len = _col(cols["topic_len"], count, np.int32, "topic_len")
+    cdef const int64_t[::1] props_off = _col(cols["props_off"], count, np.int64, "props_off")
+    cdef const int32_t[::1] props_len = _col(cols["props_len"], count, np.int32, "props_len")
+    cdef const int64_t[::1] pick
+    if rows is None:
+        pick = np.arange(count, dtype=np.int64)
+    else:
+        pick = np.ascontiguousarray(rows, dtype=np.int64)
+    cdef _Topics topics = _Topics()
+    out = []
+    for i in range(pick.shape[0]):
+        k = pick[i]
+        if k < 0 or k >= count:
+            raise IndexError(f"row {k} of {count}")
+        out.append(_message(cls, topics, p, blen, size[k], body_crc[k], queue_id[k], flag[k], queue_offset[k],
+                            stored[k], sys_flag[k], born_ts[k], bo[k], store_ts[k], so[k], reconsume[k],
+                            prepared[k], body_off[k], body_len[k], topic_off[k], topic_len[k], props_off[k],
+                            props_len[k], phys[k]))
+    return out
