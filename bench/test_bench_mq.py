@@ -299,6 +299,44 @@ def test_pull_by_offset(benchmark: Any, root: Path, mode: str, side: str) -> Non
         r.finish()
 
 
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+@pytest.mark.parametrize("side", ["ours", "columns"])
+def test_get_messages(benchmark: Any, root: Path, mode: str, side: str) -> None:
+    """A queue read 32 messages a call as MessageExt objects (``get_messages``, what the Python
+    API and the Consumer hand out); baseline: the same calls as scan columns over the records,
+    no object a message (``pull_columns``)."""
+    group = f"get_messages {mode} 100B, 32 a call"
+    r = Round(root, f"get-{mode}-{side}")
+    s = MessageStore(r.fresh(), store_config(mode, message_index_enable=False))
+    r.opened.append(s)
+    bodies = [os.urandom(100)] * 1024
+    for _ in range(max(N // 8 // 1024, 1)):
+        s.put_batch("TopicA", bodies, queue_id=0, tags="TagA")
+    assert s.wait_dispatched(600)
+    n = s.max_offset_in_queue("TopicA", 0)
+
+    def objects() -> int:
+        off = got = 0
+        while off < n:
+            res = s.get_messages("TopicA", 0, off, 32)
+            got += len(res.messages)
+            off = res.next_begin_offset
+        return got
+
+    def columns() -> int:
+        off = 0
+        while off < n:
+            _buf, cols = s.pull_columns("TopicA", 0, off, 32)
+            off += len(cols["phys_offset"])
+        return off
+
+    try:
+        name = "get_messages: MessageExt objects" if side == "ours" else "pull_columns: scan columns"
+        run(benchmark, group, f"{group} [{name}]", lambda: ((), {}), objects if side == "ours" else columns, n)
+    finally:
+        r.finish()
+
+
 # -- query by key ------------------------------------------------------------------------------
 
 
