@@ -177,7 +177,7 @@ def _window_store(tmp_path: Path, entries: int) -> tuple[MmapFileStore, Path]:
     return store, node / "data" / f"{0:020d}"
 
 
-def _resident_pages(path: Path, start: int, end: int) -> int:
+def resident_pages(path: Path, start: int, end: int) -> int:
     """How many pages of ``[start, end)`` of the file are in the page cache (mincore)."""
     libc = ctypes.CDLL(None, use_errno=True)
     page = mmap.PAGESIZE
@@ -205,13 +205,13 @@ def test_flushed_data_behind_the_window_leaves_the_page_cache_and_still_reads(tm
     assert store.drop_behind() == 0  # nothing is flushed yet: dirty pages are never handed back
     store.flush()
     end = _end_pos(store)
-    before = _resident_pages(data_file, 0, end // 4096 * 4096)
+    before = resident_pages(data_file, 0, end // 4096 * 4096)
     advised = store.drop_behind()
     assert advised >= end - (1 << 20) - 4096
-    after = _resident_pages(data_file, 0, end // 4096 * 4096)
+    after = resident_pages(data_file, 0, end // 4096 * 4096)
     # The advised pages left the cache (but for large folios the range ends cut through).
     assert before - after >= advised // 4096 * 3 // 4
-    assert _resident_pages(data_file, end - (1 << 20), end // 4096 * 4096) > 0  # the window stayed
+    assert resident_pages(data_file, end - (1 << 20), end // 4096 * 4096) > 0  # the window stayed
     assert [store.get(i).body for i in range(0, 8000, 97)] == bodies[::97]  # read back from disk
     store.close()
     with _open(tmp_path / "dledger-n0", WINDOW_CFG) as again:
@@ -230,17 +230,17 @@ def test_reopening_leaves_the_page_cache_of_the_log_it_opens(tmp_path):
     store = _open(tmp_path / "dledger-n0", WINDOW_CFG)
     opened_end = _end_pos(store)
     head = (opened_end - (1 << 20)) // 4096 * 4096  # what was behind the window at the open
-    before = _resident_pages(data_file, 0, head)
+    before = resident_pages(data_file, 0, head)
     assert before > 0
     assert store.drop_behind() == 0
-    assert _resident_pages(data_file, 0, head) == before
+    assert resident_pages(data_file, 0, head) == before
     store.append_batch_as_leader([os.urandom(1000) for _ in range(6000)], 1)  # ~6 MiB more
     store.flush()
     end = _end_pos(store)
     advised = store.drop_behind()
     # From the window's start at the open to the window's start now, nothing before it.
     assert 0 < advised <= end - opened_end + 4096
-    assert _resident_pages(data_file, 0, head) == before
+    assert resident_pages(data_file, 0, head) == before
     store.close()
 
 
@@ -255,14 +255,14 @@ def test_data_a_reader_has_still_to_read_stays_in_the_page_cache(tmp_path):
     at = 6 << 20
     reader = [at]
     store.cache_keep_from = lambda: reader[0]
-    unread = _resident_pages(data_file, at, end)
+    unread = resident_pages(data_file, at, end)
     assert unread >= (end - at) // 4096 * 3 // 4  # written: in the cache
     advised = store.drop_behind()
     assert 0 < advised <= at
-    assert _resident_pages(data_file, at, end) == unread  # all of the unread part stayed
+    assert resident_pages(data_file, at, end) == unread  # all of the unread part stayed
     reader[0] = end
     assert store.drop_behind() >= end - (1 << 20) - at - 4096  # the rest behind the window
-    assert _resident_pages(data_file, at, end - (1 << 20) - 4096) < unread // 4
+    assert resident_pages(data_file, at, end - (1 << 20) - 4096) < unread // 4
     store.close()
 
 
