@@ -1,8 +1,7 @@
-# Included at the end of message.pyx (uses _ro, _Rec, _parse_record, C_OK and mq_host_len from
-# it): stored records to MessageExt objects, as MessageDecoder.decode makes them. A reader of
-# the store through the Python API (get_messages, lookup, query_by_key, the Consumer) gets one
-# object a message; built field by field in Python that cost 6-9 us a message, most of it in
-# slicing, the two hosts and the properties string.
+# Included at the end of message.pyx (uses _ro, _Rec, _parse_record, C_OK, _HEX and mq_host_len
+# from it): stored records to MessageExt objects, as MessageDecoder.decode makes them. Every
+# read through the Python API (get_messages, lookup, query_by_key, the Consumer) makes one a
+# message, and building them in Python was most of a read (docs/message-store.md).
 
 import ipaddress
 
@@ -44,7 +43,7 @@ cdef object _host(const unsigned char *p, Py_ssize_t n):
 cdef object _msg_id(const unsigned char *host, Py_ssize_t n, int64_t phys):
     """MessageDecoder.createMessageId: upper-case hex of the store host field and the 8-byte
     big-endian offset."""
-    cdef char out[56]  # (message.pyx's _HEX: the digits)
+    cdef char out[56]
     cdef Py_ssize_t i
     cdef uint64_t v = <uint64_t>phys
     cdef unsigned char c
