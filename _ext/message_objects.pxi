@@ -94,7 +94,8 @@ cdef object _message(object cls, _Topics topics, const unsigned char *p, Py_ssiz
                      int32_t sys_flag, int64_t born_ts, int64_t bo, int64_t store_ts, int64_t so, int32_t reconsume,
                      int64_t prepared, int64_t body_off, int64_t body_len, int64_t topic_off, int64_t topic_len,
                      int64_t props_off, int64_t props_len, int64_t phys):
-    """The MessageExt of one record whose fields lie at these offsets of ``p[:plen]``."""
+    """The MessageExt of one record whose fields lie at these offsets of ``p[:plen]`` (``topics``:
+    the topic decoded last, for a batch; None for one record)."""
     cdef Py_ssize_t bh = mq_host_len(sys_flag, MQ_BORNHOST_V6), sh = mq_host_len(sys_flag, MQ_STOREHOST_V6)
     if (bo < 0 or bo + bh > plen or so < 0 or so + sh > plen or body_off < 0 or body_len < 0
             or body_off + body_len > plen or topic_off < 0 or topic_len < 0 or topic_off + topic_len > plen
@@ -104,7 +105,7 @@ cdef object _message(object cls, _Topics topics, const unsigned char *p, Py_ssiz
     props = _properties(p + props_off, props_len)
     delay = props.get("DELAY")
     return cls(
-        topics.get(p + topic_off, topic_len),
+        topics.get(p + topic_off, topic_len) if topics is not None else _utf8(p + topic_off, topic_len),
         PyBytes_FromStringAndSize(<const char *>p + body_off, body_len),
         queue_id,
         flag,
@@ -137,7 +138,7 @@ def message_ext(buf, int64_t phys_offset, cls):
     cdef _Rec r
     if n == 0 or _parse_record(&b[0], n, False, &r) != C_OK:
         return None
-    return _message(cls, _Topics(), &b[0], n, r.size, r.body_crc, r.queue_id, r.flag, r.queue_offset, r.phys,
+    return _message(cls, None, &b[0], n, r.size, r.body_crc, r.queue_id, r.flag, r.queue_offset, r.phys,
                     r.sys_flag, r.born_ts, r.born_host_off, r.store_ts, r.store_host_off, r.reconsume, r.prepared,
                     r.body_off, r.body_len, r.topic_off, r.topic_len, r.props_off, r.props_len, phys_offset)
 
@@ -149,26 +150,10 @@ def message_exts(buf, dict cols, rows, cls):
     cdef Py_ssize_t blen = b.shape[0]
     cdef const unsigned char *p = &b[0] if blen else NULL
     cdef Py_ssize_t count = len(cols["size"]), k, i
-    cdef const int64_t[::1] phys = _col(cols["phys_offset"], count, np.int64, "phys_offset")
-    cdef const int32_t[::1] size = _col(cols["size"], count, np.int32, "size")
-    cdef const int32_t[::1] body_crc = _col(cols["body_crc"], count, np.int32, "body_crc")
-    cdef const int32_t[::1] queue_id = _col(cols["queue_id"], count, np.int32, "queue_id")
-    cdef const int32_t[::1] flag = _col(cols["flag"], count, np.int32, "flag")
-    cdef const int64_t[::1] queue_offset = _col(cols["queue_offset"], count, np.int64, "queue_offset")
-    cdef const int64_t[::1] stored = _col(cols["stored_phys_offset"], count, np.int64, "stored_phys_offset")
-    cdef const int32_t[::1] sys_flag = _col(cols["sys_flag"], count, np.int32, "sys_flag")
-    cdef const int64_t[::1] born_ts = _col(cols["born_timestamp"], count, np.int64, "born_timestamp")
-    cdef const int64_t[::1] bo = _col(cols["born_host_off"], count, np.int64, "born_host_off")
-    cdef const int64_t[::1] store_ts = _col(cols["store_timestamp"], count, np.int64, "store_timestamp")
-    cdef const int64_t[::1] so = _col(cols["store_host_off"], count, np.int64, "store_host_off")
-    cdef const int32_t[::1] reconsume = _col(cols["reconsume_times"], count, np.int32, "reconsume_times")
-    cdef const int64_t[::1] prepared = _col(cols["prepared_offset"], count, np.int64, "prepared_offset")
-    cdef const int64_t[::1] body_off = _col(cols["body_off"], count, np.int64, "body_off")
-    cdef const int32_t[::1] body_len = _col(cols["body_len"], count, np.int32, "body_len")
-    cdef const int64_t[::1] topic_off = _col(cols["topic_off"], count, np.int64, "topic_off")
-    cdef const int32_t[::1] topic_len = _col(cols["topic_len"], count, np.int32, "topic_len")
-    cdef const int64_t[::1] props_off = _col(cols["props_off"], count, np.int64, "props_off")
-    cdef const int32_t[::1] props_len = _col(cols["props_len"], count, np.int32, "props_len")
+    # The columns checked (dtype, length, contiguous) and bound as the scan binds its own.
+    checked = {name: _col(cols[name], count, np.dtype(t), name) for name, t in COLUMN_TYPES}
+    cdef _Cols c
+    _bind(checked, &c)
     cdef const int64_t[::1] pick
     if rows is None:
         pick = np.arange(count, dtype=np.int64)
@@ -180,8 +165,9 @@ def message_exts(buf, dict cols, rows, cls):
         k = pick[i]
         if k < 0 or k >= count:
             raise IndexError(f"row {k} of {count}")
-        out.append(_message(cls, topics, p, blen, size[k], body_crc[k], queue_id[k], flag[k], queue_offset[k],
-                            stored[k], sys_flag[k], born_ts[k], bo[k], store_ts[k], so[k], reconsume[k],
-                            prepared[k], body_off[k], body_len[k], topic_off[k], topic_len[k], props_off[k],
-                            props_len[k], phys[k]))
+        out.append(_message(cls, topics, p, blen, c.size[k], c.body_crc[k], c.queue_id[k], c.flag[k],
+                            c.queue_offset[k], c.stored_phys[k], c.sys_flag[k], c.born_ts[k], c.born_host_off[k],
+                            c.store_ts[k], c.store_host_off[k], c.reconsume[k], c.prepared[k], c.body_off[k],
+                            c.body_len[k], c.topic_off[k], c.topic_len[k], c.props_off[k], c.props_len[k],
+                            c.phys_offset[k]))
     return out
