@@ -5,7 +5,9 @@ beside the entry-level group doing the same job in the same run.
 
 - produce: a batching producer (batches of CHUNK messages, WINDOW batches in flight, the
   queues in turn) against the entry client's append_batch of the same bodies (same chunk and
-  window) to a plain group; messages/s and the ratio.
+  window) to a plain group; messages/s and the ratio. For context, the entry-level append of
+  bodies as long as the messages' records too: the same stored and replicated bytes, so the
+  ratio to it is what the message layer costs beyond the record format's bytes.
 - end-to-end: one producer sending one message at a time, one consumer long-polling the queue
   in another thread; send -> consumed and acknowledged -> consumed, p50/p99.
 - failover: kill -9 of the leader to the next SEND_OK, beside the entry-level figure
@@ -28,8 +30,9 @@ from pathlib import Path
 import pytest
 
 from bench import cluster_bench as cb
+from dledger._ext import message as K
 from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import Message
+from dledger.rocketmq.message import UNIQ_KEY, Message, UniqIdGenerator, encode_properties
 from dledger.rocketmq.producer import AsyncProducer, Producer
 from dledger.testing import TestCluster
 
@@ -48,6 +51,13 @@ KILLS = 20 if FULL else 5
 ROUNDS = 5 if FULL else 3
 
 pytestmark = pytest.mark.timeout(1800)
+
+
+def record_size(body_size: int) -> int:
+    """The record length of a message ``mq_throughput`` sends: topic "Bench", an IPv4 host and
+    UNIQ_KEY as its only property."""
+    props = encode_properties({UNIQ_KEY: UniqIdGenerator().create()}).encode()
+    return int(K.record_length(0, body_size, len(b"Bench"), len(props)))
 
 
 def mq_cluster(extra: list[str] | None = None) -> TestCluster:
@@ -106,14 +116,15 @@ def mq_throughput(
 @pytest.mark.parametrize("size", [100, 1024])
 def test_replicated_produce(benchmark, size: int) -> None:
     benchmark.group = f"replicated produce, {size} B bodies"
-    got: dict[str, list[float]] = {"entries": [], "messages": [], "objects": []}
-
+    got: dict[str, list[float]] = {"entries": [], "messages": [], "objects": [], "records": []}
+    rec = record_size(size)
     count = COUNTS[size] * FULL_FACTOR
 
     def run() -> None:
         for _ in range(ROUNDS):
             got["entries"].append(cb.dledger_throughput(size, count, CHUNK, WINDOW).entries_per_s)
             got["messages"].append(mq_throughput(size, count))
+            got["records"].append(cb.dledger_throughput(rec, count, CHUNK, WINDOW).entries_per_s)
         got["objects"].append(mq_throughput(size, count // 2, objects=True))
 
     benchmark.pedantic(run, rounds=1, iterations=1)
@@ -122,14 +133,18 @@ def test_replicated_produce(benchmark, size: int) -> None:
     benchmark.extra_info.update(
         messages_per_s=got["messages"],
         entries_per_s=got["entries"],
+        record_size_entries_per_s=got["records"],
         message_objects_per_s=got["objects"],
         ratio_of_medians=ratio,
+        ratio_to_record_size_entries=med["messages"] / med["records"],
     )
     print(
         f"\n{size} B, {ROUNDS} rounds of {count:,}: message service median {med['messages']:,.0f} msg/s (send_bodies) "
         f"{[round(x) for x in got['messages']]}, {med['objects']:,.0f} msg/s (send_batch of Message objects "
         f"with tags); entry-level append median {med['entries']:,.0f} entries/s "
-        f"{[round(x) for x in got['entries']]}; ratio {ratio:.2f}x"
+        f"{[round(x) for x in got['entries']]}; ratio {ratio:.2f}x. Entry-level append of {rec} B bodies "
+        f"(the records' length): median {med['records']:,.0f} entries/s {[round(x) for x in got['records']]}, "
+        f"the message service {med['messages'] / med['records']:.2f}x it"
     )
     assert med["messages"] > 0
 
