@@ -148,6 +148,8 @@ class ReputMessageService:
         self.dispatched_store_timestamp = 0
         self.dispatched_messages = 0
         self._reader: _ReadAhead | None = None
+        # The last dispatch_now stopped at its max_batches (there may be more to read).
+        self.capped = False
         self._lock = threading.RLock()
         self._cond = threading.Condition()
         self._wake = threading.Event()
@@ -264,7 +266,11 @@ class ReputMessageService:
         done = 0
         cl = self.commitlog
         batches = 0
-        while max_batches < 0 or batches < max_batches:
+        self.capped = False
+        while True:
+            if 0 <= max_batches <= batches:
+                self.capped = True
+                break
             end = int(cl.readable_end)
             low = int(cl.min_offset)
             if low >= 0 and self.reput_from < low:
@@ -516,3 +522,92 @@ class ReputMessageService:
         finally:
             del u8
         return codes
+
+
+# What one round of LoopReput dispatches at most before the loop serves its I/O again: 4 batches
+# of BATCH_RECORDS, a few ms. A member catching up on a long log goes on in such rounds, one per
+# turn of the loop, so its heartbeats and votes are not held up.
+LOOP_BATCHES = 4
+# After a round that failed, the wait before the next (as the thread's).
+ERROR_PAUSE = 0.5
+
+
+class LoopReput:
+    """ReputMessageService's rounds run by an asyncio loop instead of its thread: a group member's,
+    where commits arrive on the loop (``kick``).
+
+    The rounds keep the thread's pace: a round after a commit, then at least BUSY_PAUSE before
+    the next (HEAVY_PAUSE after a round of HEAVY_ROUND records or more), so what commits
+    meanwhile makes one batch; a round that stopped at LOOP_BATCHES goes on at the loop's next
+    turn. ``on_dispatched(n)`` is called on the loop after each round that dispatched ``n > 0``
+    records. The loop must not be blocked on dispatch's lock: a round that finds it held (a flush
+    gathering its work, retention deleting files) comes back after BUSY_PAUSE. Why a member
+    runs dispatch this way: docs/message-service.md."""
+
+    def __init__(
+        self, reput: ReputMessageService, loop: Any, on_dispatched: Callable[[int], None] | None = None
+    ) -> None:
+        self.reput = reput
+        self.loop = loop
+        self.on_dispatched = on_dispatched
+        self._handle: Any = None
+        self._next_at = 0.0
+        self._closed = False
+
+    def kick(self) -> None:
+        """The readable end moved: a round now, or once the pause after the last one is over.
+        Call on the loop."""
+        if self._handle is not None or self._closed:
+            return
+        delay = self._next_at - time.monotonic()
+        if delay <= 0:
+            self._handle = self.loop.call_soon(self._round)
+        else:
+            self._handle = self.loop.call_later(delay, self._round)
+
+    def close(self) -> None:
+        """No round starts after this returns (one running finishes first: it holds dispatch's
+        lock, which the store's close takes). Safe off the loop."""
+        self._closed = True
+        with self.reput._lock:
+            pass
+
+    def _later(self, delay: float) -> None:
+        self._handle = self.loop.call_later(delay, self._round)
+
+    def _round(self) -> None:
+        self._handle = None
+        if self._closed:
+            return
+        reput = self.reput
+        if not reput._lock.acquire(blocking=False):
+            self._later(BUSY_PAUSE)
+            return
+        try:
+            if self._closed:
+                return
+            n = reput.dispatch_now(max_batches=LOOP_BATCHES, to_end=False)
+        except Exception as exc:
+            reput.error = exc
+            log.exception("dispatch failed at commit-log offset %d; retrying", reput.reput_from)
+            self._next_at = time.monotonic() + ERROR_PAUSE
+            self._later(ERROR_PAUSE)
+            return
+        finally:
+            reput._lock.release()
+        pause = HEAVY_PAUSE if n >= HEAVY_ROUND else BUSY_PAUSE
+        self._next_at = time.monotonic() + pause if n else 0.0
+        if reput.behind() > 0:
+            if reput.capped:
+                self._handle = self.loop.call_soon(self._round)
+            elif n:
+                self._later(pause)
+            else:
+                # Readable but nothing dispatched (a record still being written?): look again
+                # as the idle thread would.
+                self._later(IDLE_WAIT)
+        if n and self.on_dispatched is not None:
+            try:
+                self.on_dispatched(n)
+            except Exception:
+                log.exception("a dispatch listener failed")

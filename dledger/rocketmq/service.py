@@ -12,7 +12,8 @@
   of a term are gap-free, and a new term starts from a table rebuilt from the committed
   consume queues (below).
 - Every member dispatches committed records into its own consume queues and index (the
-  store's ReputMessageService reads only below the committed position).
+  store's ReputMessageService reads only below the committed position), its rounds run by the
+  member's loop after commits (``dispatch.LoopReput``).
 - Role change (DLedgerRoleChangeHandler): followers and candidates refuse puts with
   SERVICE_NOT_AVAILABLE and a leader hint; a new leader takes puts once its whole ledger is
   committed and dispatched, after rebuilding the table from its consume queues. A predecessor's
@@ -49,6 +50,7 @@ from dledger.net.transport import Response
 from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
 from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
+from dledger.rocketmq.dispatch import LoopReput
 from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
 from dledger.rocketmq.encode import (
     MAX_PROPERTIES_BYTES,
@@ -314,7 +316,8 @@ class MessageService:
             opened.append(dstore)
             return _NodeAppender(dstore)
 
-        self.store: MessageStore = MessageStore(self.root, self.store_config, appender=appender)
+        # Dispatch runs on the member's loop (bind), not in a thread of the store's own.
+        self.store: MessageStore = MessageStore(self.root, self.store_config, appender=appender, dispatch_thread=False)
         if not opened:
             self.store.close()
             raise DLedgerError(
@@ -332,10 +335,7 @@ class MessageService:
         self._waiters: list[asyncio.Future[None]] = []
         self._offsets_next = self.store.min_offset_in_queue(OFFSET_TOPIC, 0)
         self._stop = threading.Event()
-        # Set when a pull or an offset commit starts waiting: the watcher follows dispatch
-        # round by round only while someone waits (see _watch_dispatch).
-        self._armed = threading.Event()
-        self._watcher: threading.Thread | None = None
+        self._reput: LoopReput | None = None
         self._noop: asyncio.Future[Any] | None = None
         self._apply_offsets()
 
@@ -344,8 +344,11 @@ class MessageService:
     def bind(self, group: GroupHandle) -> None:
         self._group = group
         self._loop = asyncio.get_running_loop()
-        self._watcher = threading.Thread(target=self._watch_dispatch, name="rocketmq-arrivals", daemon=True)
-        self._watcher.start()
+        # ReputMessageService's rounds, run by this loop after commits (where they arrive): in a
+        # thread of its own each round cost GIL and thread hand-overs on every member (see
+        # docs/message-service.md), and the arrivals it makes for held pulls come here anyway.
+        self._reput = LoopReput(self.store.reput, self._loop, self._dispatched)
+        self._reput.kick()
 
     def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None:
         # DLedgerRoleChangeHandler's rule, by index as there: a leader takes puts once its
@@ -362,12 +365,15 @@ class MessageService:
 
     def on_committed(self, committed_index: int) -> None:
         self.store.on_committed(int(self.node_store.committed_pos))
+        if self._reput is not None:
+            # Scheduled, not run here: the node performs this call's outputs (pushes, answers)
+            # when it returns.
+            self._reput.kick()
 
     def close(self) -> None:
         self._stop.set()
-        self._armed.set()
-        if self._watcher is not None:
-            self._watcher.join(5)
+        if self._reput is not None:
+            self._reput.close()
         self._apply_offsets()
         self.store.close()
 
@@ -734,7 +740,6 @@ class MessageService:
                 held[:] = [h for h in held if not h[1].done()]
             # Registered before the look, so that an arrival between the two is not missed.
             held.append((req.offset, fut))
-            self._armed.set()
             try:
                 got = self._pull_inline(req) if woken else None
                 resp = got if got is not None else await asyncio.to_thread(self._pull_once, req)
@@ -765,40 +770,13 @@ class MessageService:
         finally:
             lock.release()
 
-    def _watch_dispatch(self) -> None:
-        """Tell the loop when dispatch has put new units in the consume queues (the
-        MessageArrivingListener of RocketMQ's ReputMessageService).
-
-        Only while a pull or an offset commit waits: otherwise a thread and a loop wake-up per
-        dispatch round (every millisecond under load) would be spent on nobody. Then the
-        offset records dispatched meanwhile are applied ten times a second. ``seen`` is left
-        as it was while nobody waits, so the first look after a pull registers wakes the loop
-        if anything was dispatched since (the pull's own look may have come before it)."""
-        reput = self.store.reput
-        seen = reput.dispatched_messages
-        loop = self._loop
-        assert loop is not None
-        while not self._stop.is_set():
-            if not (self._pulls or self._waiters):
-                self._armed.wait(0.1)
-                self._armed.clear()
-                if not (self._pulls or self._waiters or self._stop.is_set()):
-                    if self.store.max_offset_in_queue(OFFSET_TOPIC, 0) > self._offsets_next:
-                        try:
-                            loop.call_soon_threadsafe(self._apply_offsets)
-                        except RuntimeError:
-                            return  # the loop is closed
-                    continue
-            with reput._cond:
-                if reput.dispatched_messages == seen:
-                    reput._cond.wait(0.02)
-            n = reput.dispatched_messages
-            if n != seen:
-                seen = n
-                try:
-                    loop.call_soon_threadsafe(self._on_arrival)
-                except RuntimeError:
-                    return  # the loop is closed
+    def _dispatched(self, n: int) -> None:
+        """A dispatch round put ``n`` records into the queues (on the loop): wake what waits for
+        them (RocketMQ's MessageArrivingListener), and apply the offset records among them."""
+        if self._pulls or self._waiters:
+            self._on_arrival()
+        elif self.store.max_offset_in_queue(OFFSET_TOPIC, 0) > self._offsets_next:
+            self._apply_offsets()
 
     def _on_arrival(self) -> None:
         """Wake the pulls whose queue now has a message at their offset (and the offset commits)."""
@@ -868,7 +846,6 @@ class MessageService:
         while self._offsets_next <= record_offset and loop.time() < deadline:
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append(fut)
-            self._armed.set()
             self._apply_offsets()
             if self._offsets_next > record_offset:
                 break

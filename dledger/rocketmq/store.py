@@ -9,6 +9,8 @@ abnormal exit), cuts consume queues that point past its end, dispatches what the
 and the index lack, rebuilds the topic-queue table from the queues, then starts the flush,
 dispatch and clean-up services. ``readonly=True`` opens without writing a byte and without
 the lock, so it can look at a store another process is running, or at a copy it must not touch.
+``dispatch_thread=False`` starts no dispatch thread: the owner runs dispatch's rounds itself
+(``self.reput.dispatch_now``; a group member's loop, through ``dispatch.LoopReput``).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class MessageStore:
         *,
         readonly: bool = False,
         appender: Any = None,
+        dispatch_thread: bool = True,
     ) -> None:
         self.root = Path(root)
         cfg = (config or MessageStoreConfig()).replace(store_path_root_dir=str(self.root))
@@ -113,7 +116,7 @@ class MessageStore:
             self.root.mkdir(parents=True, exist_ok=True)
             self._take_lock()
         try:
-            self._open(appender)
+            self._open(appender, dispatch_thread)
         except BaseException:
             self._abandon()
             self._release_lock()
@@ -151,7 +154,7 @@ class MessageStore:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def _open(self, appender: Any) -> None:
+    def _open(self, appender: Any, dispatch_thread: bool) -> None:
         cfg, ro = self.config, self.readonly
         self.last_exit_ok = not (self.root / ABORT_FILE).exists()
         self.checkpoint = StoreCheckpoint(self.root / CHECKPOINT_FILE, readonly=ro)
@@ -206,7 +209,8 @@ class MessageStore:
         )
         self.reput.reput_from = self._reput_start(started)
         if self.mode == DLEDGER:
-            self.commitlog.wakeup = self.reput.wakeup
+            if dispatch_thread:  # else the owner runs the rounds, told of commits its own way
+                self.commitlog.wakeup = self.reput.wakeup
             self.reput.woken_by_commits = True
             # The log store hands the page cache far behind its writer back to the kernel
             # (data_cache_window), but not what dispatch has still to read: dispatch stopped or
@@ -222,7 +226,8 @@ class MessageStore:
                 self.index_service.prepare_first_file()
             (self.root / ABORT_FILE).touch()
             self.commitlog.start()
-            self.reput.start()
+            if dispatch_thread:
+                self.reput.start()
             self._service_thread = threading.Thread(target=self._services, name="rocketmq-store-services", daemon=True)
             self._service_thread.start()
         else:
