@@ -56,6 +56,43 @@ def copy_into(dst, Py_ssize_t pos, src):
             memcpy(&d[pos], &s[0], <size_t>n)
 
 
+def copy_runs(src, list runs):
+    """``dst[pos:pos + n] = src[at:at + n]`` for each ``(dst, pos, at, n)`` of ``runs``, in one
+    release of the GIL: a dispatch round's consume-queue runs, one per queue, each into its
+    queue's file mapping (see ``copy_into``). Every range is checked before anything is copied."""
+    cdef const unsigned char[::1] s = _ro(src)
+    cdef Py_ssize_t k = 0, count = len(runs), pos, at, n
+    cdef unsigned char[::1] d
+    if count == 0:
+        return
+    held = []
+    cdef unsigned char **dsts = <unsigned char **>malloc(count * sizeof(unsigned char *))
+    cdef const unsigned char **srcs = <const unsigned char **>malloc(count * sizeof(unsigned char *))
+    cdef size_t *lens = <size_t *>malloc(count * sizeof(size_t))
+    try:
+        if dsts == NULL or srcs == NULL or lens == NULL:
+            raise MemoryError()
+        for k in range(count):
+            dst, pos, at, n = runs[k]
+            d = dst
+            if n < 0 or pos < 0 or pos > d.shape[0] - n:
+                raise ValueError(f"{n} bytes at {pos} do not fit {d.shape[0]}")
+            if at < 0 or at > s.shape[0] - n:
+                raise ValueError(f"{n} bytes from {at} are not in the {s.shape[0]} given")
+            held.append(d)
+            dsts[k] = &d[0] + pos if d.shape[0] else NULL
+            srcs[k] = &s[0] + at if s.shape[0] else NULL
+            lens[k] = <size_t>n
+        with nogil:
+            for k in range(count):
+                if lens[k]:
+                    memcpy(dsts[k], srcs[k], lens[k])
+    finally:
+        free(dsts)
+        free(srcs)
+        free(lens)
+
+
 def prefault(buf, Py_ssize_t start=0, Py_ssize_t end=-1, int how=PREFAULT_READ):
     """Fault in the pages of ``buf[start:end]`` (a mapping) without the GIL, so the thread that
     then reads or writes them does not take a fault per page: PREFAULT_READ / PREFAULT_WRITE map

@@ -117,6 +117,32 @@ def test_copy_into_is_a_slice_assignment_with_bounds(size: int, pos: int, src: b
         K.copy_into(bytes(8), 0, b"x")
 
 
+@given(
+    src=st.binary(max_size=600),
+    runs=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(-2, 300), st.integers(-2, 620), st.integers(-1, 120)), max_size=6
+    ),
+)
+def test_copy_runs_is_slice_assignments_or_nothing(src: bytes, runs: list[tuple[int, int, int, int]]) -> None:
+    """copy_runs (a dispatch round's runs into their queues' files, one release of the GIL)
+    writes what the slice assignments would, in order, or, when any range does not fit its
+    destination or its source, raises before writing anything."""
+    maps = [mmap.mmap(-1, size) for size in (64, 256, 300)]
+    want = [bytearray(m) for m in maps]
+    fits = all(
+        0 <= n and 0 <= pos and pos + n <= len(maps[d]) and 0 <= at and at + n <= len(src) for d, pos, at, n in runs
+    )
+    args = [(maps[d], pos, at, n) for d, pos, at, n in runs]
+    if fits:
+        for d, pos, at, n in runs:
+            want[d][pos : pos + n] = src[at : at + n]
+        K.copy_runs(np.frombuffer(src, dtype=np.uint8), args)
+    else:
+        with pytest.raises(ValueError):
+            K.copy_runs(src, args)
+    assert [m[:] for m in maps] == [bytes(w) for w in want]
+
+
 @pytest.mark.parametrize("queues", [1, 3])
 def test_dispatch_faults_pages_ahead_in_without_starting_threads(tmp_path: Path, queues: int) -> None:
     """Dispatch keeps the pages ahead of a busy queue's units and of the index's items faulted
