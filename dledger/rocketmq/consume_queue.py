@@ -592,6 +592,19 @@ class ConsumeQueue:
             return None
         return f.mm, f.wrote_position, f.file_size - f.wrote_position, self.max_offset, self.max_physic_offset
 
+    def run_place(self, first_offset: int, first_end: int, nbytes: int) -> tuple[Any, int] | None:
+        """``(mapping, position)`` where ``nbytes`` of units whose queue offsets start at
+        ``first_offset`` and whose first message ends at ``first_end`` go in place: when they
+        continue this queue exactly (as ``append_run`` requires) and fit its last file, else None
+        (``append_run`` / ``put_units`` then take them). After the copy, ``run_written``."""
+        target = self.run_target()
+        if target is None:
+            return None
+        mm, pos, room, nxt, max_phys = target
+        if first_offset != nxt or first_end <= max_phys or nbytes > room:
+            return None
+        return mm, pos
+
     def prefault_range(self, ahead: int) -> tuple[int, int]:
         """The part of the last file a caller should fault in to keep ``ahead`` bytes past the
         write position ready, when less than half of that is: ``(start, end)``, else (0, 0)."""

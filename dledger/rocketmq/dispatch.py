@@ -474,10 +474,10 @@ class ReputMessageService:
             topic_raw = topics_raw[tid]
             cq = self.consume_queues.find_or_create(topic_raw.decode("utf-8", "replace"), qid)
             if contiguous and topic_raw != _SCHEDULE:
-                target = cq.run_target()
                 nbytes = count * CQ_UNIT
-                if target is not None and first_offset == target[3] and first_end > target[4] and nbytes <= target[2]:
-                    copies.append((target[0], target[1], start * CQ_UNIT, nbytes))
+                place = cq.run_place(first_offset, first_end, nbytes)
+                if place is not None:
+                    copies.append((place[0], place[1], start * CQ_UNIT, nbytes))
                     placed.append((cq, nbytes, last_end))
                     continue
                 run = units[start * CQ_UNIT : (start + count) * CQ_UNIT]
