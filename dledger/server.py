@@ -288,6 +288,7 @@ class NodeServer:
             self._handle, self.host, port, secret=secret, ssl=server_ssl, oneway_handler=self._handle_peer
         )
         self.rpc_client = RpcClient(secret=secret, ssl=client_ssl)
+        self.rpc_client.on_connect = self._peer_connected
         self._peer_queues: dict[str, asyncio.Queue[tuple[str, Message]]] = {}
         self._peer_busy: set[str] = set()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -556,6 +557,17 @@ class NodeServer:
             finally:
                 self._peer_busy.discard(addr)
 
+    def _peer_connected(self, addr: str) -> None:
+        """A connection to ``addr`` was made: each group's node learns of it for the peer at
+        that address (a leader resynchronises a follower whose pushes may be lost)."""
+        if self._loop is None:
+            return
+        for g in self.groups.values():
+            for peer, peer_addr in g.peers.items():
+                if peer_addr == addr and peer != g.config.self_id:
+                    # Later, not from inside the connect of the send under way.
+                    self._loop.call_soon(self._drive, g, functools.partial(_peer_connected, g.node, peer))
+
     def _answer_unreachable(self, group: str, msg: Message) -> None:
         """A vote or heartbeat that could not be sent is answered NETWORK_ERROR, as DLedger's
         failed RPC future is: the round then ends when every peer has answered, instead of
@@ -770,6 +782,10 @@ def _code_name(code: int) -> str:
 
 def _step(node: RaftNode, msg: Message, now: int) -> list[Output]:
     return node.step(now, msg)
+
+
+def _peer_connected(node: RaftNode, peer: str, now: int) -> list[Output]:
+    return node.peer_connected(now, peer)
 
 
 def _flushed(node: RaftNode, token: int, now: int) -> list[Output]:

@@ -679,6 +679,9 @@ class RpcClient:
         self._endpoints: dict[str, _Endpoint] = {}
         self._closed = False
         self.stats = TransportStats()
+        # Called with the address each time a connection is made (a first one, or again after
+        # one failed or was lost): frames written to a lost connection may never have arrived.
+        self.on_connect: Callable[[str], None] | None = None
 
     def pending(self, addr: str | None = None) -> int:
         """Calls waiting for a response (to ``addr``, or to all addresses)."""
@@ -842,4 +845,9 @@ class RpcClient:
         ep.failures = 0
         ep.last_error = None
         ep.conn = conn
+        if self.on_connect is not None:
+            try:
+                self.on_connect(addr)
+            except Exception:
+                log.exception("on_connect for %s failed", addr)
         return conn

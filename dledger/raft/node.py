@@ -189,6 +189,17 @@ class RaftNode:
         self._dispatch(msg)
         return self._finish()
 
+    def peer_connected(self, now_ms: int, peer: str) -> list[Output]:
+        """The runtime made a new connection to ``peer`` (after a failed or lost one): the
+        messages sent on the old one may be lost, and a leader resynchronises that follower
+        at once rather than after its push timeouts."""
+        self._begin(now_ms)
+        if self.replicator.on_peer_connected(peer):
+            # A follower back from a restart serves the COMPARE once a heartbeat has told it
+            # who leads: send one now rather than at the next interval.
+            self.elector.request_heartbeat_round()
+        return self._finish()
+
     def drain(self) -> list[Output]:
         """Outputs accumulated by ``propose``/``read_index``/``transfer_leadership``."""
         return self._finish()

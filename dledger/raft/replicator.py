@@ -17,6 +17,10 @@ replaced). Earlier-term entries thus commit with the first entry of the current 
 as soon as all members have them. The median and the pending completions are otherwise
 DLedger's. The simulator has not reached the Figure 8 interleaving with DLedger's rule;
 tests/raft/test_raft_replication.py builds it by hand.
+
+One addition: the runtime reports each new connection to a follower (``peer_connected``), and
+a dispatcher with pushes or a COMPARE/TRUNCATE in flight starts over from COMPARE at once
+(``EntryDispatcher.on_reconnected``), where DLedger waits for its push and compare timeouts.
 """
 
 from __future__ import annotations
@@ -153,6 +157,29 @@ class EntryDispatcher:
         elif target == PushType.TRUNCATE:
             self._reset_compare()
         self.type = target
+
+    def on_reconnected(self) -> bool:
+        """A new connection to this follower was made: what was in flight on the old one is
+        lost. DLedger notices only when a push goes unanswered for max_push_time_out_ms, or an
+        outstanding COMPARE or TRUNCATE for 3 s, or the follower's fast-forward check fails a
+        later push after up to 2 s; a follower back from a restart stays behind that long, and
+        a leader dying meanwhile leaves one candidate that cannot win. Start over from COMPARE
+        now instead: it finds where the follower's log stands, whatever happened to it."""
+        if not self.check_and_fresh_state():
+            return False
+        if not (self.outstanding or self.append_inflight or self.pending_map or self.batch_pending_map):
+            return False  # nothing was lost: the next push follows the follower's log as before
+        log.info("[Push-%s]Reconnected with %s in flight; start to compare", self.peer_id, self.type.name)
+        self.outstanding = None
+        self.change_state(-1, PushType.COMPARE)
+        # What the search learnt may not hold for a follower that restarted (an unflushed
+        # tail is gone): search from our end again, as a new leadership does.
+        self._reset_compare()
+        self.pending_map.clear()
+        self.batch_pending_map.clear()
+        self.append_inflight.clear()
+        self.backoff_until = NEVER
+        return True
 
     # --- the loop (doWork) ----------------------------------------------------------------
 
@@ -706,6 +733,16 @@ class Replicator:
         d.on_response(resp)
         if self.wakeup_quorum_checker:
             self.check_quorum()
+
+    def on_peer_connected(self, peer: str) -> bool:
+        """The transport made a new connection to ``peer`` (see EntryDispatcher.on_reconnected).
+        True when that follower is being resynchronised."""
+        d = self.dispatchers.get(peer)
+        if d is None or not self.core.ms.is_leader():
+            return False
+        resync = d.on_reconnected()
+        d.pump()
+        return resync
 
     def pump(self) -> None:
         if not self.core.ms.is_leader():

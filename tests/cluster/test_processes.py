@@ -15,7 +15,7 @@ from dledger.client import Client
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.store.file import MmapFileStore
-from dledger.testing import TestCluster
+from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -97,6 +97,27 @@ def test_restarted_follower_catches_up(cluster: TestCluster):
         c.append_batch([f"while down {i}".encode() for i in range(300)])
         cluster.start(follower)
         cluster.wait_for(lambda: cluster.status()[follower]["end_index"] == 319, what="follower caught up")
+
+
+def test_restarted_follower_is_resynchronised_on_the_new_connection(tmp_path: Path):
+    # The pushes a killed follower missed would be resent only after max_push_time_out_ms (an
+    # hour here), and nothing is appended once it is back: it catches up only because the
+    # leader compares again as soon as it has a new connection to it.
+    cluster = TestCluster(tmp_path, extra=[*FAST, "--max-push-time-out-ms", "3600000"])
+    try:
+        cluster.start_all()
+        leader = cluster.wait_leader()
+        follower = next(m for m in cluster.ids if m != leader)
+        with cluster.client() as c:
+            c.append_batch([b"a"] * 20)
+            cluster.wait_for(lambda: cluster.status()[follower]["end_index"] == 19, what="follower has the batch")
+            cluster.kill(follower)
+            c.append_batch([f"while down {i}".encode() for i in range(30)])
+            cluster.start(follower)
+            cluster.wait_for(lambda: cluster.status()[follower]["end_index"] == 49, what="follower caught up")
+            assert cluster.status()[leader]["role"] == "LEADER"
+    finally:
+        cluster.close()
 
 
 def test_cut_off_leader_steps_down_and_its_uncommitted_entries_are_truncated(cluster: TestCluster):

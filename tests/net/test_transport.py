@@ -189,7 +189,12 @@ def test_server_restart_client_reconnects_with_backoff(recorder: Recorder) -> No
         await server.start()
         port = server.port
         async with RpcClient(backoff_base=0.02, backoff_max=0.2) as client:
+            # Each connection made is reported (the node runtime resends what a lost one carried).
+            connected: list[str] = []
+            client.on_connect = connected.append
             assert (await client.call(server.address, 1)).ok
+            assert (await client.call(server.address, 1)).ok
+            assert connected == [server.address]
             in_flight = asyncio.ensure_future(client.call(server.address, 1, {"op": "sleep", "s": 5}))
             await asyncio.sleep(0.05)
             await server.close()
@@ -222,6 +227,7 @@ def test_server_restart_client_reconnects_with_backoff(recorder: Recorder) -> No
                         await asyncio.sleep(0.01)
                 assert r.body["echo"] == {"back": True}
                 assert client.endpoint_failures(server2.address) == 0
+                assert connected == [server.address, server2.address]
             finally:
                 await server2.close()
 

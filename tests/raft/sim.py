@@ -177,6 +177,10 @@ class SimParams:
     p_propose: float = 0.05
     p_read: float = 0.01
     p_transfer: float = 0.001
+    # The runtime making a new connection to a peer (``RaftNode.peer_connected``): at random,
+    # and from every live member to one that restarts. Drawn from a random source of its own,
+    # so that a run without it is the run it always was.
+    p_reconnect: float = 0.0
     torn: bool = False
     p_io: float = 0.5
     # With torn: a flush starts only on a tick (with probability p_io) and ends at once,
@@ -296,6 +300,7 @@ class Simulation:
         self.seed = seed
         self.params = p = params or SimParams()
         self.rng = random.Random(seed)
+        self.reconnect_rng = random.Random(seed * 2 + 1)
         self.ids = [f"n{i}" for i in range(p.n)]
         self.config_overrides = dict(config_overrides)
         self.config_overrides.setdefault("is_enable_batch_push", p.batch_push)
@@ -349,6 +354,16 @@ class Simulation:
 
     def restart(self, sn: SimNode) -> None:
         self._start(sn)
+        if self.params.p_reconnect:
+            for other in self.nodes:
+                if other is not sn and other.alive:
+                    self.reconnect(other, sn.id)
+
+    def reconnect(self, sn: SimNode, peer: str) -> None:
+        assert sn.node is not None
+        out = sn.node.peer_connected(self.now, peer)
+        self.checker.after_event(sn)
+        self._emit(sn, out)
 
     # --- outputs -------------------------------------------------------------------------
 
@@ -501,6 +516,11 @@ class Simulation:
             dead = [sn for sn in self.nodes if not sn.alive]
             if dead:
                 self.restart(r.choice(dead))
+        if p.p_reconnect and self.reconnect_rng.random() < p.p_reconnect:
+            live = [sn for sn in self.nodes if sn.alive]
+            if live:
+                sn = self.reconnect_rng.choice(live)
+                self.reconnect(sn, self.reconnect_rng.choice([i for i in self.ids if i != sn.id]))
         if r.random() < p.p_propose:
             live = [sn for sn in self.nodes if sn.alive]
             if live:

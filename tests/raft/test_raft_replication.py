@@ -11,6 +11,7 @@ from dledger.codes import ResponseCode
 from dledger.raft.effects import AppendDone, Flush, Output, Send, TransferDone, is_early
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import (
+    HeartBeatRequest,
     LeadershipTransferRequest,
     PushEntryRequest,
     PushEntryResponse,
@@ -148,6 +149,48 @@ def test_unacked_push_is_retried_after_max_push_timeout() -> None:
     (retry,) = appends(node.tick(2 + node.config.max_push_time_out_ms))
     assert retry.first_index == first.first_index
     assert retry.req_id != first.req_id
+
+
+def test_reconnect_with_a_push_in_flight_compares_at_once() -> None:
+    # A follower restarted: the push sent to it before is lost. On the new connection the
+    # leader compares now (and says who leads, so a restarted member serves the compare),
+    # instead of waiting out max_push_time_out_ms to resend.
+    node, _ = leader_in_append_state()
+    node.propose(1, [b"b"])
+    one(node.drain(), PushEntryRequest, to="n1")
+    out = node.peer_connected(2, "n1")
+    compare = one(out, PushEntryRequest, to="n1")
+    assert compare.type == PushType.COMPARE and compare.first_index == 1
+    assert sent(out, HeartBeatRequest, to="n1")
+    assert not sent(out, PushEntryRequest, to="n2")
+    # Its answer resumes the appends from where the follower's log stands.
+    out = answer(node, compare, ResponseCode.INCONSISTENT_STATE, 0, 0, now=3)
+    compare = one(out, PushEntryRequest, to="n1")
+    assert compare.type == PushType.COMPARE and compare.first_index == 0
+    out = answer(node, compare, ResponseCode.SUCCESS, 0, 0, now=4)
+    push = one(out, PushEntryRequest, to="n1")
+    assert push.type == PushType.APPEND and push.first_index == 1
+
+
+def test_reconnect_resends_a_lost_compare_at_once() -> None:
+    node = make_node(n=3)
+    elect(node)
+    node.propose(0, [b"a"])
+    lost = one(node.drain(), PushEntryRequest, to="n1")
+    assert lost.type == PushType.COMPARE
+    # Without the reconnect it would wait compare_wait_ms (3 s) for the answer.
+    again = one(node.peer_connected(1, "n1"), PushEntryRequest, to="n1")
+    assert again.type == PushType.COMPARE and again.req_id != lost.req_id
+
+
+def test_reconnect_with_nothing_in_flight_changes_nothing() -> None:
+    node, _ = leader_in_append_state()
+    out = node.peer_connected(1, "n1")
+    assert not sent(out, PushEntryRequest) and not sent(out, HeartBeatRequest)
+    assert node.replicator.dispatchers["n1"].type == PushType.APPEND
+    # Nor on a follower.
+    f = make_node(n=3, self_id="n1")
+    assert f.peer_connected(1, "n0") == []
 
 
 def test_inconsistent_append_goes_back_to_compare() -> None:

@@ -18,7 +18,7 @@ CHUNK = 25
 
 def params_for(seed: int, steps: int = CHAOS_STEPS) -> SimParams:
     """Spread the variants over the seeds: group size, slow disks (flushes that start at once
-    and end later, or start later), wire copies, push mode."""
+    and end later, or start later), wire copies, push mode, reconnects."""
     return SimParams(
         n=3 if seed % 2 else 5,
         steps=steps,
@@ -26,6 +26,7 @@ def params_for(seed: int, steps: int = CHAOS_STEPS) -> SimParams:
         late_flush=(seed // 3) % 4 < 2,
         wire=seed % 7 == 0,
         batch_push=seed % 5 != 0,
+        p_reconnect=0.02 if seed % 4 == 1 else 0.0,
     )
 
 
