@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import shutil
 import statistics
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dledger.client import AsyncClient
+from dledger.config import DLedgerConfig
 from dledger.testing import TestCluster, free_ports
 
 # The baseline's member, run as a script so the bench works from any directory.
@@ -179,6 +181,19 @@ def sync_latency(count: int = 2000, body_size: int = 100) -> tuple[float, float]
         shutil.rmtree(root, ignore_errors=True)
 
 
+# Followers stand heart_beat_time_interval_ms * max_heart_beat_leak after the last heartbeat
+# they had, so where in the heartbeat interval a kill falls moves its failover by up to one
+# interval. A run's restart-and-write cadence tends to lock its kills to one phase, and the two
+# sides' cadences differ (docs/message-service.md, Performance). A random wait of up to one
+# interval before each kill makes the phase uniform on both.
+KILL_PHASE_S = DLedgerConfig().heart_beat_time_interval_ms / 1000
+
+
+def random_kill_phase(rng: random.Random) -> None:
+    """Wait a random part of a heartbeat interval (before a timed kill; see KILL_PHASE_S)."""
+    time.sleep(rng.uniform(0, KILL_PHASE_S))
+
+
 def failover(kills: int = 20, extra: list[str] | None = None) -> tuple[float, float, list[float]]:
     """Seconds from kill -9 of the leader to the first acknowledged write: (p50, p99, all)."""
     root = Path(tempfile.mkdtemp(prefix="dledger-bench-failover-"))
@@ -186,11 +201,13 @@ def failover(kills: int = 20, extra: list[str] | None = None) -> tuple[float, fl
     times: list[float] = []
     try:
         cluster.start_all()
+        rng = random.Random()
         with cluster.client(timeout=60) as c:
             c.append(b"start")
             for _ in range(kills):
                 leader = cluster.wait_leader(60)
                 c.append(b"before")
+                random_kill_phase(rng)
                 t0 = time.monotonic()
                 cluster.kill(leader)
                 c.append(b"after")

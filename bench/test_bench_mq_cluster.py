@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -215,11 +216,13 @@ def mq_failover(kills: int) -> list[float]:
     times: list[float] = []
     try:
         cluster.start_all()
+        rng = random.Random()
         with Producer(cluster.peers, timeout=60.0) as p:
             assert p.send(Message("Failover", b"start"), 0).ok
             for _ in range(kills):
                 leader = cluster.wait_leader(60)
                 assert p.send(Message("Failover", b"before"), 0).ok
+                cb.random_kill_phase(rng)
                 t0 = time.monotonic()
                 cluster.kill(leader)
                 r = p.send(Message("Failover", b"after"), 0)
