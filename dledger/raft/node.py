@@ -190,9 +190,9 @@ class RaftNode:
         return self._finish()
 
     def peer_connected(self, now_ms: int, peer: str) -> list[Output]:
-        """The runtime made a new connection to ``peer`` (after a failed or lost one): the
-        messages sent on the old one may be lost, and a leader resynchronises that follower
-        at once rather than after its push timeouts."""
+        """The runtime made a connection to ``peer`` (a first one, or one after a failed or
+        lost one): what was sent before may be lost, so a leader with anything in flight to
+        that follower resynchronises it at once rather than after its push timeouts."""
         self._begin(now_ms)
         if self.replicator.on_peer_connected(peer):
             # A follower back from a restart serves the COMPARE once a heartbeat has told it
