@@ -171,13 +171,11 @@ class EntryDispatcher:
             return False  # nothing was lost: the next push follows the follower's log as before
         log.info("[Push-%s]Reconnected with %s in flight; start to compare", self.peer_id, self.type.name)
         self.outstanding = None
+        # From APPEND this also drops the pending maps (outside APPEND they are empty).
         self.change_state(-1, PushType.COMPARE)
         # What the search learnt may not hold for a follower that restarted (an unflushed
         # tail is gone): search from our end again, as a new leadership does.
         self._reset_compare()
-        self.pending_map.clear()
-        self.batch_pending_map.clear()
-        self.append_inflight.clear()
         self.backoff_until = NEVER
         return True
 
@@ -740,9 +738,10 @@ class Replicator:
         d = self.dispatchers.get(peer)
         if d is None or not self.core.ms.is_leader():
             return False
-        resync = d.on_reconnected()
+        if not d.on_reconnected():
+            return False
         d.pump()
-        return resync
+        return True
 
     def pump(self) -> None:
         if not self.core.ms.is_leader():
