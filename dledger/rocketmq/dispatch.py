@@ -123,6 +123,10 @@ IDLE_WAIT = 0.05
 BUSY_PAUSE = 0.001
 HEAVY_PAUSE = 0.004
 HEAVY_ROUND = 512
+# A group follower's pause after such a round (LoopReput.heavy_pause). Its queues serve only
+# follower reads, which may trail the leader's a little; in rounds 3x as large, each round's
+# Python is paid a third as often (docs/message-service.md, "Dispatch pace on followers").
+FOLLOWER_HEAVY_PAUSE = 0.012
 
 
 class ReputMessageService:
@@ -545,12 +549,13 @@ class LoopReput:
     where commits arrive on the loop (``kick``).
 
     The rounds keep the thread's pace: a round after a commit, then at least BUSY_PAUSE before
-    the next (HEAVY_PAUSE after a round of HEAVY_ROUND records or more), so what commits
-    meanwhile makes one batch; a round that stopped at LOOP_BATCHES goes on at the loop's next
-    turn. ``on_dispatched(n)`` is called on the loop after each round that dispatched ``n > 0``
-    records. The loop must not be blocked on dispatch's lock: a round that finds it held (a flush
-    gathering its work, retention deleting files) comes back after BUSY_PAUSE. Why a member
-    runs dispatch this way: docs/message-service.md."""
+    the next (``heavy_pause`` after a round of HEAVY_ROUND records or more: HEAVY_PAUSE, or
+    FOLLOWER_HEAVY_PAUSE on a group follower), so what commits meanwhile makes one batch; a
+    round that stopped at LOOP_BATCHES goes on at the loop's next turn. ``on_dispatched(n)`` is
+    called on the loop after each round that dispatched ``n > 0`` records. The loop must not be
+    blocked on dispatch's lock: a round that finds it held (a flush gathering its work,
+    retention deleting files) comes back after BUSY_PAUSE. Why a member runs dispatch this way:
+    docs/message-service.md."""
 
     def __init__(
         self, reput: ReputMessageService, loop: Any, on_dispatched: Callable[[int], None] | None = None
@@ -561,6 +566,8 @@ class LoopReput:
         self._handle: Any = None
         self._next_at = 0.0
         self._closed = False
+        # Set by the owner as its role changes (a float, read by the next round).
+        self.heavy_pause = HEAVY_PAUSE
 
     def kick(self) -> None:
         """The readable end moved: a round now, or once the pause after the last one is over.
@@ -603,7 +610,7 @@ class LoopReput:
             return
         finally:
             reput._lock.release()
-        pause = HEAVY_PAUSE if n >= HEAVY_ROUND else BUSY_PAUSE
+        pause = self.heavy_pause if n >= HEAVY_ROUND else BUSY_PAUSE
         self._next_at = time.monotonic() + pause if n else 0.0
         if reput.behind() > 0:
             if reput.capped:

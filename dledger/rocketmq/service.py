@@ -13,7 +13,8 @@
   consume queues (below).
 - Every member dispatches committed records into its own consume queues and index (the
   store's ReputMessageService reads only below the committed position), its rounds run by the
-  member's loop after commits (``dispatch.LoopReput``).
+  member's loop after commits (``dispatch.LoopReput``); under a heavy stream a follower's
+  rounds are 3x further apart than the leader's, whose queues serve the long polls.
 - Role change (DLedgerRoleChangeHandler): followers and candidates refuse puts with
   SERVICE_NOT_AVAILABLE and a leader hint; a new leader takes puts once its whole ledger is
   committed and dispatched, after rebuilding the table from its consume queues. A predecessor's
@@ -50,7 +51,7 @@ from dledger.net.transport import Response
 from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
 from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
-from dledger.rocketmq.dispatch import LoopReput
+from dledger.rocketmq.dispatch import FOLLOWER_HEAVY_PAUSE, HEAVY_PAUSE, LoopReput
 from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
 from dledger.rocketmq.encode import (
     MAX_PROPERTIES_BYTES,
@@ -298,6 +299,12 @@ class _PackedSend:
         return FramedBodies(buf, starts)
 
 
+def _heavy_dispatch_pause(role: Role) -> float:
+    """The pause after a dispatch round of a heavy stream: a leader's queues serve long polls
+    and its readiness to take puts, a follower's only follower reads."""
+    return HEAVY_PAUSE if role == Role.LEADER else FOLLOWER_HEAVY_PAUSE
+
+
 class MessageService:
     """The RocketMQ message store of one member of a group (see the module docstring)."""
 
@@ -348,6 +355,7 @@ class MessageService:
         # thread of its own each round cost GIL and thread hand-overs on every member (see
         # docs/message-service.md), and the arrivals it makes for held pulls come here anyway.
         self._reput = LoopReput(self.store.reput, self._loop, self._dispatched)
+        self._reput.heavy_pause = _heavy_dispatch_pause(group.role)
         self._reput.kick()
 
     def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None:
@@ -360,6 +368,8 @@ class MessageService:
             return end == -1 or (st.committed_index >= end and reput.behind() == 0)
 
         self.commitlog.on_role_change(role.name, term, ready)
+        if self._reput is not None:
+            self._reput.heavy_pause = _heavy_dispatch_pause(role)
         if role == Role.LEADER and self._loop is not None:
             self._loop.call_soon(self._ensure_committed_tail, term)
 

@@ -162,3 +162,36 @@ def test_no_round_runs_after_close(tmp_path: Path) -> None:
         s.close()  # the store's close dispatches what is left
     with MessageStore(tmp_path, CFG, readonly=True) as ro:
         assert ro.max_offset_in_queue("T", 0) == 100
+
+
+def test_after_a_heavy_round_the_next_waits_heavy_pause(tmp_path: Path) -> None:
+    """A round of HEAVY_ROUND records or more is followed by ``heavy_pause`` before the next
+    (what a follower's slower pace rests on): records committed meanwhile wait for it, and then
+    go in one round."""
+    s = _store(tmp_path)
+    try:
+        rounds: list[int] = []
+        pause = 0.3
+        seen_early: list[int] = []
+
+        async def run() -> None:
+            lr = LoopReput(s.reput, asyncio.get_running_loop(), rounds.append)
+            lr.heavy_pause = pause
+            _put(s, dispatch.HEAVY_ROUND, queues=1)
+            lr.kick()
+            await _until(lambda: s.reput.behind() == 0)
+            t0 = time.monotonic()
+            _put(s, 10, queues=1)
+            lr.kick()
+            # Timers never fire early, so this holds however loaded the machine is.
+            while time.monotonic() - t0 < pause / 2:
+                seen_early.append(s.reput.dispatched_messages)
+                await asyncio.sleep(0.01)
+            await _until(lambda: s.reput.behind() == 0)
+            lr.close()
+
+        asyncio.run(run())
+        assert rounds == [dispatch.HEAVY_ROUND, 10]
+        assert set(seen_early) == {dispatch.HEAVY_ROUND}
+    finally:
+        s.close()

@@ -136,3 +136,46 @@ def test_a_member_reads_only_what_its_group_committed(tmp_path: Path):
         s.on_committed(dstore.committed_pos)
         assert s.wait_dispatched(10)
         assert [m.body for m in s.get_messages("T", 0, 0).messages] == [b"m0", b"m1"]
+
+
+def test_a_message_member_dispatches_at_its_roles_pace(tmp_path: Path):
+    """A member that is not the leader dispatches a heavy stream at FOLLOWER_HEAVY_PAUSE (its
+    queues serve follower reads only); a leader at HEAVY_PAUSE, the pace long polls and its
+    readiness to take puts were measured with."""
+    from dledger.rocketmq.dispatch import FOLLOWER_HEAVY_PAUSE, HEAVY_PAUSE
+    from dledger.rocketmq.service import MessageService
+
+    async def member(name: str, peers: int) -> tuple[Role, float]:
+        """The role and the pace of n0 of a group of ``peers`` members of which only n0 runs,
+        once it leads or after a few vote rounds."""
+        ports = free_ports(peers)
+        cfg = DLedgerConfig(
+            group="g",
+            self_id="n0",
+            peers=";".join(f"n{k}-127.0.0.1:{p}" for k, p in enumerate(ports)),
+            store_base_dir=str(tmp_path / name),
+            message_store=True,
+            mapped_file_size_for_entry_data=1 << 22,
+        )
+        apps: list[MessageService] = []
+
+        def factory(c: DLedgerConfig, address: str) -> MessageService:
+            apps.append(MessageService(c, address))
+            return apps[-1]
+
+        server = NodeServer(cfg, application_factory=factory)
+        await server.start()
+        try:
+            (svc,) = apps
+            assert svc._group is not None and svc._reput is not None
+            for _ in range(100):
+                if svc._group.is_leader:
+                    break
+                await asyncio.sleep(0.02)
+            return svc._group.role, svc._reput.heavy_pause
+        finally:
+            await server.close()
+
+    # Alone in a group of two, n0 can never win a vote; alone in a group of one, it leads.
+    assert asyncio.run(member("two", 2)) == (Role.CANDIDATE, FOLLOWER_HEAVY_PAUSE)
+    assert asyncio.run(member("one", 1)) == (Role.LEADER, HEAVY_PAUSE)
