@@ -739,6 +739,16 @@ class MessageService:
         )
 
     async def _pull(self, req: PullRequest) -> Response:
+        # A queue the topics do not have and the store never had: refused, as the Java broker
+        # refuses a queueId past readQueueNums, rather than held until the wait runs out. A
+        # queue with records stays readable (the schedule topic's, or one from a larger
+        # --default-topic-queue-nums before a restart).
+        if not 0 <= req.queue_id < self.queue_nums and self.store.consume_queues.get(req.topic, req.queue_id) is None:
+            return Response(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                {},
+                f"queue id {req.queue_id} of topic {req.topic!r} is unknown (topics have {self.queue_nums} queues)",
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(req.suspend_ms, MAX_SUSPEND_MS) / 1000.0
         woken = False

@@ -164,6 +164,9 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     assert out.returncode == 1 and out.stdout == "" and "MESSAGE_ILLEGAL" in out.stderr
     out = mq("produce", "--topic", "CliTopic", "--data", "x")
     assert out.returncode == 1 and "DIR or --peers" in out.stderr
+    # A queue the topics do not have is an error, not a wait for messages that cannot come.
+    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "9", "--offset", "0", "--wait", "30")
+    assert out.returncode == 1 and out.stdout == "" and "queue id 9" in out.stderr
 
 
 def consecutive_free_ports(n: int) -> int:

@@ -142,6 +142,20 @@ def test_long_poll_returns_the_message_that_arrives(cluster: TestCluster):
         # A pull that nothing answers ends with the queue's status once its time is up.
         r2 = con.pull(2, start + 1, 32, wait=0.2)
         assert r2.status == GetMessageStatus.OFFSET_OVERFLOW_ONE and not r2.messages
+        # A queue the topics do not have (4 here) is refused, not held: nothing can arrive there.
+        for qid in (4, 1000, -1):
+            with pytest.raises(DLedgerError) as err:
+                con.pull(qid, 0, 32, wait=60.0)
+            assert err.value.code == ResponseCode.UNEXPECTED_ARGUMENT and f"queue id {qid}" in err.value.message
+        # A topic nobody has written to yet is held like an empty queue: its first message comes.
+        fresh: list[PullResult] = []
+        with Consumer(c.peers, "lp", "NotYetWritten") as con_new:
+            t = threading.Thread(target=lambda: fresh.append(con_new.pull(0, 0, 32, wait=20.0)))
+            t.start()
+            time.sleep(0.3)
+            assert p.send(Message("NotYetWritten", b"first"), queue_id=0).ok
+            t.join(30)
+        assert fresh and [m.body for m in fresh[0].messages] == [b"first"]
 
 
 def test_offsets_queries_and_follower_reads(cluster: TestCluster):
