@@ -488,10 +488,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.set_defaults(func=cmd_server)
 
     cl = sub.add_parser("cluster", help="start a local group of node processes; Ctrl-C stops them")
-    cl.add_argument("--nodes", type=int, default=3)
+    cl.add_argument("--nodes", type=int, default=3, help="members of the group (default %(default)s)")
     cl.add_argument("--dir", default=None, help="store directory (default: a new temporary one)")
-    cl.add_argument("--base-port", type=int, default=20911)
-    cl.add_argument("--group", default="default")
+    cl.add_argument(
+        "--base-port",
+        type=int,
+        default=20911,
+        help="the first member's port, the next ones after it (default %(default)s)",
+    )
+    cl.add_argument("--group", default="default", help="the group's name (default %(default)s)")
     cl.add_argument("--writes", type=int, default=3, help="entries to append once a leader is up")
     cl.add_argument("--exit-after-writes", action="store_true", help="stop the group after the writes")
     cl.add_argument(
@@ -503,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("demo", help="write to an embedded store and read it back")
     m.add_argument("--dir", default=None, help="base directory (default: a new temporary one)")
-    m.add_argument("--count", type=int, default=1000)
+    m.add_argument("--count", type=int, default=1000, help="entries to write (default %(default)s)")
     m.set_defaults(func=cmd_demo)
 
     from dledger.rocketmq.cli import add_mq_commands

@@ -405,12 +405,17 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to find the leader and get an answer")
 
 
+# ``dledger mq --help``: the module docstring without its last paragraph (for developers) and
+# without its reST quotes.
+_HELP_DESCRIPTION = "\n\n".join((__doc__ or "").split("\n\n")[:-1]).replace("``", "")
+
+
 def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``mq`` and its subcommands to a ``dledger`` subparsers object."""
     mq = subparsers.add_parser(
         "mq",
         help="RocketMQ message store: produce, consume, query, stats, dump",
-        description=__doc__,
+        description=_HELP_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = mq.add_subparsers(dest="mq_command", required=True)
@@ -418,10 +423,10 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="store messages (creates a store in a missing or empty DIR)")
     p.add_argument("dir", nargs="?", help="store root")
     _add_network_options(p)
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, help="topic of the messages")
     p.add_argument("--queue", type=int, default=None, help="queue id (default 0; with --peers: round-robin)")
     p.add_argument("--batch", type=int, default=32, help="with --peers: lines sent per request (default 32)")
-    p.add_argument("--tags", default=None)
+    p.add_argument("--tags", default=None, help="the messages' TAGS (what consumers filter on)")
     p.add_argument("--keys", default=None, help='space-separated keys, e.g. "k1 k2"')
     p.add_argument(
         "--mode",
@@ -437,8 +442,8 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     c = sub.add_parser("consume", help="print messages of a queue from an offset (read-only)")
     c.add_argument("dir", nargs="?", help="store root")
     _add_network_options(c)
-    c.add_argument("--topic", required=True)
-    c.add_argument("--queue", type=int, required=True)
+    c.add_argument("--topic", required=True, help="topic to read")
+    c.add_argument("--queue", type=int, required=True, help="queue id of the topic")
     c.add_argument(
         "--offset",
         type=int,
@@ -460,7 +465,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="physical offsets of the messages with a key (read-only)")
     q.add_argument("dir", nargs="?", help="store root")
     _add_network_options(q)
-    q.add_argument("--topic", required=True)
+    q.add_argument("--topic", required=True, help="topic of the messages")
     q.add_argument("--key", required=True, help="a KEYS segment or a UNIQ_KEY")
     q.add_argument("--max", type=int, default=64, help="at most this many (default 64, RocketMQ's maxMsgsNumBatch)")
     q.add_argument("--sorted", action="store_true", help="one line, sorted, comma-separated (as index.tsv)")
