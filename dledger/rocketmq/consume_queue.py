@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
 from dledger.files import CREATING_SUFFIX, create_sized
+from dledger.rocketmq.topic_validator import store_topic_problem
 
 log = logging.getLogger(__name__)
 
@@ -781,6 +782,10 @@ class ConsumeQueue:
         )
 
 
+class IllegalTopic(ValueError):
+    """A topic that is not one directory name, where a consume queue would be made for it."""
+
+
 class ConsumeQueueTable:
     """DefaultMessageStore's consumeQueueTable: topic -> queue id -> ConsumeQueue.
 
@@ -822,9 +827,16 @@ class ConsumeQueueTable:
         return cq
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """findConsumeQueue: the queue, created (no file until its first unit) if unknown."""
+        """findConsumeQueue: the queue, created (no file until its first unit) if unknown.
+        Raises IllegalTopic for a name that is not one directory (``../x``, ``a/b``), which
+        the puts refuse first."""
         cq = self.table.get(topic, {}).get(queue_id)
-        return cq if cq is not None else self._open(topic, queue_id)
+        if cq is not None:
+            return cq
+        why = store_topic_problem(topic)
+        if why is not None:
+            raise IllegalTopic(why)
+        return self._open(topic, queue_id)
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.table.get(topic, {}).get(queue_id)

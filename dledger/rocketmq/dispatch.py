@@ -30,6 +30,7 @@ from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueue, ConsumeQueueTable
 from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
+from dledger.rocketmq.topic_validator import store_topic_problem
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
@@ -170,6 +171,9 @@ class ReputMessageService:
         # The kernels' arrays, filled again by each batch (see dispatch_round): what a batch's
         # call returns is valid until the next batch's.
         self._arena: dict[str, Any] = {}
+        # Topics (as stored) and whether they name one directory: a record of one that does
+        # not gets no consume-queue unit (see _legal_topic).
+        self._legal: dict[bytes, bool] = {}
 
     # -- position ------------------------------------------------------------------------
 
@@ -438,7 +442,7 @@ class ReputMessageService:
             assert hint_cq is not None
             hint_cq.run_written(n * CQ_UNIT, last_end)
             written = True
-        elif units is not None and topics_raw[0] != _SCHEDULE:
+        elif units is not None and topics_raw[0] != _SCHEDULE and self._legal_topic(topics_raw[0]):
             cq = self.consume_queues.find_or_create(topics_raw[0].decode("utf-8", "replace"), int(cols["queue_id"][0]))
             written = cq.append_run(
                 units, int(cols["queue_offset"][0]), int(phys[0]) + int(sizes[0]), last_end, prefault=False
@@ -476,6 +480,8 @@ class ReputMessageService:
         placed: list[tuple[ConsumeQueue, int, int]] = []
         for tid, qid, start, count, first_offset, contiguous, first_end, last_end in runs.tolist():
             topic_raw = topics_raw[tid]
+            if not self._legal_topic(topic_raw):
+                continue
             cq = self.consume_queues.find_or_create(topic_raw.decode("utf-8", "replace"), qid)
             if contiguous and topic_raw != _SCHEDULE:
                 nbytes = count * CQ_UNIT
@@ -504,6 +510,22 @@ class ReputMessageService:
             for cq, nbytes, last_end in placed:
                 cq.run_written(nbytes, last_end)
                 self._prefault_next(cq)
+
+    def _legal_topic(self, raw: bytes) -> bool:
+        """Whether the topic ``raw`` names one directory under ``consumequeue/``. The puts refuse
+        any other, but a log written before they did (or by another writer) may hold one: its
+        records get no consume-queue unit, on every member alike, rather than a directory
+        elsewhere or a dispatch that fails on them for ever. They stay in the log and the
+        index."""
+        ok = self._legal.get(raw)
+        if ok is None:
+            why = store_topic_problem(raw.decode("utf-8", "replace"))
+            ok = why is None
+            if len(self._legal) < 100_000:
+                self._legal[raw] = ok
+            if not ok:
+                log.warning("records of topic %r get no consume-queue unit: %s", raw, why)
+        return ok
 
     def _prefault_next(self, cq: ConsumeQueue) -> None:
         """Have the next batch's kernel call fault in the pages past what was just appended to

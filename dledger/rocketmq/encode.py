@@ -32,6 +32,7 @@ from dledger.rocketmq.message import (
     encode_host,
     host_v6_bits,
 )
+from dledger.rocketmq.topic_validator import store_topic_problem
 
 K = _load_ext("message")
 _longest_body = K.longest_body
@@ -234,6 +235,9 @@ class BatchPreparer:
                 raise IllegalMessage(f"topic {topic!r} is not valid UTF-8 text: {exc}") from None
             if len(raw) > MAX_TOPIC_BYTES:
                 raise IllegalMessage(f"topic is {len(raw)} bytes in UTF-8, over the limit of {MAX_TOPIC_BYTES}")
+            why = store_topic_problem(topic)
+            if why is not None:
+                raise IllegalMessage(why)
             if len(self._topic_cache) < 100_000:
                 self._topic_cache[topic] = raw
         return raw

@@ -62,6 +62,7 @@ from dledger.rocketmq.encode import (
 )
 from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.topic_validator import validate_send_topic
 from dledger.rocketmq.wire import (
     MESSAGE_REQUEST_CODES,
     ConsumerOffsetRequest,
@@ -527,6 +528,10 @@ class MessageService:
         topic = req.topic
         if topic in SYSTEM_TOPICS:
             raise IllegalMessage(f"topic {topic!r} is a system topic of the message service")
+        # What the Java broker takes from a producer (SendMessageProcessor's checks).
+        why = validate_send_topic(topic)
+        if why is not None:
+            raise IllegalMessage(why)
         if not isinstance(req.queue_id, int) or not 0 <= req.queue_id < self.queue_nums:
             raise IllegalMessage(
                 f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"

@@ -194,3 +194,37 @@ def test_lost_last_index_file_is_rebuilt(tmp_path: Path) -> None:
         for i in (899, 850, 10):
             got = s.query_by_key(msgs[i].topic, f"k{i}")
             assert [m.body for m in got] == [msgs[i].body], i
+
+
+def test_records_of_a_topic_that_is_not_one_directory_get_no_unit_and_dispatch_goes_on(tmp_path: Path) -> None:
+    """A log written before the puts refused such topics (or by another writer): dispatch must
+    neither make consumequeue/../../escaped/ nor stop at the record for ever."""
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    topics = [b"TopicA", b"../../escaped", b"TopicA", b"x\x00y", b"a/b", b"TopicA"]
+    buf = bytearray()
+    ts = 1_700_000_000_000
+    good = 0
+    for i, topic in enumerate(topics):
+        props = f"UNIQ_KEY\x01{i:032X}\x02KEYS\x01key-{i}".encode()
+        offset = good if topic == b"TopicA" else 0
+        buf += oracle.encode_record(
+            f"body {i}".encode(), topic, props, queue_offset=offset, phys_offset=len(buf), store_timestamp=ts + i
+        )
+        good += topic == b"TopicA"
+    (root / "commitlog" / f"{0:020d}").write_bytes(bytes(buf) + bytes(FILE - len(buf)))
+    with MessageStore(root, config()) as s:
+        assert s.wait_dispatched()
+        assert s.dispatch_behind_bytes() == 0
+        got = s.get_messages("TopicA", 0, 0)
+        assert [m.body for m in got.messages] == [b"body 0", b"body 2", b"body 5"]
+        assert s.consume_queues.topics() == ["TopicA"]
+        # The others stay in the log and the index.
+        assert [m.body for m in s.query_by_key("../../escaped", "key-1")] == [b"body 1"]
+        # And a put after them is dispatched.
+        r = s.put_message(Message("TopicA", b"after", queue_id=0))
+        assert r.status == PutMessageStatus.PUT_OK
+        assert s.wait_dispatched()
+        assert [m.body for m in s.get_messages("TopicA", 0, 3).messages] == [b"after"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    assert not list(tmp_path.rglob("escaped"))

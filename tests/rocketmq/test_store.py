@@ -194,6 +194,30 @@ def test_bad_input_writes_nothing(store: MessageStore) -> None:
     assert store.get_messages("T", 0, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
 
 
+# Topics that are not one directory name under consumequeue/: the store refuses them (the
+# Java DefaultMessageStore would make consumequeue/../../escaped/0/).
+UNSAFE_TOPICS = ["../../escaped", "a/b", ".", "..", "x\x00y", "/abs"]
+
+
+def test_topics_that_are_not_one_directory_are_refused(tmp_path: Path, mode: str) -> None:
+    root = tmp_path / "store"
+    with MessageStore(root, small_config(mode)) as s:
+        for t in UNSAFE_TOPICS:
+            res = s.put_message(Message(t, b"body"))
+            assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "topic" in res.reason, t
+            assert s.put_batch(t, [b"a", b"b"]).status == PutMessageStatus.MESSAGE_ILLEGAL, t
+        assert s.max_phys_offset == 0
+        # What DefaultMessageStore takes and the broker's TopicValidator would not, as the
+        # fixtures' "TopicC_longer.name-01": the store takes it too.
+        taken = ["TopicC_longer.name-01", "bad topic!", "主题-ü", "%RETRY%g", "x" * 127]
+        for t in taken:
+            assert s.put_message(Message(t, b"body")).status == PutMessageStatus.PUT_OK, t
+        assert s.wait_dispatched()
+        assert sorted(s.consume_queues.topics()) == sorted(taken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    assert not list(root.rglob("escaped"))
+
+
 def test_unknown_queue_id_is_refused(tmp_path: Path, mode: str) -> None:
     with MessageStore(tmp_path / "s", small_config(mode, topic_queue_nums={"T": 4})) as s:
         assert s.put_message(Message("T", b"x", queue_id=4)).status == PutMessageStatus.MESSAGE_ILLEGAL

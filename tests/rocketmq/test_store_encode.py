@@ -23,7 +23,10 @@ hosts = st.one_of(
 )
 messages = st.builds(
     Message,
-    topic=st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=30),
+    # Any text the store takes as a topic: one directory name (no "/", no NUL, not "." or "..").
+    topic=st.text(
+        alphabet=st.characters(exclude_characters="/\x00", exclude_categories=["Cs"]), min_size=1, max_size=30
+    ).filter(lambda t: t not in (".", "..")),
     body=st.binary(max_size=300),
     queue_id=st.integers(0, 7),
     flag=st.integers(-(2**31), 2**31 - 1),

@@ -87,6 +87,12 @@ def test_refused_input_gets_its_status_and_writes_nothing(cluster: TestCluster):
         for qid in (4, 1000, -1):
             r = p.send(Message("Refusals", b"x"), queue_id=qid)
             assert r.status == "MESSAGE_ILLEGAL" and "queue" in r.reason, r
+        # Topics the Java broker refuses (TopicValidator): one message, and a packed batch.
+        for topic in ("../../escaped", "a/b", "a.b", "bad topic!", "Tö", "x\x00y", "SCHEDULE_TOPIC_XXXX"):
+            r = p.send(Message(topic, b"x"), queue_id=0)
+            assert r.status == "MESSAGE_ILLEGAL" and "topic" in r.reason, (topic, r)
+            rs = p.send_bodies(topic, [b"a", b"b"], 0)
+            assert [x.status for x in rs] == ["MESSAGE_ILLEGAL"] * 2, topic
         # One bad message refuses the whole batch.
         rs = p.send_batch([Message("Refusals", b"ok"), Message("Refusals", b"y" * (MAX_MESSAGE + 1))], queue_id=0)
         assert [r.status for r in rs] == ["MESSAGE_ILLEGAL"] * 2
@@ -115,6 +121,7 @@ def test_refused_input_gets_its_status_and_writes_nothing(cluster: TestCluster):
     assert resp.code == ResponseCode.SUCCESS
     assert SendResponse.from_wire(resp.body).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert leader_end(c) == before
+    assert not list(c.root.rglob("escaped"))
     with Consumer(c.peers, "g", "Refusals") as con:
         assert con.max_offset(0) == 1
     # Raw entries would be garbage to the commit log: the group refuses them.
