@@ -448,10 +448,12 @@ class AsyncProducer:
         if resp.code == ResponseCode.SUCCESS and "status" in body:
             r = SendResponse.from_wire(body)
             if r.status == PutMessageStatus.PUT_OK and len(r.phys_offsets) == len(uniqs):
+                # The queue the producer chose, as Java's SendResult: a delayed message is stored
+                # in SCHEDULE_TOPIC_XXXX first (queue_offset is its offset there).
                 return SendResults(
                     SEND_OK,
                     req.topic,
-                    r.queue_id,
+                    req.queue_id,
                     uniqs,
                     r.queue_offset,
                     r.phys_offsets,

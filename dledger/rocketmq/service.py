@@ -61,6 +61,7 @@ from dledger.rocketmq.encode import (
     encode_batch,
 )
 from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
+from dledger.rocketmq.schedule_service import ScheduleMessageService
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.topic_validator import validate_send_topic
 from dledger.rocketmq.wire import (
@@ -345,6 +346,9 @@ class MessageService:
         self._stop = threading.Event()
         self._reput: LoopReput | None = None
         self._noop: asyncio.Future[Any] | None = None
+        # Delayed messages, delivered by the leader (started with the loop, in bind).
+        self.schedule = ScheduleMessageService(self.store, self._put, self._update_offset, self._takes_puts)
+        self._schedule_task: asyncio.Task[None] | None = None
         self._apply_offsets()
 
     # -- GroupApplication ------------------------------------------------------------------
@@ -358,6 +362,7 @@ class MessageService:
         self._reput = LoopReput(self.store.reput, self._loop, self._dispatched)
         self._reput.heavy_pause = _heavy_dispatch_pause(group.role)
         self._reput.kick()
+        self._schedule_task = self._loop.create_task(self.schedule.run())
 
     def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None:
         # DLedgerRoleChangeHandler's rule, by index as there: a leader takes puts once its
@@ -383,6 +388,8 @@ class MessageService:
 
     def close(self) -> None:
         self._stop.set()
+        if self._schedule_task is not None:
+            self._schedule_task.cancel()
         if self._reput is not None:
             self._reput.close()
         self._apply_offsets()
@@ -470,6 +477,9 @@ class MessageService:
         if self._catching_up():
             return self._not_ready(send=True)
         return None
+
+    def _takes_puts(self) -> bool:
+        return self._group is not None and not self._stop.is_set() and self._not_writable() is None
 
     def _catching_up(self) -> bool:
         """This member leads but its message store does not take puts yet (§7.5)."""

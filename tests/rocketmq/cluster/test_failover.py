@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import UNIQ_KEY, Message, MessageExt
+from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC, UNIQ_KEY, Message, MessageExt
 from dledger.rocketmq.producer import Producer, SendResult
+from dledger.rocketmq.schedule_service import DELAY_OFFSET_GROUP
 from dledger.rocketmq.service import OFFSET_TOPIC
 from dledger.testing import FAST, TestCluster
 
@@ -258,3 +259,36 @@ def test_whole_group_killed_and_restarted(cluster: TestCluster):
             assert queues[r.queue_id][r.queue_offset].body == body, (m, r)
         with Consumer(member_peers(c, m), "survivor", TOPIC, read_from="follower") as con:
             assert con.committed(1) == 33
+
+
+def test_a_new_leader_delivers_the_delayed_messages_the_old_one_had_not(cluster: TestCluster):
+    """ScheduleMessageService's offsets go through the log: a leader killed before some delayed
+    messages were due leaves them to the next, which does not deliver the earlier ones again."""
+    c = cluster
+    c.wait_leader()
+    with Producer(c.peers, timeout=30.0) as p:
+        early = [p.send(Message(TOPIC, f"early {i}".encode(), delay_level=1), queue_id=2) for i in range(2)]
+        assert all(r.ok for r in early)
+        with Consumer(c.peers, DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC) as delays:
+            # Delivered (level 1: 1 s) and its offset committed through the log.
+            c.wait_for(lambda: delays.committed(0) == 2, timeout=30, what="the early ones delivered")
+        late = [p.send(Message(TOPIC, f"late {i}".encode(), delay_level=2), queue_id=2) for i in range(3)]
+        assert all(r.ok for r in late)
+    old = c.wait_leader()
+    c.kill(old)  # at once: the late ones are due in 5 s
+    c.wait_leader(30, exclude=old)
+    want = [b"early 0", b"early 1", b"late 0", b"late 1", b"late 2"]
+    with Consumer(c.peers, "after", TOPIC, timeout=30.0) as con:
+        got: list[MessageExt] = []
+        offset = 0
+        deadline = time.monotonic() + 60
+        while len(got) < len(want) and time.monotonic() < deadline:
+            r = con.pull(2, offset, 32, wait=5.0)
+            got += r.messages
+            offset = max(offset, r.next_begin_offset)
+    assert [m.body for m in got] == want
+    assert [m.uniq_key for m in got] == [r.msg_id for r in early + late]
+    c.start(old)
+    c.wait_for(lambda: caught_up(c), timeout=60, what="every member committed and dispatched the same log")
+    for m in c.ids:
+        assert [x.body for x in read_queue(c, m, 2)] == want, m

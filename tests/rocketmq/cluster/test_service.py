@@ -291,3 +291,44 @@ def test_a_batch_over_the_request_cap_goes_in_pieces_each_result_its_record(
             assert r.messages
             got += [m.body for m in r.messages]
         assert got == [bytes(b) for b in bodies]
+
+
+def pull_until(con: Consumer, queue_id: int, want: int, timeout: float = 60.0) -> list[Any]:
+    """Long polls from offset 0 until ``want`` messages came (or ``timeout`` passed)."""
+    got: list[Any] = []
+    offset = 0
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        r = con.pull(queue_id, offset, 32, wait=5.0)
+        got += r.messages
+        offset = max(offset, r.next_begin_offset)
+    return got
+
+
+def test_delayed_messages_reach_their_topic_when_due_on_every_member(cluster: TestCluster):
+    c = cluster
+    level, delay_ms = 2, 5000  # messageDelayLevel "1s 5s ...": level 2 is 5 s
+    with Producer(c.peers) as p, Consumer(c.peers, "dl", "Later") as con:
+        sent = [
+            p.send(Message("Later", f"late {i}".encode(), tags="T", delay_level=level), queue_id=1) for i in range(3)
+        ]
+        assert all(r.ok for r in sent), sent
+        # Stored in SCHEDULE_TOPIC_XXXX, queue level - 1, not in their topic before their time.
+        # SendResult names the queue the producer chose, as Java's.
+        assert all(r.queue_id == 1 for r in sent)
+        assert con.pull(1, 0, 32).messages == []
+        scheduled = [con.view(r.offset_msg_id) for r in sent]
+        assert all(s is not None and (s.topic, s.queue_id) == ("SCHEDULE_TOPIC_XXXX", level - 1) for s in scheduled)
+        got = pull_until(con, 1, 3)
+        assert [m.body for m in got] == [b"late 0", b"late 1", b"late 2"]
+        assert [m.queue_offset for m in got] == [0, 1, 2]
+        for m, r, s in zip(got, sent, scheduled, strict=True):
+            assert s is not None and m.store_timestamp >= s.store_timestamp + delay_ms
+            assert m.uniq_key == r.msg_id and m.topic == "Later" and m.queue_id == 1 and m.tags == "T"
+            assert "DELAY" not in m.properties and m.properties["REAL_TOPIC"] == "Later"
+    # The same messages at the same offsets on a follower; none of them twice.
+    with Consumer(c.peers, "dl", "Later", read_from="follower") as fcon:
+        on_follower = pull_until(fcon, 1, 3)
+        assert [(m.queue_offset, m.body) for m in on_follower] == [(m.queue_offset, m.body) for m in got]
+        time.sleep(0.5)
+        assert fcon.max_offset(1) == 3
