@@ -44,8 +44,16 @@ log = logging.getLogger(__name__)
 DELAY_OFFSET_GROUP = "RMQ_SYS_DELAY_OFFSET"
 # ScheduleMessageService.DELAY_FOR_A_WHILE: how often a level's queue is looked at.
 DELAY_FOR_A_WHILE = 0.1
-# Messages a level delivers in one put.
+# Messages a level delivers in one put, and their records' bytes at most (one message over it
+# goes alone).
 DELIVER_BATCH = 32
+DELIVER_BYTES = 1 << 20
+# What get_messages answers for messages whose files were deleted: skipped.
+_GONE = (
+    GetMessageStatus.OFFSET_TOO_SMALL,
+    GetMessageStatus.MESSAGE_WAS_REMOVING,
+    GetMessageStatus.OFFSET_FOUND_NULL,
+)
 # After a round that failed unexpectedly, the wait before the next.
 ERROR_PAUSE = 1.0
 
@@ -128,8 +136,8 @@ class ScheduleMessageService:
                 res = await asyncio.to_thread(
                     store.get_messages, RMQ_SYS_SCHEDULE_TOPIC, queue_id, offset, DELIVER_BATCH
                 )
-                if res.status == GetMessageStatus.OFFSET_TOO_SMALL:
-                    # Its first messages were deleted with their files: go on from what is left.
+                if res.status in _GONE and res.next_begin_offset > offset:
+                    # Messages deleted with their files: go on from what is left.
                     if not await self._commit(queue_id, res.next_begin_offset):
                         return total
                     continue
@@ -137,10 +145,16 @@ class ScheduleMessageService:
                     break
                 now = int(time.time() * 1000)
                 due: list[MessageExt] = []
+                size = 0
+                waits = False
                 for m in res.messages:
                     if m.store_timestamp + delay > now:
-                        break  # in store order: the later ones are not due either
+                        waits = True  # in store order: the later ones are not due either
+                        break
+                    if due and size + m.size > DELIVER_BYTES:
+                        break
                     due.append(m)
+                    size += m.size
                 if not due:
                     break
                 if not await self._deliver(due):
@@ -148,7 +162,7 @@ class ScheduleMessageService:
                 total += len(due)
                 if not await self._commit(queue_id, due[-1].queue_offset + 1):
                     return total
-                if len(due) < len(res.messages):
+                if waits:
                     break
         return total
 

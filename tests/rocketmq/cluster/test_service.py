@@ -326,9 +326,15 @@ def test_delayed_messages_reach_their_topic_when_due_on_every_member(cluster: Te
             assert s is not None and m.store_timestamp >= s.store_timestamp + delay_ms
             assert m.uniq_key == r.msg_id and m.topic == "Later" and m.queue_id == 1 and m.tags == "T"
             assert "DELAY" not in m.properties and m.properties["REAL_TOPIC"] == "Later"
+        # A batch of more than one delivery takes (32), due at once: all of it, in order, once.
+        bodies = [f"batch {i}".encode() for i in range(40)]
+        rs = p.send_batch([Message("Later", b, delay_level=1) for b in bodies], queue_id=3)
+        assert rs.ok, rs[-1]
+        assert [m.body for m in pull_until(con, 3, 40)] == bodies
     # The same messages at the same offsets on a follower; none of them twice.
     with Consumer(c.peers, "dl", "Later", read_from="follower") as fcon:
         on_follower = pull_until(fcon, 1, 3)
         assert [(m.queue_offset, m.body) for m in on_follower] == [(m.queue_offset, m.body) for m in got]
+        assert [m.body for m in pull_until(fcon, 3, 40)] == bodies
         time.sleep(0.5)
-        assert fcon.max_offset(1) == 3
+        assert fcon.max_offset(1) == 3 and fcon.max_offset(3) == 40
