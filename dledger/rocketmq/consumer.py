@@ -102,6 +102,7 @@ class AsyncConsumer:
         self.read_from = read_from
         self._next_member = 0
         self._member: str | None = None
+        self._timeout = timeout
         self._request_timeout = request_timeout
         self._holds: list[float] = []
 
@@ -119,15 +120,18 @@ class AsyncConsumer:
         turn, the leader last known skipped while another answers)."""
         c = self.client
         if self.read_from == LEADER:
-            # A held pull needs its hold on top of the usual answer time; concurrent calls
-            # share the client, so it gets the longest hold in flight.
+            # A held pull needs its hold on top of the usual answer time, and on top of the
+            # time the call may take in all (a hold past `timeout` was cut short, TIMEOUT);
+            # concurrent calls share the client, so it gets the longest hold in flight.
             self._holds.append(wait)
             c.request_timeout = self._request_timeout + max(self._holds)
+            c.timeout = self._timeout + max(self._holds)
             try:
                 resp = await c._leader_call(code, {**body, "leader_only": True})  # type: ignore[arg-type]
             finally:
                 self._holds.remove(wait)
                 c.request_timeout = self._request_timeout + max(self._holds, default=0.0)
+                c.timeout = self._timeout + max(self._holds, default=0.0)
             return resp, c.leader or ""
         if c.group is None:
             await c.discover_group()

@@ -149,6 +149,11 @@ def test_long_poll_returns_the_message_that_arrives(cluster: TestCluster):
         # A pull that nothing answers ends with the queue's status once its time is up.
         r2 = con.pull(2, start + 1, 32, wait=0.2)
         assert r2.status == GetMessageStatus.OFFSET_OVERFLOW_ONE and not r2.messages
+        # Also when the hold is longer than the consumer's timeout (which bounds finding the
+        # leader and its answer, not the hold asked for).
+        with Consumer(c.peers, "lp", "Polled", timeout=1.0) as short:
+            r3 = short.pull(2, start + 1, 32, wait=2.5)
+            assert r3.status == GetMessageStatus.OFFSET_OVERFLOW_ONE and not r3.messages
         # A queue the topics do not have (4 here) is refused, not held: nothing can arrive there.
         for qid in (4, 1000, -1):
             with pytest.raises(DLedgerError) as err:
