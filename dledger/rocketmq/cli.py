@@ -139,6 +139,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
         bodies = [args.data.encode("utf-8")]
     if remote:
         return _produce_remote(args, bodies)
+    if args.delay_level:
+        raise MqCliError(
+            "--delay-level needs --peers: a group's leader delivers delayed messages, a store alone does not"
+        )
     if args.queue is None:
         args.queue = 0
     failed = 0
@@ -169,7 +173,13 @@ def _produce_remote(args: argparse.Namespace, bodies: list[bytes]) -> int:
     with Producer(args.peers, args.group, **_remote_kwargs(args)) as producer:
         for start in range(0, len(bodies), max(args.batch, 1)):
             msgs = [
-                Message(topic=args.topic, body=b, tags=args.tags or None, keys=args.keys or None)
+                Message(
+                    topic=args.topic,
+                    body=b,
+                    tags=args.tags or None,
+                    keys=args.keys or None,
+                    delay_level=args.delay_level,
+                )
                 for b in bodies[start : start + max(args.batch, 1)]
             ]
             results = producer.send_batch(msgs, args.queue) if len(msgs) > 1 else [producer.send(msgs[0], args.queue)]
@@ -428,6 +438,12 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="with --peers: lines sent per request (default 32)")
     p.add_argument("--tags", default=None, help="the messages' TAGS (what consumers filter on)")
     p.add_argument("--keys", default=None, help='space-separated keys, e.g. "k1 k2"')
+    p.add_argument(
+        "--delay-level",
+        type=int,
+        default=0,
+        help="with --peers: deliver after RocketMQ's delay level (1: 1s, 2: 5s, 3: 10s, 4: 30s, 5: 1m ... 18: 2h)",
+    )
     p.add_argument(
         "--mode",
         choices=["classic", "dledger"],

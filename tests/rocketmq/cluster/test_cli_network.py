@@ -164,6 +164,16 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     assert out.returncode == 1 and out.stdout == "" and "MESSAGE_ILLEGAL" in out.stderr
     out = mq("produce", "--topic", "CliTopic", "--data", "x")
     assert out.returncode == 1 and "DIR or --peers" in out.stderr
+    # Delayed: in its queue no sooner than its level's time (level 1: 1 s), through the leader.
+    out = mq(
+        "produce", "--peers", peers, "--topic", "CliLater", "--queue", "2", "--delay-level", "1", "--data", "later"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\t")[:3] == ["SEND_OK", out.stdout.split("\t")[1], "2"]
+    out = mq("consume", "--peers", peers, "--topic", "CliLater", "--queue", "2", "--offset", "0", "--wait", "20")
+    assert out.returncode == 0 and out.stdout.split("\t")[-1].strip() == "later", out
+    out = mq("produce", "/nonexistent-dir-for-test", "--topic", "T", "--delay-level", "1", "--data", "x")
+    assert out.returncode == 1 and "--delay-level needs --peers" in out.stderr
     # A queue the topics do not have is an error, not a wait for messages that cannot come.
     out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "9", "--offset", "0", "--wait", "30")
     assert out.returncode == 1 and out.stdout == "" and "queue id 9" in out.stderr
