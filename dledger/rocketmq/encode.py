@@ -31,6 +31,8 @@ from dledger.rocketmq.message import (
     UniqIdGenerator,
     encode_host,
     host_v6_bits,
+    joined_properties_problem,
+    properties_problem,
 )
 from dledger.rocketmq.topic_validator import store_topic_problem
 
@@ -249,7 +251,10 @@ class BatchPreparer:
         if nums is not None and queue_id >= nums:
             raise IllegalMessage(f"queue id {queue_id} of topic {topic!r} is unknown (the topic has {nums} queues)")
 
-    def prepare(self, messages: Sequence[Message]) -> PreparedBatch:
+    def prepare(self, messages: Sequence[Message], check_properties: bool = True) -> PreparedBatch:
+        """The batch of ``messages`` as CommitLog readies them. ``check_properties=False``: take
+        properties that would not read back as they are (a member passing on what a producer
+        sent, checked by the broker's rules; a delayed message passed on as it was stored)."""
         n = len(messages)
         if n == 0:
             raise IllegalMessage("no messages")
@@ -291,6 +296,9 @@ class BatchPreparer:
             if p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) == "false":
                 wait_store = False
             praw = "\x02".join([f"{k}\x01{v}" for k, v in p.items() if v is not None]).encode("utf-8", "surrogatepass")
+            why = joined_properties_problem(p, praw) if check_properties else None
+            if why is not None:
+                raise IllegalMessage(why)
             if len(praw) > MAX_PROPERTIES_BYTES:
                 raise IllegalMessage(f"properties are {len(praw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
             body = m.body
@@ -405,6 +413,10 @@ class BatchPreparer:
             moved = self._delay_to_schedule(p, topic, queue_id, advances)
             if moved is not None:
                 topic, queue_id, traw = moved
+        # As prepare checks them: after the delay rewrite (REAL_TOPIC), the UNIQ_KEY place aside.
+        why = properties_problem({k: v for k, v in p.items() if k != UNIQ_KEY} if uniq else p)
+        if why is not None:
+            raise IllegalMessage(why)
         head: list[str] = []
         tail: list[str] = []
         at = head
@@ -458,6 +470,9 @@ class BatchPreparer:
             raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
         if tags:
             base["TAGS"] = tags
+        why = properties_problem(base)
+        if why is not None:
+            raise IllegalMessage(why)
         parts = [f"{k}\x01{v}" for k, v in base.items() if v is not None]
         store_raw = self.store_host_raw
         braw = encode_host(born_host) if born_host is not None else store_raw
@@ -522,6 +537,9 @@ class BatchPreparer:
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
         if len(keys) != n:
             raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
+        bad = next((k for k in keys if k and ("\x01" in k or "\x02" in k)), None)
+        if bad is not None:
+            raise IllegalMessage(f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators")
         if tpl.create_uniq:
             head, first, _now = self.uniq.reserve(n)
             props = _keyed_properties(tpl, keys, head, first)

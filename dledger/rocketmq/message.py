@@ -16,6 +16,7 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -115,6 +116,37 @@ def encode_properties(properties: dict[str, str] | None) -> str:
     if not properties:
         return ""
     return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in properties.items() if v is not None)
+
+
+def properties_problem(properties: Mapping[str, str | None]) -> str | None:
+    """Why ``properties`` would not read back as they are from their stored string (None: they
+    would). string2messageProperties drops a pair with an empty name or value, and a name or
+    value holding ``\x01`` or ``\x02`` (its separators) reads back cut or split; RocketMQ's
+    producer refuses blank ones (putUserProperty), and the separators are refused here too."""
+    for k, v in properties.items():
+        if v is None:
+            continue
+        if not k or not v:
+            return f"property {k!r} has an empty name or value, which reading the record back drops"
+        if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k or NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
+            return f"property {k!r}: a name or value holds \\x01 or \\x02, RocketMQ's separators"
+    return None
+
+
+def joined_properties_problem(properties: Mapping[str, str | None], joined: bytes | str) -> str | None:
+    """``properties_problem`` for properties already joined into ``joined`` (their
+    messageProperties2String): a few scans of the string, the pairs looked at only when those
+    find something wrong."""
+    n = len(properties)
+    if isinstance(joined, str):
+        ok = joined.count(NAME_VALUE_SEPARATOR) == n and joined.count(PROPERTY_SEPARATOR) == n - 1
+        ok = ok and not (joined.startswith(NAME_VALUE_SEPARATOR) or joined.endswith(NAME_VALUE_SEPARATOR))
+        ok = ok and "\x01\x02" not in joined and "\x02\x01" not in joined
+    else:
+        ok = joined.count(b"\x01") == n and joined.count(b"\x02") == n - 1
+        ok = ok and not (joined.startswith(b"\x01") or joined.endswith(b"\x01"))
+        ok = ok and b"\x01\x02" not in joined and b"\x02\x01" not in joined
+    return None if ok or not n else properties_problem(properties)
 
 
 def decode_properties(text: str | None) -> dict[str, str]:

@@ -33,6 +33,8 @@ from dledger.rocketmq.message import (
     UniqIdGenerator,
     create_message_id,
     encode_properties,
+    joined_properties_problem,
+    properties_problem,
 )
 from dledger.rocketmq.status import PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
@@ -258,17 +260,26 @@ class AsyncProducer:
         return next(self._round_robin) % n
 
     def _properties(self, msg: Message) -> tuple[str, bytes]:
+        """The message's UNIQ_KEY and stored properties; _BadProperties for ones that would not
+        read back as they are (an empty value, a separator in a name or value)."""
         props = msg.store_properties()
         uniq = props.get(UNIQ_KEY)
         if not uniq:
             uniq = props[UNIQ_KEY] = self._uniq.create()
-        return uniq, encode_properties(props).encode("utf-8", "surrogatepass")
+        text = encode_properties(props)
+        why = joined_properties_problem(props, text)
+        if why is not None:
+            raise _BadProperties(why)
+        return uniq, text.encode("utf-8", "surrogatepass")
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         """Send one message (to ``queue_id``, else the selector's queue); returns once the
         group has it on a majority, or with the reason it has not."""
         qid = await self._select(msg, queue_id)
-        uniq, props = self._properties(msg)
+        try:
+            uniq, props = self._properties(msg)
+        except _BadProperties as exc:
+            return _refused(msg.topic, qid, 1, str(exc))[0]
         req = SendRequest(msg.topic, qid, [bytes(msg.body)], [props], msg.flag, msg.sys_flag, msg.born_timestamp)
         return (await self._request(MessageRequestCode.SEND_MESSAGE, req, [uniq]))[0]
 
@@ -309,16 +320,20 @@ class AsyncProducer:
                 first.sys_flag,
                 first.born_timestamp,
             )
+        # Every message's properties first: a bad one refuses the batch before any of it is sent.
+        try:
+            props = [self._properties(m) for m in msgs]
+        except _BadProperties as exc:
+            return _refused(topic, qid, len(msgs), str(exc))
         parts: list[SendResults] = []
-        chunk: list[Message] = []
+        start = 0
         size = 0
-        for m in msgs:
-            if chunk and (size + len(m.body) > BATCH_MAX_BYTES or len(chunk) >= BATCH_MAX_MESSAGES):
-                parts.append(await self._send_chunk(chunk, qid))
-                chunk, size = [], 0
-            chunk.append(m)
+        for i, m in enumerate(msgs):
+            if i > start and (size + len(m.body) > BATCH_MAX_BYTES or i - start >= BATCH_MAX_MESSAGES):
+                parts.append(await self._send_chunk(msgs[start:i], props[start:i], qid))
+                start, size = i, 0
             size += len(m.body)
-        parts.append(await self._send_chunk(chunk, qid))
+        parts.append(await self._send_chunk(msgs[start:], props[start:], qid))
         return SendResults.join(parts)
 
     async def send_bodies(
@@ -358,6 +373,13 @@ class AsyncProducer:
         if tags:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
+        why = properties_problem(base)
+        if why is None and keys is not None:
+            bad = next((k for k in keys if k and ("\x01" in k or "\x02" in k)), None)
+            if bad is not None:
+                why = f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators"
+        if why is not None:
+            return _refused(topic, qid, len(bodies), why)
         prefix = encode_properties(base)
         joint = f"{prefix}\x02UNIQ_KEY\x01" if prefix else "UNIQ_KEY\x01"
         n = len(bodies)
@@ -428,13 +450,9 @@ class AsyncProducer:
             parts.append(await self._request(code, req, uniqs))
         return SendResults.join(parts)
 
-    async def _send_chunk(self, msgs: list[Message], qid: int) -> SendResults:
-        uniqs: list[str] = []
-        props: list[bytes] = []
-        for m in msgs:
-            u, p = self._properties(m)
-            uniqs.append(u)
-            props.append(p)
+    async def _send_chunk(self, msgs: Sequence[Message], prepared: list[tuple[str, bytes]], qid: int) -> SendResults:
+        uniqs = [u for u, _p in prepared]
+        props = [p for _u, p in prepared]
         first = msgs[0]
         req = SendRequest(
             first.topic, qid, [bytes(m.body) for m in msgs], props, first.flag, first.sys_flag, first.born_timestamp
@@ -464,6 +482,16 @@ class AsyncProducer:
         # No leader took it in time: what the last member said.
         status = _status_name(int(body["status"])) if "status" in body else PutMessageStatus.SERVICE_NOT_AVAILABLE.name
         return SendResults(status, req.topic, req.queue_id, uniqs, reason=resp.message or _code_name(resp.code))
+
+
+class _BadProperties(ValueError):
+    """Properties that would not read back as they are (the reason in its message)."""
+
+
+def _refused(topic: str, queue_id: int, n: int, reason: str) -> SendResults:
+    """What a send refused before it went out gets: MESSAGE_ILLEGAL for each message, as the
+    member answers garbage properties."""
+    return SendResults(PutMessageStatus.MESSAGE_ILLEGAL.name, topic, queue_id, [""] * n, reason=reason)
 
 
 def _cuts(record_sizes: np.ndarray, limit: int) -> list[int]:

@@ -177,13 +177,13 @@ class ScheduleMessageService:
         if not msgs:
             return True
         try:
-            batches = [self.store.preparer.prepare(msgs)]
+            batches = [self.store.preparer.prepare(msgs, check_properties=False)]
         except IllegalMessage:
             # One the store refuses now (its topic, its size): the others one by one.
             batches = []
             for one in msgs:
                 try:
-                    batches.append(self.store.preparer.prepare([one]))
+                    batches.append(self.store.preparer.prepare([one], check_properties=False))
                 except IllegalMessage as exc:
                     log.warning("delayed message to %r cannot be delivered, dropped: %s", one.topic, exc)
         for batch in batches:

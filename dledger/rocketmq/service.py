@@ -597,7 +597,9 @@ class MessageService:
                     born_host=born_host,
                 )
             )
-        return self.store.preparer.prepare(msgs)
+        # The string was checked as the Java broker checks it (_check_properties), which takes
+        # pairs that read back dropped (an empty value): kept as sent, as the packed path does.
+        return self.store.preparer.prepare(msgs, check_properties=False)
 
     def _prepare_packed(
         self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, born_host: tuple[str, int] | None

@@ -194,6 +194,29 @@ def test_bad_input_writes_nothing(store: MessageStore) -> None:
     assert store.get_messages("T", 0, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
 
 
+def test_properties_that_would_not_read_back_are_refused(store: MessageStore) -> None:
+    """An empty name or value, or a separator inside one, would come back dropped or split
+    (string2messageProperties): refused, nothing written."""
+    bad = [{"k": ""}, {"": "v"}, {"a\x01b": "c"}, {"k": "v\x02x=1"}]
+    for props in bad:
+        res = store.put_message(Message("T", b"x", properties=props))
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "property" in res.reason, props
+        assert store.put_batch("T", [b"a", b"b"], properties=props).status == PutMessageStatus.MESSAGE_ILLEGAL
+        res = store.put_messages([Message("T", b"ok"), Message("T", b"x", properties=props)])
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL, props
+    assert store.put_message(Message("T", b"x", tags="a\x02b")).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_message(Message("T", b"x", keys=["k\x01"])).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_batch("T", [b"a", b"b"], keys=["ok", "x\x02y"]).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_phys_offset == 0
+    # What does read back is taken, None values skipped as messageProperties2String skips them.
+    r = store.put_message(Message("T", b"x", properties={"k": "v", "名": "值\tx", "skipped": None}))  # type: ignore[dict-item]
+    assert r.status == PutMessageStatus.PUT_OK
+    store.wait_dispatched()
+    back = store.lookup(r.phys_offset)
+    assert back is not None and back.properties["k"] == "v" and back.properties["名"] == "值\tx"
+    assert "skipped" not in back.properties
+
+
 # Topics that are not one directory name under consumequeue/: the store refuses them (the
 # Java DefaultMessageStore would make consumequeue/../../escaped/0/).
 UNSAFE_TOPICS = ["../../escaped", "a/b", ".", "..", "x\x00y", "/abs"]
