@@ -88,13 +88,13 @@ def test_refused_input_gets_its_status_and_writes_nothing(cluster: TestCluster):
             r = p.send(Message("Refusals", b"x"), queue_id=qid)
             assert r.status == "MESSAGE_ILLEGAL" and "queue" in r.reason, r
         # Properties that would not read back as sent: refused before they go out.
-        for props in ({"k": ""}, {"a\x01b": "c"}, {"k": "v\x02x"}):
-            r = p.send(Message("Refusals", b"x", properties=props), queue_id=0)
-            assert r.status == "MESSAGE_ILLEGAL" and "property" in r.reason, (props, r)
-            rs = p.send_batch([Message("Refusals", b"ok"), Message("Refusals", b"x", properties=props)], queue_id=0)
-            assert [x.status for x in rs] == ["MESSAGE_ILLEGAL"] * 2, props
-            rs = p.send_bodies("Refusals", [b"a", b"b"], 0, properties=props)
-            assert [x.status for x in rs] == ["MESSAGE_ILLEGAL"] * 2, props
+        for lossy in ({"k": ""}, {"a\x01b": "c"}, {"k": "v\x02x"}):
+            r = p.send(Message("Refusals", b"x", properties=lossy), queue_id=0)
+            assert r.status == "MESSAGE_ILLEGAL" and "property" in r.reason, (lossy, r)
+            rs = p.send_batch([Message("Refusals", b"ok"), Message("Refusals", b"x", properties=lossy)], queue_id=0)
+            assert [x.status for x in rs] == ["MESSAGE_ILLEGAL"] * 2, lossy
+            rs = p.send_bodies("Refusals", [b"a", b"b"], 0, properties=lossy)
+            assert [x.status for x in rs] == ["MESSAGE_ILLEGAL"] * 2, lossy
         rs = p.send_bodies("Refusals", [b"a", b"b"], 0, keys=["ok", "x\x02y"])
         assert [x.status for x in rs] == ["MESSAGE_ILLEGAL"] * 2
         # Topics the Java broker refuses (TopicValidator): one message, and a packed batch.
