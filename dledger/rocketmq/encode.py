@@ -32,6 +32,7 @@ from dledger.rocketmq.message import (
     encode_host,
     host_v6_bits,
     joined_properties_problem,
+    keys_problem,
     properties_problem,
 )
 from dledger.rocketmq.topic_validator import store_topic_problem
@@ -537,9 +538,9 @@ class BatchPreparer:
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
         if len(keys) != n:
             raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
-        bad = next((k for k in keys if k and ("\x01" in k or "\x02" in k)), None)
-        if bad is not None:
-            raise IllegalMessage(f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators")
+        why = keys_problem(keys)
+        if why is not None:
+            raise IllegalMessage(why)
         if tpl.create_uniq:
             head, first, _now = self.uniq.reserve(n)
             props = _keyed_properties(tpl, keys, head, first)

@@ -16,9 +16,10 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 _time = time.time  # a global, not an attribute lookup, on every put
 
@@ -138,15 +139,18 @@ def joined_properties_problem(properties: Mapping[str, str | None], joined: byte
     messageProperties2String): a few scans of the string, the pairs looked at only when those
     find something wrong."""
     n = len(properties)
-    if isinstance(joined, str):
-        ok = joined.count(NAME_VALUE_SEPARATOR) == n and joined.count(PROPERTY_SEPARATOR) == n - 1
-        ok = ok and not (joined.startswith(NAME_VALUE_SEPARATOR) or joined.endswith(NAME_VALUE_SEPARATOR))
-        ok = ok and "\x01\x02" not in joined and "\x02\x01" not in joined
-    else:
-        ok = joined.count(b"\x01") == n and joined.count(b"\x02") == n - 1
-        ok = ok and not (joined.startswith(b"\x01") or joined.endswith(b"\x01"))
-        ok = ok and b"\x01\x02" not in joined and b"\x02\x01" not in joined
+    one: Any = NAME_VALUE_SEPARATOR if isinstance(joined, str) else b"\x01"
+    two: Any = PROPERTY_SEPARATOR if isinstance(joined, str) else b"\x02"
+    j: Any = joined
+    ok = j.count(one) == n and j.count(two) == n - 1 and not (j.startswith(one) or j.endswith(one))
+    ok = ok and one + two not in j and two + one not in j
     return None if ok or not n else properties_problem(properties)
+
+
+def keys_problem(keys: Iterable[str | None]) -> str | None:
+    """Why a batch's KEYS values would not read back as they are (None: they would)."""
+    bad = next((k for k in keys if k and (NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k)), None)
+    return None if bad is None else f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators"
 
 
 def decode_properties(text: str | None) -> dict[str, str]:

@@ -34,6 +34,7 @@ from dledger.rocketmq.message import (
     create_message_id,
     encode_properties,
     joined_properties_problem,
+    keys_problem,
     properties_problem,
 )
 from dledger.rocketmq.status import PutMessageStatus
@@ -375,9 +376,7 @@ class AsyncProducer:
         base.pop(UNIQ_KEY, None)
         why = properties_problem(base)
         if why is None and keys is not None:
-            bad = next((k for k in keys if k and ("\x01" in k or "\x02" in k)), None)
-            if bad is not None:
-                why = f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators"
+            why = keys_problem(keys)
         if why is not None:
             return _refused(topic, qid, len(bodies), why)
         prefix = encode_properties(base)

@@ -101,7 +101,6 @@ class ScheduleMessageService:
         self.commit = commit
         self.writable = writable
         self.delay_table = store.config.delay_level_table()
-        self.delivered = 0
         self._committed: dict[int, int] = {}
 
     async def run(self) -> None:
@@ -190,7 +189,6 @@ class ScheduleMessageService:
             resp = await self.put(batch)
             if resp.code != ResponseCode.SUCCESS:
                 return False
-            self.delivered += batch.n
         return True
 
     async def _commit(self, queue_id: int, offset: int) -> bool:

@@ -479,7 +479,9 @@ class MessageService:
         return None
 
     def _takes_puts(self) -> bool:
-        return self._group is not None and not self._stop.is_set() and self._not_writable() is None
+        """What _not_writable answers, without building its refusal."""
+        g = self._group
+        return g is not None and g.is_leader and not self._stop.is_set() and not self._catching_up()
 
     def _catching_up(self) -> bool:
         """This member leads but its message store does not take puts yet (§7.5)."""
