@@ -545,6 +545,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # What the system refused (a store root that cannot be made, an address in use): one line.
+        print(f"dledger: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

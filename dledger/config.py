@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dledger.config_check import ConfigError, at_least, check_types, delete_hours, one_of, ratio
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # tomllib joined the standard library in 3.11; tomli is the same parser
@@ -117,6 +119,25 @@ class DLedgerConfig:
     default_topic_queue_nums: int = _opt(8, "write queues of every topic; a put to a queue id past them is refused")
     message_index_enable: bool = _opt(True, "build the key index (RocketMQ's messageIndexEnable)")
 
+    def __post_init__(self) -> None:
+        check_types(self)
+        at_least(self, 1, _POSITIVE)
+        at_least(self, 0, _NOT_NEGATIVE)
+        one_of(self, "store_type", (FILE, MEMORY))
+        one_of(self, "flush_disk_type", ("ASYNC_FLUSH", "SYNC_FLUSH"))
+        ratio(self, ("disk_space_ratio_to_check_expired", "disk_space_ratio_to_force_clean"))
+        if self.raft_timing_scale <= 0:
+            raise ConfigError(f"raft_timing_scale = {self.raft_timing_scale!r}: want more than 0")
+        for low, high in (
+            ("min_vote_interval_ms", "max_vote_interval_ms"),
+            ("min_take_leadership_vote_interval_ms", "max_take_leadership_vote_interval_ms"),
+        ):
+            if getattr(self, high) < getattr(self, low):
+                raise ConfigError(f"{high} = {getattr(self, high)} is below {low} = {getattr(self, low)}")
+        if self.metrics_port is not None and self.metrics_port > 65535:
+            raise ConfigError(f"metrics_port = {self.metrics_port}: want a port, 0-65535")
+        delete_hours(self.delete_when)
+
     @property
     def default_path(self) -> str:
         """``<store_base_dir>/dledger-<self_id>``, as DLedgerConfig.getDefaultPath."""
@@ -154,14 +175,21 @@ class DLedgerConfig:
                 log.warning("config option %r is ignored: %s", key, _IGNORED[name])
                 continue
             if name not in known:
-                raise ValueError(f"unknown config option {key!r}")
+                raise ConfigError(f"unknown config option {key!r}")
             kwargs[name] = value
         return cls(**kwargs)
 
     @classmethod
     def from_toml(cls, path: str | Path) -> DLedgerConfig:
-        with open(path, "rb") as f:
-            return cls.from_dict(tomllib.load(f))
+        try:
+            with open(path, "rb") as f:
+                values = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {str(path)!r}: {exc}") from exc
+        try:
+            return cls.from_dict(values)
+        except ConfigError as exc:
+            raise ConfigError(f"config file {str(path)!r}: {exc.message}") from exc
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -169,6 +197,35 @@ class DLedgerConfig:
     def replace(self, **changes: Any) -> DLedgerConfig:
         return dataclasses.replace(self, **changes)
 
+
+# Options that must be 1 or more (counts, sizes, intervals) and 0 or more; unset ones pass.
+_POSITIVE = (
+    "peer_push_throttle_point",
+    "peer_push_quota",
+    "max_wait_ack_time_ms",
+    "max_push_time_out_ms",
+    "max_batch_push_size",
+    "heart_beat_time_interval_ms",
+    "max_heart_beat_leak",
+    "min_vote_interval_ms",
+    "flush_file_interval",
+    "check_point_interval",
+    "mapped_file_size_for_entry_data",
+    "mapped_file_size_for_entry_index",
+    "max_body_size",
+    "mapped_file_size_commit_log",
+    "max_message_size",
+    "default_topic_queue_nums",
+)
+_NOT_NEGATIVE = (
+    "max_pending_requests_num",
+    "max_leadership_transfer_wait_index",
+    "leadership_transfer_wait_timeout",
+    "min_take_leadership_vote_interval_ms",
+    "file_reserved_hours",
+    "data_cache_window",
+    "metrics_port",
+)
 
 # Options older config files may hold that nothing reads any more: accepted, with a warning.
 _IGNORED = {

@@ -73,6 +73,25 @@ def test_bad_directories_get_clear_errors(tmp_path: Path):
     assert res.returncode == 2
 
 
+def test_a_server_config_that_cannot_work_is_one_line_and_no_server(tmp_path: Path):
+    port = free_ports(1)[0]
+    conf = tmp_path / "n0.toml"
+    store = tmp_path / "s"
+    base = f'peers = "n0-127.0.0.1:{port}"\nstore_base_dir = "{store}"\nenableDLegerCommitLog = true\n'
+    for line, named in [
+        ('heartBeatTimeIntervalMs = "x"', "heart_beat_time_interval_ms"),  # used to raise on every tick
+        ("id = 'n0'", "unknown config option 'id'"),
+        ("maxMessageSize = 0", "max_message_size"),
+    ]:
+        conf.write_text(base + line + "\n")
+        res = dledger("server", "--config", str(conf), check=False)
+        assert res.returncode == 2 and named in res.stderr and "n0.toml" in res.stderr, res.stderr
+        assert len(res.stderr.splitlines()) == 1 and not res.stdout  # no traceback, never listening
+    (tmp_path / "file").write_text("x")
+    res = dledger("server", "--peers", f"n0-127.0.0.1:{port}", "--store-dir", str(tmp_path / "file" / "s"), check=False)
+    assert res.returncode == 1 and res.stderr.startswith("dledger: [Errno 20]") and len(res.stderr.splitlines()) == 1
+
+
 def test_get_out_of_range(tmp_path: Path):
     node = tmp_path / "dledger-n0"
     dledger("append", str(node), "--data", "x")

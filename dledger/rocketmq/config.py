@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dledger.config import snake_case
+from dledger.config_check import ConfigError, at_least, check_types, delete_hours, one_of
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
@@ -33,6 +34,24 @@ _ALIASES = {
     "storePathDLedgerCommitLog": "store_path_dledger_commit_log",
     "isEnableBatchPush": "is_enable_batch_push",
 }
+
+
+# Options that must be 1 or more: sizes, counts and intervals.
+_POSITIVE = (
+    "mapped_file_size_commit_log",
+    "mapped_file_size_consume_queue",
+    "sync_flush_timeout",
+    "flush_interval_commit_log",
+    "flush_interval_consume_queue",
+    "clean_resource_interval",
+    "max_message_size",
+    "max_transfer_bytes_on_message_in_memory",
+    "max_transfer_count_on_message_in_memory",
+    "default_query_max_num",
+    "max_msgs_num_batch",
+    "max_hash_slot_num",
+    "max_index_num",
+)
 
 
 @dataclass(slots=True)
@@ -108,6 +127,29 @@ class MessageStoreConfig:
     # (as DLedgerCommitLog builds its DLedgerConfig), e.g. a group member's flush interval and page-cache window.
     dledger_store_options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_types(self)
+        at_least(self, 1, _POSITIVE)
+        at_least(self, 0, ("file_reserved_time",))
+        one_of(self, "flush_disk_type", (ASYNC_FLUSH, SYNC_FLUSH))
+        one_of(self, "broker_role", (ASYNC_MASTER, SYNC_MASTER, SLAVE))
+        if not 0 < self.disk_max_used_space_ratio <= 100:
+            raise ConfigError(f"disk_max_used_space_ratio = {self.disk_max_used_space_ratio}: want a percentage, 1-100")
+        delete_hours(self.delete_when)
+        try:
+            self.delay_level_table()
+        except ValueError as exc:
+            raise ConfigError(f"message_delay_level: {exc}") from exc
+        for topic, nums in self.topic_queue_nums.items():
+            if not (isinstance(nums, int) and nums >= 1):
+                raise ConfigError(f"topic_queue_nums[{topic!r}] = {nums!r}: want 1 or more")
+        if self.enable_dledger_commit_log and not re.fullmatch(r"[A-Za-z]\d+", self.dledger_self_id):
+            # DLedgerCommitLog takes the number after the id's first letter as its id.
+            raise ConfigError(f"dledger_self_id = {self.dledger_self_id!r}: want a letter and a number (n0)")
+        # MessageStoreConfig.getMappedFileSizeConsumeQueue: a whole number of 20-byte units.
+        units = -(-self.mapped_file_size_consume_queue // CQ_STORE_UNIT_SIZE)
+        self.mapped_file_size_consume_queue = units * CQ_STORE_UNIT_SIZE
+
     # -- derived ----------------------------------------------------------------------
 
     @property
@@ -157,7 +199,7 @@ class MessageStoreConfig:
         for key, value in values.items():
             name = _ALIASES.get(key) or snake_case(key)
             if name not in known:
-                raise ValueError(f"unknown message store option {key!r}")
+                raise ConfigError(f"unknown message store option {key!r}")
             kwargs[name] = value
         return cls(**kwargs)
 

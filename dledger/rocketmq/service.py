@@ -127,11 +127,7 @@ def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig
             ResponseCode.UNEXPECTED_ARGUMENT,
             f"the message store keeps its commit log in files: store_type {cfg.store_type} will not do",
         )
-    sync = cfg.sync or cfg.flush_disk_type == SYNC_FLUSH
-    if cfg.flush_disk_type not in ("ASYNC_FLUSH", SYNC_FLUSH):
-        raise DLedgerError(
-            ResponseCode.UNEXPECTED_ARGUMENT, f"flush_disk_type {cfg.flush_disk_type!r}: want ASYNC_FLUSH or SYNC_FLUSH"
-        )
+    sync = cfg.sync or cfg.flush_disk_type == SYNC_FLUSH  # DLedgerConfig has checked the name
     return MessageStoreConfig(
         store_path_root_dir=cfg.store_path_root_dir or cfg.store_base_dir,
         enable_dledger_commit_log=True,

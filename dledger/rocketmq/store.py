@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dledger._ext import load as _load_ext
+from dledger.config_check import is_it_time_to_do
 from dledger.rocketmq.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.commitlog import CommitLog
@@ -809,8 +810,7 @@ class MessageStore:
         cfg = self.config
         now = time.time() if now is None else now
         ratio = self.disk_used_ratio() if used_ratio is None else used_ratio
-        hour = time.strftime("%H", time.localtime(now))
-        time_up = hour in [h.strip() for h in cfg.delete_when.split(";") if h.strip()]
+        time_up = is_it_time_to_do(cfg.delete_when, now)
         space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
         clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
         deleted = 0

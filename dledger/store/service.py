@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from dledger.config_check import is_it_time_to_do
 from dledger.store.recovery import revise_begin
 
 if TYPE_CHECKING:
@@ -205,8 +206,7 @@ class CleanSpaceService:
         cfg = store.config
         now = time.time() if now is None else now
         ratio = self.used_ratio() if used_ratio is None else used_ratio
-        hour = time.strftime("%H", time.localtime(now))
-        time_up = hour in [h.strip() for h in cfg.delete_when.split(";") if h.strip()]
+        time_up = is_it_time_to_do(cfg.delete_when, now)
         force = ratio > max(cfg.disk_space_ratio_to_force_clean, 0.50)
         if not (time_up or ratio > cfg.disk_space_ratio_to_check_expired or force):
             return 0
