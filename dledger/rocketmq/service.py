@@ -727,7 +727,10 @@ class MessageService:
     def _pull_once(self, req: PullRequest) -> PullResponse:
         store = self.store
         count = min(req.max_count, MAX_PULL_COUNT)
-        buf, cols = store.pull_columns(req.topic, req.queue_id, req.offset, count)
+        # RocketMQ caps a pull's bytes too (maxTransferBytesOnMessageInMemory): a run of large
+        # messages must not make an answer too big to send, which would stall the queue.
+        cap = store.config.max_transfer_bytes_on_message_in_memory
+        buf, cols = store.pull_columns(req.topic, req.queue_id, req.offset, count, cap)
         n = len(cols["phys_offset"]) if len(buf) else 0
         if n:
             cq_min = store.min_offset_in_queue(req.topic, req.queue_id)

@@ -493,20 +493,25 @@ class MessageStore:
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
         cq = self._cq(topic, queue_id)
         if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
+            return GetMessageResult(
+                GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=self._next_offset_correction(offset, 0)
+            )
         min_off, max_off = int(cq.min_offset), int(cq.max_offset)
         res = GetMessageResult(
             GetMessageStatus.NO_MESSAGE_IN_QUEUE, next_begin_offset=offset, min_offset=min_off, max_offset=max_off
         )
         if max_off == 0:
-            res.next_begin_offset = 0
+            res.next_begin_offset = self._next_offset_correction(offset, 0)
         elif offset < min_off:
-            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_off
+            res.status = GetMessageStatus.OFFSET_TOO_SMALL
+            res.next_begin_offset = self._next_offset_correction(offset, min_off)
         elif offset == max_off:
             res.status, res.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
         elif offset > max_off:
+            # 4.9.4 moves an offset past the end to the end (older releases sent it back to 0
+            # when the queue's minimum was 0, which replays a whole queue).
             res.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            res.next_begin_offset = min_off if min_off == 0 else max_off
+            res.next_begin_offset = self._next_offset_correction(offset, max_off)
         else:
             phys, sizes, _tags = cq.get_units(offset, max(max_count, 1))
             if not len(phys):
@@ -537,10 +542,23 @@ class MessageStore:
             res.next_begin_offset = offset + i
         return res
 
+    def _next_offset_correction(self, old: int, new: int) -> int:
+        """nextOffsetCorrection: a master sends a consumer to ``new``; a slave (offsetCheckInSlave
+        false, RocketMQ's default) leaves its offset alone, since the slave may only be behind.
+        In a group the members that are not the leader are the slaves."""
+        if self.config.broker_role == SLAVE:
+            return old
+        if self.mode == DLEDGER:
+            from dledger.rocketmq.dledger_commitlog import LEADER
+
+            return new if self.commitlog.role == LEADER else old
+        return new
+
     def pull_columns(
-        self, topic: str, queue_id: int, offset: int, max_count: int = 65536
+        self, topic: str, queue_id: int, offset: int, max_count: int = 65536, max_bytes: int | None = None
     ) -> tuple[memoryview, dict[str, np.ndarray]]:
-        """Up to ``max_count`` messages of a queue from ``offset`` as scan columns over one buffer
+        """Up to ``max_count`` messages of a queue from ``offset`` (and no more than ``max_bytes``
+        of records, but at least one, as isTheBatchFull) as scan columns over one buffer
         holding their records back to back (``phys_offset`` is each record's commit-log offset,
         ``queue_offset`` its queue offset). Stops at the first unit whose record is not readable
         (not yet committed, or deleted). The fast read path: no object per message."""
@@ -551,6 +569,9 @@ class MessageStore:
         phys, sizes, _tags = cq.get_units(offset, max_count)
         if not len(phys):
             return empty
+        if max_bytes is not None and len(phys) > 1:
+            fit = max(int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")), 1)
+            phys, sizes = phys[:fit], sizes[:fit]
         cl = self.commitlog
         ok = (phys + sizes <= int(cl.readable_end)) & (phys >= int(cl.min_offset))
         if not ok.all():
