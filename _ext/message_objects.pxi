@@ -11,6 +11,7 @@ MESSAGE_EXT_FIELDS = (
     "topic", "body", "queue_id", "flag", "tags", "keys", "properties", "delay_level", "sys_flag",
     "born_timestamp", "born_host", "reconsume_times", "prepared_offset", "queue_offset", "phys_offset",
     "size", "store_timestamp", "store_host", "body_crc", "msg_id", "properties_string", "stored_phys_offset",
+    "offset_msg_id",
 )
 
 # decode_host's answers by the stored host field (a broker sees few hosts).
@@ -93,9 +94,10 @@ cdef object _message(object cls, _Topics topics, const unsigned char *p, Py_ssiz
                      int32_t body_crc, int32_t queue_id, int32_t flag, int64_t queue_offset, int64_t stored_phys,
                      int32_t sys_flag, int64_t born_ts, int64_t bo, int64_t store_ts, int64_t so, int32_t reconsume,
                      int64_t prepared, int64_t body_off, int64_t body_len, int64_t topic_off, int64_t topic_len,
-                     int64_t props_off, int64_t props_len, int64_t phys):
+                     int64_t props_off, int64_t props_len, int64_t phys, bint client):
     """The MessageExt of one record whose fields lie at these offsets of ``p[:plen]`` (``topics``:
-    the topic decoded last, for a batch; None for one record)."""
+    the topic decoded last, for a batch; None for one record). ``client``: its ``msg_id`` is the
+    UNIQ_KEY when it has one, as MessageClientExt.getMsgId gives a consumer; else the offset id."""
     cdef Py_ssize_t bh = mq_host_len(sys_flag, MQ_BORNHOST_V6), sh = mq_host_len(sys_flag, MQ_STOREHOST_V6)
     if (bo < 0 or bo + bh > plen or so < 0 or so + sh > plen or body_off < 0 or body_len < 0
             or body_off + body_len > plen or topic_off < 0 or topic_len < 0 or topic_off + topic_len > plen
@@ -104,6 +106,8 @@ cdef object _message(object cls, _Topics topics, const unsigned char *p, Py_ssiz
     props_string = _utf8(p + props_off, props_len)
     props = _properties(p + props_off, props_len)
     delay = props.get("DELAY")
+    offset_id = _msg_id(p + so, sh, phys)
+    uniq = props.get("UNIQ_KEY") if client else None
     return cls(
         topics.get(p + topic_off, topic_len) if topics is not None else _utf8(p + topic_off, topic_len),
         PyBytes_FromStringAndSize(<const char *>p + body_off, body_len),
@@ -124,13 +128,14 @@ cdef object _message(object cls, _Topics topics, const unsigned char *p, Py_ssiz
         store_ts,
         _host(p + so, sh),
         body_crc,
-        _msg_id(p + so, sh, phys),
+        uniq if uniq is not None else offset_id,
         props_string,
         stored_phys,
+        offset_id,
     )
 
 
-def message_ext(buf, int64_t phys_offset, cls):
+def message_ext(buf, int64_t phys_offset, cls, bint client=False):
     """``cls`` (MessageExt) of the record at the start of ``buf``, its ``phys_offset`` the given
     one; None when no whole valid record starts there (the checks of ``scan_records``)."""
     cdef const unsigned char[::1] b = _ro(buf)
@@ -140,10 +145,10 @@ def message_ext(buf, int64_t phys_offset, cls):
         return None
     return _message(cls, None, &b[0], n, r.size, r.body_crc, r.queue_id, r.flag, r.queue_offset, r.phys,
                     r.sys_flag, r.born_ts, r.born_host_off, r.store_ts, r.store_host_off, r.reconsume, r.prepared,
-                    r.body_off, r.body_len, r.topic_off, r.topic_len, r.props_off, r.props_len, phys_offset)
+                    r.body_off, r.body_len, r.topic_off, r.topic_len, r.props_off, r.props_len, phys_offset, client)
 
 
-def message_exts(buf, dict cols, rows, cls):
+def message_exts(buf, dict cols, rows, cls, bint client=False):
     """``cls`` (MessageExt) of each scanned record (``cols`` as ``scan_records`` makes them, over
     ``buf``), for the rows ``rows`` (None: all) in their order."""
     cdef const unsigned char[::1] b = _ro(buf)
@@ -169,5 +174,5 @@ def message_exts(buf, dict cols, rows, cls):
                             c.queue_offset[k], c.stored_phys[k], c.sys_flag[k], c.born_ts[k], c.born_host_off[k],
                             c.store_ts[k], c.store_host_off[k], c.reconsume[k], c.prepared[k], c.body_off[k],
                             c.body_len[k], c.topic_off[k], c.topic_len[k], c.props_off[k], c.props_len[k],
-                            c.phys_offset[k]))
+                            c.phys_offset[k], client))
     return out

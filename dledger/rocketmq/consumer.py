@@ -63,13 +63,13 @@ def decode_pull(resp: PullResponse) -> list[MessageExt]:
     cols, _stop, _code = K.scan_records(resp.records, 0, 0, -1, False, -1)
     n = len(cols["size"])
     cols["phys_offset"] = np.asarray(resp.phys_offsets[:n], dtype=np.int64)
-    return messages_from_columns(resp.records, cols)
+    return messages_from_columns(resp.records, cols, client=True)
 
 
 def _decode_records(body: dict[str, Any]) -> list[MessageExt]:
     out = []
     for data, phys in zip(body.get("records") or [], body.get("phys") or [], strict=False):
-        m = decode_record(bytes(data), int(phys))
+        m = decode_record(bytes(data), int(phys), client=True)
         if m is not None:
             out.append(m)
     return out

@@ -464,10 +464,15 @@ class MessageExt(Message):
     store_timestamp: int = 0
     store_host: Host | None = None
     body_crc: int = 0
+    # MessageDecoder's msgId, the offset id (store host and commit-log offset), on what a store
+    # reads; on what a Consumer receives, the UNIQ_KEY when there is one (MessageClientExt), so
+    # that it is SendResult.msg_id and a resent message keeps it.
     msg_id: str = ""
     properties_string: str = ""
     # The stored field: for DLedger records this is entry pos + 48, for classic records the offset.
     stored_phys_offset: int = 0
+    # The offset id always (MessageClientExt.getOffsetMsgId): what view_by_msg_id takes.
+    offset_msg_id: str = ""
 
     @property
     def uncompressed_body(self) -> bytes:

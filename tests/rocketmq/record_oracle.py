@@ -337,9 +337,10 @@ def parse_properties(props: str) -> dict[str, str]:
     return out
 
 
-def message_decode(buf: bytes, phys_offset: int) -> dict[str, Any]:
+def message_decode(buf: bytes, phys_offset: int, client: bool = False) -> dict[str, Any]:
     """MessageDecoder.decode of the record at the start of ``buf`` into MessageExt's fields (the
-    message id of the store host and ``phys_offset``; text decoded with replacement)."""
+    message id of the store host and ``phys_offset``; text decoded with replacement). ``client``:
+    the message id a consumer's MessageClientExt gives, the UNIQ_KEY when there is one."""
     rec = decode_record(buf)
 
     def host(raw: bytes) -> tuple[str, int]:
@@ -348,6 +349,7 @@ def message_decode(buf: bytes, phys_offset: int) -> dict[str, Any]:
     props_string = rec["properties"].decode("utf-8", "replace")
     props = parse_properties(props_string)
     delay = props.get("DELAY")
+    offset_id = (rec["store_host"] + struct.pack(">q", phys_offset)).hex().upper()
     return {
         "topic": rec["topic"].decode("utf-8", "replace"),
         "body": rec["body"],
@@ -368,9 +370,10 @@ def message_decode(buf: bytes, phys_offset: int) -> dict[str, Any]:
         "store_timestamp": rec["store_timestamp"],
         "store_host": host(rec["store_host"]),
         "body_crc": rec["body_crc"],
-        "msg_id": (rec["store_host"] + struct.pack(">q", phys_offset)).hex().upper(),
+        "msg_id": props["UNIQ_KEY"] if client and "UNIQ_KEY" in props else offset_id,
         "properties_string": props_string,
         "stored_phys_offset": rec["stored_phys_offset"],
+        "offset_msg_id": offset_id,
     }
 
 

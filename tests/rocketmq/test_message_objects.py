@@ -68,25 +68,26 @@ def records(draw: Any) -> bytes:
     )
 
 
-def expect(rec: bytes, phys: int) -> dict[str, Any] | type[Exception]:
+def expect(rec: bytes, phys: int, client: bool = False) -> dict[str, Any] | type[Exception]:
     try:
-        return message_decode(rec, phys)
+        return message_decode(rec, phys, client)
     except ValueError:  # a DELAY of digits int() does not take ("²")
         return ValueError
 
 
 @settings(max_examples=300, deadline=None)
-@given(records(), st.integers(0, 2**62))
-@example(encode_record(b"hi", b"TopicA", b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02DELAY\x013"), 4096)
-@example(encode_record(b"", b"", b"\x01\x02\x02x\x01\x01y\x02\x01v\x02n\x01"), 0)
-@example(encode_record(b"x", b"T\xff\xfe", b"\xe2\x82\x02TAGS\x01\xe2\x82"), 7)
-def test_a_record_decodes_as_message_decoder_does(rec: bytes, phys: int) -> None:
-    want = expect(rec, phys)
+@given(records(), st.integers(0, 2**62), st.booleans())
+@example(encode_record(b"hi", b"TopicA", b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02DELAY\x013"), 4096, False)
+@example(encode_record(b"", b"", b"\x01\x02\x02x\x01\x01y\x02\x01v\x02n\x01"), 0, False)
+@example(encode_record(b"x", b"T\xff\xfe", b"\xe2\x82\x02TAGS\x01\xe2\x82"), 7, False)
+@example(encode_record(b"x", b"T", b"UNIQ_KEY\x01C0A80001\x02TAGS\x01a"), 7, True)
+def test_a_record_decodes_as_message_decoder_does(rec: bytes, phys: int, client: bool) -> None:
+    want = expect(rec, phys, client)
     if want is ValueError:
         with pytest.raises(ValueError):
-            decode_record(rec, phys)
+            decode_record(rec, phys, client=client)
         return
-    got = decode_record(rec, phys)
+    got = decode_record(rec, phys, client=client)
     assert got is not None and fields(got) == want
     assert type(got) is MessageExt
 
@@ -105,6 +106,8 @@ def test_scanned_records_decode_as_each_alone(recs: list[bytes], data: Any) -> N
     starts = [sum(len(r) for r in recs[:i]) for i in range(len(recs))]
     for got, k in zip(messages_from_columns(buf, cols, rows), rows, strict=True):
         assert fields(got) == message_decode(recs[k], 1000 + starts[k])
+    for got, k in zip(messages_from_columns(buf, cols, rows, client=True), rows, strict=True):
+        assert fields(got) == message_decode(recs[k], 1000 + starts[k], client=True)
     assert [m.phys_offset for m in messages_from_columns(buf, cols)] == [1000 + s for s in starts]
 
 

@@ -205,6 +205,9 @@ def test_offsets_queries_and_follower_reads(cluster: TestCluster):
         got = list(con.messages(1, idle_timeout=1.0, wait=0.5, auto_commit=True))
         # From the committed offset on; the iterator commits as it goes.
         assert [x.body for x in got] == [f"order {i}".encode() for i in range(5, 20)]
+        # A consumer's msg_id is the SendResult's (the UNIQ_KEY, as MessageClientExt gives it),
+        # and offset_msg_id the offset id that view takes.
+        assert [(x.msg_id, x.offset_msg_id) for x in got] == [(r.msg_id, r.offset_msg_id) for r in results[5:]]
         assert con.committed(1) == results[-1].queue_offset + 1
     for m in c.ids:
         with Consumer(f"{m}-127.0.0.1:{c.ports[m]}", "shop-app", "Shop", read_from="follower") as con:
@@ -306,6 +309,44 @@ def test_a_batch_over_the_request_cap_goes_in_pieces_each_result_its_record(
             assert r.messages
             got += [m.body for m in r.messages]
         assert got == [bytes(b) for b in bodies]
+
+
+def test_an_offset_past_the_end_moves_to_the_end_on_the_leader_and_stays_on_a_follower(cluster: TestCluster):
+    c = cluster
+    with Producer(c.peers) as p:
+        assert p.send_bodies("PastEnd", [b"a", b"b", b"c"], queue_id=0).ok
+    leader = c.wait_leader()
+    with Consumer(c.peers, "past", "PastEnd") as con:
+        r = con.pull(0, 9)
+        # nextOffsetCorrection on a master: the end (before 4.9 it sent the consumer back to 0)
+        assert r.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 3
+        # ... and an iterator started past the end waits there: nothing is delivered again.
+        assert list(con.messages(0, 9, wait=0.2, idle_timeout=1.0, auto_commit=False)) == []
+    follower = next(m for m in c.ids if m != leader)
+    with Consumer(f"{follower}-127.0.0.1:{c.ports[follower]}", "past", "PastEnd", read_from="follower") as con:
+        deadline = time.monotonic() + 10
+        while con.max_offset(0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = con.pull(0, 9)
+        # A slave may only be behind: it leaves the offset alone (offsetCheckInSlave false).
+        assert r.member == follower and r.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        assert r.next_begin_offset == 9
+
+
+def test_a_pull_of_large_messages_is_capped_in_bytes_and_the_queue_stays_readable(cluster: TestCluster):
+    # RocketMQ bounds a pull by maxTransferBytesOnMessageInMemory (256 KiB) as well as by count,
+    # with at least one message: 32 large messages used to go in one answer, and past the
+    # transport's 64 MiB frame (4 MiB messages) no pull of the queue could be answered at all.
+    body = b"L" * (60 * 1024)
+    with Producer(cluster.peers) as p:
+        for _ in range(40):
+            assert p.send(Message("Large", body), queue_id=1).ok
+    with Consumer(cluster.peers, "large", "Large") as con:
+        r = con.pull(1, 0, 32, wait=5.0)
+        assert 1 <= len(r.messages) and sum(m.size for m in r.messages) <= 256 * 1024
+        assert r.next_begin_offset == len(r.messages)
+        got = list(con.messages(1, 0, wait=0.5, idle_timeout=2.0, auto_commit=False))
+        assert [m.queue_offset for m in got] == list(range(40)) and all(m.body == body for m in got)
 
 
 def pull_until(con: Consumer, queue_id: int, want: int, timeout: float = 60.0) -> list[Any]:
