@@ -42,6 +42,8 @@ _longest_body = K.longest_body
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 MAX_QUEUE_ID = (1 << 31) - 1
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I63 = (1 << 63) - 1
 
 
 # The four hex digits of the UNIQ_KEY counter, for every counter value.
@@ -289,13 +291,14 @@ class BatchPreparer:
             if uniq_head and UNIQ_KEY not in p:
                 p[UNIQ_KEY] = f"{uniq_head}{counter & 0xFFFF:04X}"
                 counter += 1
+            if n > 1 or not java_ranges_ok(m):
+                check_java_rules(m, p, n > 1)
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
             if PROPERTY_DELAY in p:
                 moved = self._delay_to_schedule(p, topic, queue_id, tran in (not_type, commit_type))
                 if moved is not None:
                     topic, queue_id, traw = moved
-            if p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) == "false":
-                wait_store = False
+            wait_store = wait_store and p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
             praw = "\x02".join([f"{k}\x01{v}" for k, v in p.items() if v is not None]).encode("utf-8", "surrogatepass")
             why = joined_properties_problem(p, praw) if check_properties else None
             if why is not None:
@@ -612,6 +615,8 @@ class BatchPreparer:
         is not empty."""
         if len(bodies) == 0:
             raise IllegalMessage("no messages")
+        if not (_I32_MIN <= flag <= _I32_MAX and _I32_MIN <= sys_flag <= _I32_MAX):
+            raise IllegalMessage(f"flag {flag} or sys flag {sys_flag} is not an int32")
         tkey = (topic, queue_id, tags, tuple(properties.items()) if properties else (), flag, sys_flag, born_host)
         tpl = self._templates.get(tkey)
         if tpl is None:
@@ -894,6 +899,44 @@ def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_
             props,
         )
     )
+
+
+def java_ranges_ok(m: Message) -> bool:
+    """Every number of ``m`` fits its Java type (the quick test; ``check_java_rules`` says why not)."""
+    return (
+        _I32_MIN <= m.flag <= _I32_MAX
+        and _I32_MIN <= m.sys_flag <= _I32_MAX
+        and _I32_MIN <= m.reconsume_times <= _I32_MAX
+        and -_I63 <= m.born_timestamp <= _I63
+        and -_I63 <= m.prepared_offset <= _I63
+    )
+
+
+def check_java_ints(*fields: tuple[str, int, int]) -> None:
+    """IllegalMessage for the first (name, value, bits) whose value no Java int of those bits holds."""
+    for name, value, bits in fields:
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            raise IllegalMessage(f"{name} {value} is not an int{bits}")
+
+
+def check_java_rules(m: Message, p: dict[str, str], in_batch: bool) -> None:
+    """IllegalMessage for a field no Java int or long holds (the record has no room for it), and
+    in a batch for what CommitLog.asyncPutMessages refuses: a transaction message, or a delay
+    level (each would take an offset in a schedule queue while its result named one in its own)."""
+    check_java_ints(
+        ("flag", m.flag, 32),
+        ("sys flag", m.sys_flag, 32),
+        ("reconsume times", m.reconsume_times, 32),
+        ("born timestamp", m.born_timestamp, 64),
+        ("prepared offset", m.prepared_offset, 64),
+    )
+    if not in_batch:
+        return
+    if m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE != MessageSysFlag.TRANSACTION_NOT_TYPE:
+        raise IllegalMessage("a batch cannot hold transaction messages (as RocketMQ's putMessages)")
+    delay = p.get(PROPERTY_DELAY)
+    if delay and delay.strip().lstrip("-").isdigit() and int(delay) > 0:
+        raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
 
 
 def delay_of(table: dict[int, int], level: int) -> int:

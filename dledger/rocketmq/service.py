@@ -58,6 +58,7 @@ from dledger.rocketmq.encode import (
     IllegalMessage,
     PreparedBatch,
     assign_queue_offsets,
+    check_java_ints,
     encode_batch,
 )
 from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
@@ -544,6 +545,9 @@ class MessageService:
             raise IllegalMessage(
                 f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
             )
+        check_java_ints(
+            ("flag", req.flag, 32), ("sys flag", req.sys_flag, 32), ("born timestamp", req.born_timestamp, 64)
+        )
         # The producer's address as the connection sees it, as the Java broker takes BORNHOST
         # from the channel (SendMessageProcessor), unless the request names one.
         born_host = _parse_host(req.born_host) if req.born_host else _peer_host(peer)

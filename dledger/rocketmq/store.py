@@ -36,7 +36,14 @@ from dledger.rocketmq.config import SLAVE, MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueueTable
 from dledger.rocketmq.consumer_offset import ConsumerOffsetManager
 from dledger.rocketmq.dispatch import ReputMessageService
-from dledger.rocketmq.encode import BatchPreparer, IllegalMessage, PreparedBatch, UniformBatch
+from dledger.rocketmq.encode import (
+    BatchPreparer,
+    IllegalMessage,
+    PreparedBatch,
+    UniformBatch,
+    check_java_rules,
+    java_ranges_ok,
+)
 from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import (
     UNIQ_KEY,
@@ -343,6 +350,8 @@ class MessageStore:
                 return refused
         prep = self.preparer
         try:
+            if not java_ranges_ok(msg):
+                check_java_rules(msg, {}, False)
             tpl = prep.put_template(msg)
         except IllegalMessage as exc:
             log.warning("put refused: %s", exc)

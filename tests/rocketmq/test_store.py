@@ -195,6 +195,36 @@ def test_bad_input_writes_nothing(store: MessageStore) -> None:
     assert store.get_messages("T", 0, 0).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
 
 
+def test_numbers_java_cannot_hold_and_batches_putmessages_refuses(store: MessageStore) -> None:
+    """A flag, sys flag, born time... past its Java int/long has no room in the record (it was an
+    UNKNOWN_ERROR with a traceback); a batch of delayed or transaction messages is refused as
+    CommitLog.asyncPutMessages refuses it (each delayed one would take a schedule-queue offset
+    while its result named one in its own queue). Refused, nothing written."""
+    before = store.max_phys_offset
+    for m in [
+        Message("T", b"x", flag=1 << 40),
+        Message("T", b"x", flag=-(1 << 31) - 1),
+        Message("T", b"x", sys_flag=1 << 33),
+        Message("T", b"x", reconsume_times=1 << 31),
+        Message("T", b"x", born_timestamp=1 << 70),
+        Message("T", b"x", prepared_offset=1 << 63),
+    ]:
+        for res in (store.put_message(m), store.put_messages([m]), store.put_messages([m, Message("T", b"ok")])):
+            assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "int" in res.reason, m
+    assert store.put_batch("T", [b"a", b"b"], flag=1 << 40).status == PutMessageStatus.MESSAGE_ILLEGAL
+    for batch in (
+        [Message("T", b"a", delay_level=2), Message("T", b"b")],
+        [Message("T", b"a"), Message("T", b"b", properties={"DELAY": "3"})],
+        [Message("T", b"a", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE), Message("T", b"b")],
+    ):
+        res = store.put_messages(batch)
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "batch" in res.reason
+    assert store.max_phys_offset == before
+    # Java's edges are fine, and a delay of 0 is no delay.
+    ok = [Message("T", b"x", flag=(1 << 31) - 1), Message("T", b"y", flag=-(1 << 31), delay_level=0)]
+    assert store.put_messages(ok).ok and store.put_message(Message("T", b"z", delay_level=1)).ok
+
+
 def test_properties_that_would_not_read_back_are_refused(store: MessageStore) -> None:
     """An empty name or value, or a separator inside one, would come back dropped or split
     (string2messageProperties): refused, nothing written."""

@@ -115,6 +115,19 @@ def test_refused_input_gets_its_status_and_writes_nothing(cluster: TestCluster):
         resp = raw_send(c, MessageRequestCode.SEND_MESSAGE, req.to_wire())
         assert resp.code == ResponseCode.SUCCESS
         assert SendResponse.from_wire(resp.body).status == PutMessageStatus.MESSAGE_ILLEGAL, props
+    # Numbers no Java int holds, and a batch of delayed messages (CommitLog.asyncPutMessages
+    # refuses it: each result would name an offset its message does not have), sent as another
+    # client could: MESSAGE_ILLEGAL, never a retry-later status.
+    wide = [
+        (MessageRequestCode.SEND_MESSAGE, SendRequest("Refusals", 0, [b"x"], [b""], flag=1 << 40)),
+        (MessageRequestCode.SEND_BATCH_MESSAGE, SendRequest("Refusals", 0, [b"x", b"y"], [b"", b""], flag=1 << 40)),
+        (MessageRequestCode.SEND_MESSAGE, SendRequest("Refusals", 0, [b"x"], [b""], sys_flag=-(1 << 33))),
+        (MessageRequestCode.SEND_BATCH_MESSAGE, SendRequest("Refusals", 0, [b"x", b"y"], [b"DELAY\x012", b""])),
+    ]
+    for code, req in wide:
+        resp = raw_send(c, code, req.to_wire())
+        sent = SendResponse.from_wire(resp.body)
+        assert resp.code == ResponseCode.SUCCESS and sent.status == PutMessageStatus.MESSAGE_ILLEGAL, sent
     # Malformed requests: the transport code says so, nothing is written.
     resp = raw_send(
         c,
