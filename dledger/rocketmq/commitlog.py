@@ -189,6 +189,8 @@ class CommitLog(LogFiles):
     """The classic commit log of one store root."""
 
     dledger = False
+    # Bytes from where dispatch reads a record to the record (DLedger: the entry header).
+    record_header_size = 0
 
     def __init__(self, config: MessageStoreConfig, checkpoint: StoreCheckpoint, *, readonly: bool = False) -> None:
         self.config = config

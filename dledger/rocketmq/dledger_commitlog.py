@@ -143,6 +143,7 @@ class EmbeddedAppender:
 
 class DLedgerCommitLog(LogFiles):
     dledger = True
+    record_header_size = BODY_OFFSET
 
     def __init__(
         self, config: MessageStoreConfig, store: MmapFileStore, appender: Any = None, *, readonly: bool = False

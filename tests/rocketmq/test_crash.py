@@ -127,3 +127,47 @@ def test_kill_twice(tmp_path: Path, mode: str) -> None:
     second = run_and_kill(root, "ASYNC_FLUSH", mode, 8, first + 800)
     assert second >= first + 800
     check_recovered(root, mode, second)
+
+
+SPLIT_INDEX = textwrap.dedent("""
+    import os, signal, sys, time
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.message import Message
+    from dledger.rocketmq.store import MessageStore
+    cfg = MessageStoreConfig(max_hash_slot_num=64, max_index_num=256, mapped_file_size_commit_log=1 << 20,
+                             enable_dledger_commit_log=sys.argv[2] == "dledger")
+    store = MessageStore(sys.argv[1], cfg)
+    for i in range(200):
+        store.put_message(Message("T", b"m%d" % i, keys=["key-%d" % i]))
+        if i >= 127:
+            time.sleep(0.002)  # later store times: the last index file ends past the checkpoint
+    store.wait_dispatched()
+    store.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_message_whose_index_items_span_two_files_keeps_every_key_after_a_crash(tmp_path: Path, mode: str) -> None:
+    """255 index items a file, two a message (UNIQ_KEY and one key): message 127's UNIQ_KEY is
+    the last item of the first file and its key the first of the second, which recovery drops
+    (the checkpoint vouches for full files only) and rebuilds. The rebuild used to start after
+    message 127, and its key was never found again."""
+    root = tmp_path / "s"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", SPLIT_INDEX, str(root), mode], env=env, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    cfg = MessageStoreConfig(
+        max_hash_slot_num=64,
+        max_index_num=256,
+        mapped_file_size_commit_log=1 << 20,
+        enable_dledger_commit_log=mode == "dledger",
+    )
+    with MessageStore(root, cfg) as store:
+        store.wait_dispatched()
+        for i in range(200):
+            found = store.query_by_key("T", f"key-{i}")
+            assert [m.body for m in found] == [b"m%d" % i], i
+        # Twice in the index (its first item stayed, then it was indexed again): one message.
+        m127 = store.get_messages("T", 0, 127, 1).messages[0]
+        assert [m.phys_offset for m in store.query_by_key("T", m127.properties["UNIQ_KEY"])] == [m127.phys_offset]
