@@ -291,8 +291,8 @@ class BatchPreparer:
             if uniq_head and UNIQ_KEY not in p:
                 p[UNIQ_KEY] = f"{uniq_head}{counter & 0xFFFF:04X}"
                 counter += 1
-            if n > 1 or not java_ranges_ok(m):
-                check_java_rules(m, p, n > 1)
+            if not java_ranges_ok(m):
+                check_message_ints(m)
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
             if PROPERTY_DELAY in p:
                 moved = self._delay_to_schedule(p, topic, queue_id, tran in (not_type, commit_type))
@@ -902,7 +902,7 @@ def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_
 
 
 def java_ranges_ok(m: Message) -> bool:
-    """Every number of ``m`` fits its Java type (the quick test; ``check_java_rules`` says why not)."""
+    """Every number of ``m`` fits its Java type (the quick test; ``check_message_ints`` says why not)."""
     return (
         _I32_MIN <= m.flag <= _I32_MAX
         and _I32_MIN <= m.sys_flag <= _I32_MAX
@@ -919,10 +919,9 @@ def check_java_ints(*fields: tuple[str, int, int]) -> None:
             raise IllegalMessage(f"{name} {value} is not an int{bits}")
 
 
-def check_java_rules(m: Message, p: dict[str, str], in_batch: bool) -> None:
-    """IllegalMessage for a field no Java int or long holds (the record has no room for it), and
-    in a batch for what CommitLog.asyncPutMessages refuses: a transaction message, or a delay
-    level (each would take an offset in a schedule queue while its result named one in its own)."""
+def check_message_ints(m: Message) -> None:
+    """IllegalMessage for a number of ``m`` that no Java int or long holds: the record's field
+    has no room for it."""
     check_java_ints(
         ("flag", m.flag, 32),
         ("sys flag", m.sys_flag, 32),
@@ -930,13 +929,6 @@ def check_java_rules(m: Message, p: dict[str, str], in_batch: bool) -> None:
         ("born timestamp", m.born_timestamp, 64),
         ("prepared offset", m.prepared_offset, 64),
     )
-    if not in_batch:
-        return
-    if m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE != MessageSysFlag.TRANSACTION_NOT_TYPE:
-        raise IllegalMessage("a batch cannot hold transaction messages (as RocketMQ's putMessages)")
-    delay = p.get(PROPERTY_DELAY)
-    if delay and delay.strip().lstrip("-").isdigit() and int(delay) > 0:
-        raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
 
 
 def delay_of(table: dict[int, int], level: int) -> int:

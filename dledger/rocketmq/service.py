@@ -165,6 +165,13 @@ class _NodeAppender:
         return int(self.store.committed_pos)
 
 
+def _delayed(m: Message) -> bool:
+    try:
+        return m.delay_time_level > 0
+    except ValueError:  # not a number: the preparer refuses it
+        return False
+
+
 def _check_properties(raw: bytes) -> str:
     """A properties string as RocketMQ's producer writes it, or IllegalMessage."""
     if len(raw) > MAX_PROPERTIES_BYTES:
@@ -552,6 +559,9 @@ class MessageService:
         # from the channel (SendMessageProcessor), unless the request names one.
         born_host = _parse_host(req.born_host) if req.born_host else _peer_host(peer)
         n = len(bodies)
+        tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        if n > 1 and tran != MessageSysFlag.TRANSACTION_NOT_TYPE:
+            raise IllegalMessage("a batch cannot hold transaction messages (as RocketMQ's putMessages)")
         stem = req.props_stem
         if props is None:
             assert stem is not None
@@ -585,20 +595,24 @@ class MessageService:
     ) -> PreparedBatch:
         topic = req.topic
         msgs = []
-        for k in range(len(bodies)):
+        n = len(bodies)
+        for k in range(n):
             text = _check_properties(props[k])
-            msgs.append(
-                Message(
-                    topic,
-                    bodies[k],
-                    queue_id=req.queue_id,
-                    flag=req.flag,
-                    properties=_props_dict(text),
-                    sys_flag=req.sys_flag,
-                    born_timestamp=req.born_timestamp,
-                    born_host=born_host,
-                )
+            m = Message(
+                topic,
+                bodies[k],
+                queue_id=req.queue_id,
+                flag=req.flag,
+                properties=_props_dict(text),
+                sys_flag=req.sys_flag,
+                born_timestamp=req.born_timestamp,
+                born_host=born_host,
             )
+            if n > 1 and _delayed(m):
+                # putMessages refuses it: each delayed message would take an offset in a schedule
+                # queue while the answer numbers the batch's messages in its own queue.
+                raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
+            msgs.append(m)
         # The string was checked as the Java broker checks it (_check_properties), which takes
         # pairs that read back dropped (an empty value): kept as sent, as the packed path does.
         return self.store.preparer.prepare(msgs, check_properties=False)
