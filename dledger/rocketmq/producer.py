@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import ssl as ssl_module
 import threading
@@ -27,9 +28,11 @@ from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
 from dledger.rocketmq.message import (
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     UNIQ_KEY,
     Message,
+    MessageConst,
     UniqIdGenerator,
     create_message_id,
     encode_properties,
@@ -45,13 +48,21 @@ T = TypeVar("T")
 K = _load_ext("message")
 
 SEND_OK = "SEND_OK"
-# One batch request carries at most this many bytes of records, or the group's max_message_size
-# when that is more (the producer learns it with the route info); bigger batches go as several
-# requests, in order, to the same queue.
+# One batch request carries at most the group's max_message_size of records (the member refuses
+# a bigger batch whole), learnt with the route info before the first batch; this many until
+# then (the route info could not be had). Bigger batches go as several requests, in order, to
+# the same queue.
 BATCH_MAX_BYTES = 1024 * 1024
 BATCH_MAX_MESSAGES = 4096
-# A record's bytes beyond its body, topic and properties, IPv6 hosts counted (calMsgLength).
+# A record's bytes beyond its body, topic and properties, IPv6 hosts counted (calMsgLength);
+# the IPv4 record is 24 less.
 RECORD_OVERHEAD = 91 + 24
+RECORD_OVERHEAD_V4 = 91
+# UNIQ_KEY's length: MessageClientIDSetter's 16 bytes in hex.
+UNIQ_KEY_CHARS = 32
+_HALF_INT, _HALF_LONG = 1 << 31, 1 << 63
+# MixAll.RETRY_GROUP_TOPIC_PREFIX: a consumer group's retry topic.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
 # (topic, number of write queues, message) -> queue id
 QueueSelector = Callable[[str, int, Message], int]
@@ -252,6 +263,25 @@ class AsyncProducer:
                 self._max_batch_bytes = limit
         return n
 
+    async def _batch_limit(self, topic: str) -> int:
+        """Record bytes one batch request may carry: the group's max_message_size, asked for
+        with the route info before the first batch (a smaller group refuses bigger pieces);
+        BATCH_MAX_BYTES if it cannot be had (the send then says why)."""
+        if self._max_batch_bytes is None:
+            with contextlib.suppress(DLedgerError):
+                await self.queue_nums(topic)
+        return self._max_batch_bytes or BATCH_MAX_BYTES
+
+    def _oversized(self, least: np.ndarray) -> str | None:
+        """Why a batch to be split is refused whole: a message whose record (``least``: with
+        IPv4 hosts) is over the group's max_message_size would be refused in any request, after
+        the pieces before it were stored."""
+        limit = self._max_batch_bytes
+        if limit is None or int(least.max()) <= limit:
+            return None
+        i = int(np.argmax(least > limit))
+        return f"message {i} is at least {int(least[i])} bytes as a record, over max_message_size {limit}"
+
     async def _select(self, msg: Message, queue_id: int | None) -> int:
         if queue_id is not None:
             return queue_id
@@ -270,32 +300,48 @@ class AsyncProducer:
         text = encode_properties(props)
         why = joined_properties_problem(props, text)
         if why is not None:
-            raise _BadProperties(why)
+            raise _Illegal(why)
         return uniq, text.encode("utf-8", "surrogatepass")
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         """Send one message (to ``queue_id``, else the selector's queue); returns once the
-        group has it on a majority, or with the reason it has not."""
+        group has it on a majority, or with the reason it has not. Refused as MESSAGE_ILLEGAL
+        without sending: an empty body (Validators.checkMessage), a flag or sys_flag outside
+        Java's int, a born_timestamp outside its long, properties that would not read back."""
         qid = await self._select(msg, queue_id)
         try:
+            _check_message(msg)
             uniq, props = self._properties(msg)
-        except _BadProperties as exc:
+        except _Illegal as exc:
             return _refused(msg.topic, qid, 1, str(exc))[0]
         req = SendRequest(msg.topic, qid, [bytes(msg.body)], [props], msg.flag, msg.sys_flag, msg.born_timestamp)
         return (await self._request(MessageRequestCode.SEND_MESSAGE, req, [uniq]))[0]
 
     async def send_batch(self, msgs: Sequence[Message], queue_id: int | None = None) -> SendResults:
         """Send messages of one topic to one queue as a batch (RocketMQ's MessageBatch), in
-        order, one request per ~1 MiB (each stored all or nothing); one SendResult per message."""
+        order; one SendResult per message. A batch whose records fit the group's
+        max_message_size (learnt with the route info; BATCH_MAX_BYTES if it cannot be had) and
+        that has at most BATCH_MAX_MESSAGES messages goes as one request, stored all or nothing;
+        a bigger one goes as several such requests, in order, each all or nothing (when a later
+        one is refused the earlier ones stay stored; each message's result says which). So do
+        messages whose flag, sys_flag or born_timestamp differ from the one before: a request
+        carries one of each, and every message keeps its own.
+
+        What MessageBatch.generateFromList refuses raises DLedgerError UNEXPECTED_ARGUMENT:
+        messages of different topics, a delayed message (its record would go to
+        SCHEDULE_TOPIC_XXXX and the offsets of the others would be wrong), a retry topic
+        (``%RETRY%...``), messages whose WAIT (waitStoreMsgOK) differ. A batch of one message is
+        sent as ``send`` sends it, a delay included. What ``send`` refuses in any message, or a
+        message no request can hold, refuses the whole batch: MESSAGE_ILLEGAL, nothing sent."""
         if not msgs:
             return SendResults(SEND_OK, "", -1, [])
         first = msgs[0]
         topic = first.topic
         if any(m.topic != topic for m in msgs):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "a batch's messages must share their topic")
-        qid = await self._select(first, queue_id)
         tags, base = first.tags, first.properties
-        if UNIQ_KEY not in base and all(
+        # Only bodies and keys differ: the columnar path (one properties stem without keys).
+        columnar = UNIQ_KEY not in base and all(
             m.tags == tags
             and m.properties == base
             and not m.delay_level
@@ -304,8 +350,14 @@ class AsyncProducer:
             and m.born_timestamp == first.born_timestamp
             and m.born_host is None
             for m in msgs
-        ):
-            # Only bodies and keys differ: the columnar path (one properties stem without keys).
+        )
+        if len(msgs) > 1:
+            # Shared properties: the first message speaks for all.
+            why = _unbatchable(topic, msgs[:1] if columnar else msgs)
+            if why is not None:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
+        qid = await self._select(first, queue_id)
+        if columnar:
             keys = None if all(m.keys is None for m in msgs) else [m.keys_string or None for m in msgs]
             if keys is not None:
                 base = {k: v for k, v in base.items() if k != PROPERTY_KEYS}
@@ -321,20 +373,32 @@ class AsyncProducer:
                 first.sys_flag,
                 first.born_timestamp,
             )
-        # Every message's properties first: a bad one refuses the batch before any of it is sent.
+        # Every message checked first: a bad one refuses the batch before any of it is sent.
+        n = len(msgs)
+        props: list[tuple[str, bytes]] = []
+        records = np.empty(n, dtype=np.int64)
+        extra = RECORD_OVERHEAD + len(topic.encode("utf-8", "surrogatepass"))
         try:
-            props = [self._properties(m) for m in msgs]
-        except _BadProperties as exc:
-            return _refused(topic, qid, len(msgs), str(exc))
+            for i, m in enumerate(msgs):
+                _check_message(m, i if n > 1 else None)
+                prepared = self._properties(m)
+                props.append(prepared)
+                records[i] = len(m.body) + len(prepared[1]) + extra
+        except _Illegal as exc:
+            return _refused(topic, qid, n, str(exc))
+        limit = await self._batch_limit(topic) if n > 1 else BATCH_MAX_BYTES
+        # A request carries one flag, sys flag and born time: where they change, a new one
+        # starts, so that every message keeps its own (Java's batch body carries each one's).
+        cuts = [0]
+        for lo, hi in itertools.pairwise(_header_breaks(msgs)):
+            cuts += [lo + c for c in _cuts(records[lo:hi], limit)[1:]]
+        if len(cuts) > 2:
+            why = self._oversized(records - (RECORD_OVERHEAD - RECORD_OVERHEAD_V4))
+            if why is not None:
+                return _refused(topic, qid, n, why)
         parts: list[SendResults] = []
-        start = 0
-        size = 0
-        for i, m in enumerate(msgs):
-            if i > start and (size + len(m.body) > BATCH_MAX_BYTES or i - start >= BATCH_MAX_MESSAGES):
-                parts.append(await self._send_chunk(msgs[start:i], props[start:i], qid))
-                start, size = i, 0
-            size += len(m.body)
-        parts.append(await self._send_chunk(msgs[start:], props[start:], qid))
+        for start, end in itertools.pairwise(cuts):
+            parts.append(await self._send_chunk(msgs[start:end], props[start:end], qid))
         return SendResults.join(parts)
 
     async def send_bodies(
@@ -350,11 +414,17 @@ class AsyncProducer:
     ) -> SendResults:
         """A batch of bodies to one queue sharing tags, properties and flag, each with its own
         keys if given (RocketMQ's MessageBatch, as ``MessageStore.put_batch``): the fast way to
-        send many messages, no object per message on either side."""
+        send many messages, no object per message on either side. Split and refused as
+        ``send_batch`` (a DELAY property or a retry topic raises for two bodies or more; an
+        empty body, a flag outside Java's int, bad properties or keys are MESSAGE_ILLEGAL)."""
         if keys is not None and len(keys) != len(bodies):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{len(keys)} keys for {len(bodies)} bodies")
         if not bodies:
             return SendResults(SEND_OK, topic, -1, [])
+        if len(bodies) > 1:
+            why = _unbatchable(topic, [Message(topic, properties=properties or {})])
+            if why is not None:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         qid = queue_id if queue_id is not None else await self._select(Message(topic, bodies[0]), None)
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         return await self._send_columns(topic, body_list, qid, tags, keys, dict(properties or {}), flag, 0)
@@ -374,7 +444,9 @@ class AsyncProducer:
         if tags:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
-        why = properties_problem(base)
+        why = _numbers_problem(flag, sys_flag, born_timestamp)
+        if why is None:
+            why = properties_problem(base)
         if why is None and keys is not None:
             why = keys_problem(keys)
         if why is not None:
@@ -387,19 +459,32 @@ class AsyncProducer:
             raw, usizes = K.pack_bodies(bodies)
         except TypeError:  # bytes-like bodies that are not bytes: joined per request below
             raw, usizes = None, np.fromiter(map(len, bodies), dtype=np.uint32, count=n)
+        if not usizes.all():
+            i = int(np.argmin(usizes))
+            return _refused(topic, qid, n, f"{_nth(i if n > 1 else None)}the message body length is zero")
         sizes = usizes.astype(np.int64)
-        # Each record's bytes beyond its body, as the member counts them (keys aside).
-        extra = RECORD_OVERHEAD + len(topic.encode("utf-8", "surrogatepass")) + len(joint.encode()) + 16
+        # Each record's bytes beyond its body, at most, as the member counts them (IPv6 hosts);
+        # ``slack``: what the least (IPv4 hosts, one byte a key character) counts less.
+        extra = (
+            RECORD_OVERHEAD
+            + len(topic.encode("utf-8", "surrogatepass"))
+            + len(joint.encode("utf-8", "surrogatepass"))
+            + UNIQ_KEY_CHARS
+        )
+        slack: int | np.ndarray = RECORD_OVERHEAD - RECORD_OVERHEAD_V4
         if keys is not None:
-            extra += 8  # "\x02KEYS\x01" and a little: the key's own length is added below
-            sizes_rec = sizes + extra + np.fromiter((len(k or "") * 4 for k in keys), dtype=np.int64, count=n)
+            # "\x02KEYS\x01" and a little, and the key at up to 4 bytes a character.
+            klen = np.fromiter((len(k or "") for k in keys), dtype=np.int64, count=n)
+            sizes_rec = sizes + (extra + 8) + 4 * klen
+            slack = slack + 8 + 3 * klen
         else:
             sizes_rec = sizes + extra
-        if self._max_batch_bytes is None and int(sizes_rec.sum()) > BATCH_MAX_BYTES:
-            await self.queue_nums(topic)  # learn the group's limit from its route info
-        # Past the group's limit the batch goes in pieces; below BATCH_MAX_BYTES it goes whole
-        # (and all of it is refused if the group finds it too big, as RocketMQ does).
-        cuts = _cuts(sizes_rec, max(self._max_batch_bytes or 0, BATCH_MAX_BYTES))
+        # Past the group's limit the batch goes in pieces, each under it; within it, whole.
+        cuts = _cuts(sizes_rec, await self._batch_limit(topic) if n > 1 else BATCH_MAX_BYTES)
+        if len(cuts) > 2:
+            why = self._oversized(sizes_rec - slack)
+            if why is not None:
+                return _refused(topic, qid, n, why)
         ends = np.cumsum(sizes) if raw is not None and len(cuts) > 2 else None
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
@@ -483,8 +568,74 @@ class AsyncProducer:
         return SendResults(status, req.topic, req.queue_id, uniqs, reason=resp.message or _code_name(resp.code))
 
 
-class _BadProperties(ValueError):
-    """Properties that would not read back as they are (the reason in its message)."""
+class _Illegal(ValueError):
+    """A message the producer refuses to send, as MESSAGE_ILLEGAL (the reason in its message):
+    properties that would not read back as they are, an empty body, a number Java cannot hold."""
+
+
+def _nth(i: int | None) -> str:
+    """The prefix naming message ``i`` of a batch in a reason (None: a message alone)."""
+    return "" if i is None else f"message {i}: "
+
+
+def _numbers_problem(flag: int, sys_flag: int, born_timestamp: int) -> str | None:
+    """Why a number has no room in its record field (Java's int flag and sysFlag, long
+    bornTimestamp). Sent, it would fail to encode or come back as SERVICE_NOT_AVAILABLE (a
+    malformed request), which tells the caller to retry."""
+    for name, value, bits in (("flag", flag, 32), ("sys_flag", sys_flag, 32), ("born_timestamp", born_timestamp, 64)):
+        half = 1 << (bits - 1)
+        if not isinstance(value, int) or not -half <= value < half:
+            return f"{name} {value!r} is outside Java's {'int' if bits == 32 else 'long'} (int{bits})"
+    return None
+
+
+def _check_message(msg: Message, i: int | None = None) -> None:
+    """Raises _Illegal for what the producer refuses in a message (properties aside): an empty
+    body (Validators.checkMessage), numbers Java cannot hold. ``i``: its place in a batch."""
+    if (
+        len(msg.body)
+        and -_HALF_INT <= msg.flag < _HALF_INT
+        and -_HALF_INT <= msg.sys_flag < _HALF_INT
+        and -_HALF_LONG <= msg.born_timestamp < _HALF_LONG
+    ):
+        return  # the usual case, without a loop a message
+    if not len(msg.body):
+        raise _Illegal(f"{_nth(i)}the message body length is zero")
+    why = _numbers_problem(msg.flag, msg.sys_flag, msg.born_timestamp)
+    if why is not None:
+        raise _Illegal(f"{_nth(i)}{why}")
+
+
+def _unbatchable(topic: str, msgs: Sequence[Message]) -> str | None:
+    """Why MessageBatch.generateFromList refuses to make a batch of ``msgs`` (their topic
+    ``topic``), in its words."""
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return "Retry Group is not supported for batching"
+    wait = _wait_store_msg_ok(msgs[0].properties)
+    for m in msgs:
+        if m.delay_level > 0 or _delayed(m.properties):
+            return "TimeDelayLevel is not supported for batching"
+        if _wait_store_msg_ok(m.properties) != wait:
+            return "The waitStoreMsgOK of the messages in one batch should the same"
+    return None
+
+
+def _delayed(properties: dict[str, str]) -> bool:
+    """Message.getDelayTimeLevel() > 0 (a DELAY that is not a number: no batch either, as Java's
+    parseInt fails it)."""
+    text = properties.get(PROPERTY_DELAY)
+    if not text:
+        return False
+    try:
+        return int(text) > 0
+    except ValueError:
+        return True
+
+
+def _wait_store_msg_ok(properties: dict[str, str]) -> bool:
+    """Message.isWaitStoreMsgOK(): true unless WAIT says otherwise (Boolean.parseBoolean)."""
+    text = properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK)
+    return text is None or text.lower() == "true"
 
 
 def _refused(topic: str, queue_id: int, n: int, reason: str) -> SendResults:
@@ -493,9 +644,24 @@ def _refused(topic: str, queue_id: int, n: int, reason: str) -> SendResults:
     return SendResults(PutMessageStatus.MESSAGE_ILLEGAL.name, topic, queue_id, [""] * n, reason=reason)
 
 
+def _header_breaks(msgs: Sequence[Message]) -> list[int]:
+    """0, each index where a message's flag, sys flag or born time differs from the one before
+    it, and len(msgs)."""
+    out = [0]
+    prev = (msgs[0].flag, msgs[0].sys_flag, msgs[0].born_timestamp)
+    for i in range(1, len(msgs)):
+        m = msgs[i]
+        head = (m.flag, m.sys_flag, m.born_timestamp)
+        if head != prev:
+            out.append(i)
+            prev = head
+    out.append(len(msgs))
+    return out
+
+
 def _cuts(record_sizes: np.ndarray, limit: int) -> list[int]:
     """Where a batch splits into requests of at most ``limit`` record bytes and
-    BATCH_MAX_MESSAGES messages (a message over the limit goes alone: the member refuses it)."""
+    BATCH_MAX_MESSAGES messages (a message over the limit goes alone: the member decides)."""
     n = len(record_sizes)
     if n <= BATCH_MAX_MESSAGES and int(record_sizes.sum()) <= limit:
         return [0, n]

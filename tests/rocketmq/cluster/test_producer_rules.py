@@ -1,0 +1,221 @@
+"""The producer's rules on a 3-member message-store group: what RocketMQ's client refuses is
+refused before anything is written (batches MessageBatch cannot make, empty bodies, numbers
+Java cannot hold), and a batch whose messages each fit the group's max_message_size arrives
+whole and in order however big it is."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dledger.codes import ResponseCode
+from dledger.errors import DLedgerError
+from dledger.rocketmq.consumer import Consumer
+from dledger.rocketmq.message import Message, MessageExt
+from dledger.rocketmq.producer import Producer, SendResults
+from dledger.testing import FAST, TestCluster
+
+pytestmark = pytest.mark.timeout(240)
+
+MAX_MESSAGE = 64 * 1024
+ILLEGAL = "MESSAGE_ILLEGAL"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    c = TestCluster(
+        tmp_path_factory.mktemp("mq-rules"),
+        member_dirs=True,
+        extra=[
+            *FAST,
+            "--message-store",
+            "--max-message-size",
+            str(MAX_MESSAGE),
+            "--default-topic-queue-nums",
+            "4",
+            "--mapped-file-size-for-entry-data",
+            str(1 << 20),
+        ],
+    )
+    try:
+        c.start_all()
+        c.wait_leader()
+        yield c
+    finally:
+        c.close()
+
+
+def pull_all(con: Consumer, queue_id: int, n: int, timeout: float = 60.0) -> list[MessageExt]:
+    """The first ``n`` messages of a queue (fewer if they do not come in ``timeout``)."""
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += con.pull(queue_id, len(got), 32, wait=1.0).messages
+    return got
+
+
+def all_refused(rs: SendResults, *words: str) -> bool:
+    return (
+        len(rs) > 0
+        and all(r.status == ILLEGAL and r.queue_offset == -1 for r in rs)
+        and all(w in rs[0].reason for w in words)
+    )
+
+
+def test_batches_rocketmq_cannot_make_raise_and_write_nothing(cluster: TestCluster) -> None:
+    topic = "RulesBatch"
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send(Message(topic, b"first"), queue_id=0).ok
+        # No WAIT is WAIT=true (Message.isWaitStoreMsgOK): the same, so a batch.
+        assert p.send_batch([Message(topic, b"a"), Message(topic, b"b", properties={"WAIT": "true"})], 0).ok
+        before = con.max_offset(0)
+        batches = [
+            ([Message(topic, b"now"), Message(topic, b"later", delay_level=2)], "TimeDelayLevel"),
+            ([Message(topic, b"later", delay_level=2), Message(topic, b"now")], "TimeDelayLevel"),
+            ([Message(topic, b, delay_level=1) for b in (b"x", b"y")], "TimeDelayLevel"),
+            ([Message(topic, b, properties={"DELAY": "3"}) for b in (b"x", b"y")], "TimeDelayLevel"),
+            ([Message(topic, b"a"), Message(topic, b"b", properties={"WAIT": "false"})], "waitStoreMsgOK"),
+            ([Message("%RETRY%rules", b) for b in (b"x", b"y")], "Retry Group"),
+        ]
+        for batch, words in batches:
+            with pytest.raises(DLedgerError) as err:
+                p.send_batch(batch, queue_id=0)
+            assert err.value.code == ResponseCode.UNEXPECTED_ARGUMENT and words in err.value.message, batch
+        for topic_, props in ((topic, {"DELAY": "2"}), ("%RETRY%rules", {})):
+            with pytest.raises(DLedgerError) as err:
+                p.send_bodies(topic_, [b"x", b"y"], 0, properties=props)
+            assert err.value.code == ResponseCode.UNEXPECTED_ARGUMENT
+        assert con.max_offset(0) == before
+        # A batch of one delayed message is that message sent alone: delivered when due.
+        rs = p.send_batch([Message(topic, b"later", delay_level=1)], queue_id=1)
+        assert rs.ok and len(rs) == 1
+        assert con.pull(1, 0).messages == []
+        assert [m.body for m in pull_all(con, 1, 1)] == [b"later"]
+
+
+def test_an_empty_body_is_refused_and_nothing_of_its_batch_is_written(cluster: TestCluster) -> None:
+    topic = "RulesEmpty"
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send(Message(topic, b"first"), queue_id=2).ok
+        before = con.max_offset(2)
+        r = p.send(Message(topic, b""), queue_id=2)
+        assert r.status == ILLEGAL and "body length is zero" in r.reason
+        # Uniform messages (the columnar path) and messages of their own properties.
+        for batch in (
+            [Message(topic, b"a"), Message(topic, b"")],
+            [Message(topic, b"a"), Message(topic, b"", tags="t")],
+        ):
+            assert all_refused(p.send_batch(batch, queue_id=2), "message 1", "body length is zero")
+        assert all_refused(p.send_bodies(topic, [b"a", b"", b"c"], 2), "message 1", "body length is zero")
+        # Bodies that are not bytes (their sizes taken one by one).
+        likes: list[Any] = [bytearray(b"a"), bytearray()]
+        assert all_refused(p.send_bodies(topic, likes, 2), "body length is zero")
+        assert all_refused(p.send_bodies(topic, [b""], 2), "body length is zero")
+        assert con.max_offset(2) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("flag", 1 << 40),
+        ("flag", -(1 << 31) - 1),
+        ("sys_flag", 1 << 33),
+        ("born_timestamp", 1 << 64),
+        ("born_timestamp", -(1 << 63) - 1),
+    ],
+)
+def test_numbers_java_cannot_hold_are_refused_naming_the_field(cluster: TestCluster, field: str, value: int) -> None:
+    topic = "RulesNumbers"
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send(Message(topic, b"first"), queue_id=3).ok
+        before = con.max_offset(3)
+
+        def bad(body: bytes) -> Message:
+            msg = Message(topic, body)
+            setattr(msg, field, value)
+            return msg
+
+        r = p.send(bad(b"x"), queue_id=3)
+        assert r.status == ILLEGAL and field in r.reason, r
+        # All messages alike (the columnar path), and one differing from the others.
+        same = [bad(b"a"), bad(b"b")]
+        assert all_refused(p.send_batch(same, queue_id=3), field)
+        mixed = [Message(topic, b"a"), bad(b"b")]
+        assert all_refused(p.send_batch(mixed, queue_id=3), "message 1", field)
+        if field == "flag":
+            assert all_refused(p.send_bodies(topic, [b"a", b"b"], 3, flag=value), field)
+        assert con.max_offset(3) == before
+        # Java's own edges go.
+        assert p.send(Message(topic, b"edge", flag=(1 << 31) - 1), queue_id=3).ok
+        assert p.send_bodies(topic, [b"a", b"b"], 3, flag=-(1 << 31)).ok
+
+
+def test_a_batch_of_large_properties_goes_in_pieces_by_record_size(cluster: TestCluster) -> None:
+    # Tiny bodies, ~20 KB of properties each (2.4 MB of records): pieces of at most 64 KiB of
+    # records, not of bodies; every message arrives with its properties, in order.
+    topic = "RulesProps"
+    n = 120
+    pads = [f"{i:04d}" + "p" * 20000 for i in range(n)]
+    msgs = [Message(topic, f"m{i}".encode(), properties={"pad": pads[i]}) for i in range(n)]
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        rs = p.send_batch(msgs, queue_id=0)
+        assert rs.ok, rs[-1]
+        assert [r.queue_offset for r in rs] == list(range(n))
+        got = pull_all(con, 0, n)
+        assert [m.body for m in got] == [m.body for m in msgs]
+        assert [m.properties["pad"] for m in got] == pads
+        assert [m.uniq_key for m in got] == [r.msg_id for r in rs]
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_batch_of_messages_near_the_limit_goes_in_pieces_under_it(cluster: TestCluster, keyed: bool) -> None:
+    # 40 bodies of 60 KiB on a group of 64 KiB max_message_size: once refused in 1 MiB pieces.
+    topic = f"RulesLarge{int(keyed)}"
+    bodies = [b"%03d" % i + b"L" * (60 * 1024 - 3) for i in range(40)]
+    keys = [f"k{i}" for i in range(40)] if keyed else None
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        rs = p.send_bodies(topic, bodies, 1, keys=keys)
+        assert rs.ok, rs[-1]
+        assert [r.queue_offset for r in rs] == list(range(40))
+        got = pull_all(con, 1, 40)
+        assert [m.body for m in got] == bodies
+        if keys is not None:
+            assert [m.keys_string for m in got] == keys
+        # The same as Message objects (differing only in body: the columnar path too).
+        rs = p.send_batch([Message(topic, b) for b in bodies], queue_id=1)
+        assert rs.ok and [r.queue_offset for r in rs] == list(range(40, 80))
+        assert [m.body for m in pull_all(con, 1, 80)[40:]] == bodies
+
+
+def test_a_batch_with_a_message_no_request_can_hold_is_refused_whole(cluster: TestCluster) -> None:
+    # Split, the pieces before it would be stored: the whole batch is refused instead.
+    topic = "RulesTooBig"
+    big = b"y" * (MAX_MESSAGE + 1)
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send(Message(topic, b"first"), queue_id=0).ok
+        before = con.max_offset(0)
+        fits = [b"f" * (40 * 1024)] * 4
+        assert all_refused(p.send_bodies(topic, [*fits, big], 0), "message 4", "max_message_size")
+        msgs = [Message(topic, b, properties={"i": str(i)}) for i, b in enumerate([*fits, big])]
+        assert all_refused(p.send_batch(msgs, queue_id=0), "message 4", "max_message_size")
+        assert con.max_offset(0) == before
+
+
+def test_each_message_of_a_batch_keeps_its_own_flag_and_born_time(cluster: TestCluster) -> None:
+    # A request carries one flag, sys flag and born time; a batch whose messages differ used
+    # to store the first message's for all of them.
+    msgs = [
+        Message("Flags", b"a", flag=1),
+        Message("Flags", b"b", flag=1),
+        Message("Flags", b"c", flag=7, born_timestamp=1_700_000_000_000),
+        Message("Flags", b"d", flag=1),
+    ]
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "flags", "Flags") as con:
+        rs = p.send_batch(msgs, queue_id=0)
+        assert rs.ok and [r.queue_offset for r in rs] == [0, 1, 2, 3]
+        got = pull_all(con, 0, 4)
+    assert [(m.body, m.flag) for m in got] == [(m.body, m.flag) for m in msgs]
+    assert got[2].born_timestamp == 1_700_000_000_000 and got[3].born_timestamp != 1_700_000_000_000
