@@ -132,13 +132,16 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from dledger.rocketmq.message import Message
 
     remote = _where(args)
+    # (input line number, body); None with --data. A line ends at \n or \r\n; empty lines
+    # are no messages but keep their numbers, which refusals name.
+    lines: list[tuple[int | None, bytes]]
     if args.stdin:
-        bodies = [line.rstrip(b"\n") for line in sys.stdin.buffer]
-        bodies = [b for b in bodies if b]
+        lines = [(n, _line_body(line)) for n, line in enumerate(sys.stdin.buffer, 1)]
+        lines = [(n, b) for n, b in lines if b]
     else:
-        bodies = [args.data.encode("utf-8")]
+        lines = [(None, args.data.encode("utf-8"))]
     if remote:
-        return _produce_remote(args, bodies)
+        return _produce_remote(args, lines)
     if args.delay_level:
         raise MqCliError(
             "--delay-level needs --peers: a group's leader delivers delayed messages, a store alone does not"
@@ -147,7 +150,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         args.queue = 0
     failed = 0
     with open_store(Path(args.dir), readonly=False, create_mode=args.mode) as store:
-        for body in bodies:
+        for line, body in lines:
             msg = Message(
                 topic=args.topic, body=body, queue_id=args.queue, tags=args.tags or None, keys=args.keys or None
             )
@@ -155,38 +158,54 @@ def cmd_produce(args: argparse.Namespace) -> int:
             status = getattr(result.status, "name", str(result.status))
             if not result.ok:
                 failed += 1
-                reason = f" ({result.reason})" if getattr(result, "reason", "") else ""
-                print(f"dledger mq produce: {status}{reason}", file=sys.stderr)
+                _refusal(line, status, getattr(result, "reason", ""))
                 continue
             print(f"{status}\t{result.msg_id}\t{args.queue}\t{result.queue_offset}\t{result.phys_offset}")
         store.flush()
     return 1 if failed else 0
 
 
-def _produce_remote(args: argparse.Namespace, bodies: list[bytes]) -> int:
+def _line_body(line: bytes) -> bytes:
+    if line.endswith(b"\n"):
+        line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+    return line
+
+
+def _refusal(line: int | None, status: str, reason: str) -> None:
+    where = f"line {line}: " if line is not None else ""
+    print(f"dledger mq produce: {where}{status}" + (f" ({reason})" if reason else ""), file=sys.stderr)
+
+
+def _produce_remote(args: argparse.Namespace, lines: list[tuple[int | None, bytes]]) -> int:
     """One line per acknowledged message (status, msg id, queue id, queue offset, offset msg id);
-    lines go in batches of ``--batch``, each batch to one queue (``--queue``, else round-robin)."""
+    lines go in batches of ``--batch``, each batch to one queue (``--queue``, else round-robin).
+    A batch refused as MESSAGE_ILLEGAL is sent again line by line, so that only the lines at
+    fault are left out (and named); delayed messages go one by one (no batch carries a delay)."""
     from dledger.rocketmq.message import Message
     from dledger.rocketmq.producer import Producer
 
     failed = 0
+    step = 1 if args.delay_level else max(args.batch, 1)
+
+    def message(body: bytes) -> Message:
+        return Message(
+            topic=args.topic, body=body, tags=args.tags or None, keys=args.keys or None, delay_level=args.delay_level
+        )
+
     with Producer(args.peers, args.group, **_remote_kwargs(args)) as producer:
-        for start in range(0, len(bodies), max(args.batch, 1)):
-            msgs = [
-                Message(
-                    topic=args.topic,
-                    body=b,
-                    tags=args.tags or None,
-                    keys=args.keys or None,
-                    delay_level=args.delay_level,
-                )
-                for b in bodies[start : start + max(args.batch, 1)]
-            ]
-            results = producer.send_batch(msgs, args.queue) if len(msgs) > 1 else [producer.send(msgs[0], args.queue)]
-            for r in results:
+        for start in range(0, len(lines), step):
+            chunk = lines[start : start + step]
+            msgs = [message(b) for _n, b in chunk]
+            if len(msgs) > 1:
+                results = list(producer.send_batch(msgs, args.queue))
+            else:
+                results = [producer.send(msgs[0], args.queue)]
+            if len(msgs) > 1 and all(r.status == "MESSAGE_ILLEGAL" for r in results):
+                results = [producer.send(m, args.queue) for m in msgs]
+            for (line, _body), r in zip(chunk, results, strict=True):
                 if not r.ok:
                     failed += 1
-                    print(f"dledger mq produce: {r.status}" + (f" ({r.reason})" if r.reason else ""), file=sys.stderr)
+                    _refusal(line, r.status, r.reason)
                     continue
                 print(f"{r.status}\t{r.msg_id}\t{r.queue_id}\t{r.queue_offset}\t{r.offset_msg_id}", flush=False)
     sys.stdout.flush()

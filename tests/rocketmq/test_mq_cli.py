@@ -70,8 +70,16 @@ def produce_lines(root: Path, topic: str, queue: int, lines: bytes) -> subproces
     )
 
 
+def test_a_refused_line_is_named_by_its_number_in_one_line(store_dir: Path) -> None:
+    big = b"x" * (5 * 1024 * 1024)  # over the 4 MiB max_message_size
+    proc = produce_lines(store_dir, "Lines", 0, b"a\n\n" + big + b"\nb\n")
+    err = proc.stderr.decode().splitlines()
+    assert proc.returncode == 1 and len(err) == 1 and err[0].startswith("dledger mq produce: line 3: MESSAGE_ILLEGAL")
+    assert [r.split("\t")[3] for r in proc.stdout.decode().splitlines()] == ["0", "1"]  # a and b
+
+
 def test_produce_then_consume_query_stats_and_dump(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    proc = produce_lines(store_dir, "TopicA", 1, b"one\ntwo\n\nthree\n")
+    proc = produce_lines(store_dir, "TopicA", 1, b"one\r\ntwo\n\nthree\n")  # CRLF or LF: the same bodies
     assert proc.returncode == 0, proc.stderr.decode()
     rows = [r.split("\t") for r in proc.stdout.decode().splitlines()]
     assert [(r[0], r[2], r[3]) for r in rows] == [("PUT_OK", "1", "0"), ("PUT_OK", "1", "1"), ("PUT_OK", "1", "2")]

@@ -172,6 +172,40 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     assert out.stdout.split("\t")[:3] == ["SEND_OK", out.stdout.split("\t")[1], "2"]
     out = mq("consume", "--peers", peers, "--topic", "CliLater", "--queue", "2", "--offset", "0", "--wait", "20")
     assert out.returncode == 0 and out.stdout.split("\t")[-1].strip() == "later", out
+    # Several delayed lines: each goes alone (no batch carries a delay level).
+    out = mq(
+        "produce",
+        "--peers",
+        peers,
+        "--topic",
+        "CliLater",
+        "--queue",
+        "3",
+        "--delay-level",
+        "1",
+        "--stdin",
+        stdin="d1\nd2\nd3\n",
+    )
+    offsets = [int(r.split("\t")[3]) for r in out.stdout.splitlines()]  # in the schedule queue
+    assert out.returncode == 0 and offsets == list(range(offsets[0], offsets[0] + 3)), out
+    # A line the group refuses is named by its number; the lines around it are sent; CRLF
+    # input gives the same bodies as LF.
+    big = "x" * 70_000  # over the members' max_message_size (64 KiB)
+    out = mq(
+        "produce",
+        "--peers",
+        peers,
+        "--topic",
+        "CliLines",
+        "--queue",
+        "0",
+        "--stdin",
+        stdin=f"one\r\n\r\ntwo\n{big}\nthree\n",
+    )
+    assert out.returncode == 1 and out.stderr.startswith("dledger mq produce: line 4: MESSAGE_ILLEGAL"), out.stderr
+    assert [r.split("\t")[3] for r in out.stdout.splitlines()] == ["0", "1", "2"]
+    out = mq("consume", "--peers", peers, "--topic", "CliLines", "--queue", "0", "--offset", "0")
+    assert [r.split("\t")[-1] for r in out.stdout.splitlines()] == ["one", "two", "three"], out
     out = mq("produce", "/nonexistent-dir-for-test", "--topic", "T", "--delay-level", "1", "--data", "x")
     assert out.returncode == 1 and "--delay-level needs --peers" in out.stderr
     # A queue the topics do not have is an error, not a wait for messages that cannot come.
