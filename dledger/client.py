@@ -240,7 +240,15 @@ class AsyncClient:
         several or different groups, or when none answers (saying why for each)."""
         if self.group is not None:
             return self.group
-        answers = await asyncio.gather(*(self._metadata_of(a, None) for a in self.peers.values()))
+        # Members that do not answer yet may be starting (a group restarting): asked again
+        # until ``timeout``, as a call to a named group would be.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            answers = await asyncio.gather(*(self._metadata_of(a, None) for a in self.peers.values()))
+            if any(r.code != ResponseCode.NETWORK_ERROR for r in answers) or loop.time() >= deadline:
+                break
+            await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
         groups: dict[str, list[str]] = {}
         failures: list[str] = []
         for member, resp in zip(self.peers, answers, strict=True):
@@ -257,7 +265,9 @@ class AsyncClient:
             self.group = next(iter(groups))
             return self.group
         if not groups:
-            raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered: " + "; ".join(failures))
+            raise DLedgerError(
+                ResponseCode.NETWORK_ERROR, f"no member answered within {self.timeout:g}s: " + "; ".join(failures)
+            )
         shown = "; ".join(f"{g} on {', '.join(ms)}" for g, ms in sorted(groups.items()))
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the members serve different groups ({shown}): name one")
 

@@ -152,6 +152,14 @@ class AsyncConsumer:
                     c.peers[member], int(code), body, group=c.group, timeout=c.request_timeout + wait
                 )
                 if last.code == ResponseCode.SUCCESS:
+                    # Pulls name the leader: a consumer that only reads learns it there, and its
+                    # next read goes to another member (the answer stands: it is committed data).
+                    leader = last.body.get("leader") if isinstance(last.body, dict) else None
+                    if isinstance(leader, str) and leader in c.peers:
+                        c._leader = leader
+                        if leader == member and len(members) > 1:
+                            self._member = None
+                            tries = 0
                     return last, member
             except DLedgerError as exc:
                 last = Response(exc.code, {}, exc.message)

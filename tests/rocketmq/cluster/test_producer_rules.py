@@ -5,8 +5,10 @@ whole and in order however big it is."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +221,32 @@ def test_each_message_of_a_batch_keeps_its_own_flag_and_born_time(cluster: TestC
         got = pull_all(con, 0, 4)
     assert [(m.body, m.flag) for m in got] == [(m.body, m.flag) for m in msgs]
     assert got[2].born_timestamp == 1_700_000_000_000 and got[3].born_timestamp != 1_700_000_000_000
+
+
+def test_a_producer_started_before_its_group_waits_for_it(tmp_path: Path) -> None:
+    # Without a group name the producer asks the members which group they serve: asked while
+    # none listens (a group restarting) it failed at once, whatever its timeout.
+    c = TestCluster(tmp_path, member_dirs=True, extra=[*FAST, "--message-store"])
+    starter = threading.Timer(1.0, c.start_all)
+    try:
+        starter.start()
+        with Producer(c.peers, timeout=30.0) as p:
+            r = p.send(Message("Early", b"x"), queue_id=0)
+        assert r.ok, r
+    finally:
+        starter.cancel()
+        starter.join()
+        c.close()
+
+
+def test_follower_reads_go_to_a_follower_when_the_leader_is_listed_first(cluster: TestCluster) -> None:
+    # A consumer that only reads never asks for the leader; the pulls name it, and reads go on
+    # to another member.
+    c = cluster
+    with Producer(c.peers) as p:
+        assert p.send(Message("Followers", b"x"), queue_id=0).ok
+    leader = c.wait_leader()
+    first = ";".join(f"{m}-127.0.0.1:{c.ports[m]}" for m in [leader, *(m for m in c.ids if m != leader)])
+    with Consumer(first, "f", "Followers", read_from="follower") as con:
+        members = [con.pull(0, 0, 1, wait=5.0).member for _ in range(4)]
+    assert leader not in members[1:], members
