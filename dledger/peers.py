@@ -34,8 +34,8 @@ def split_peers(peers: str) -> dict[str, str]:
 def parse_addr(addr: str) -> tuple[str, int]:
     """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad address {addr!r}, want host:port")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad address {addr!r}, want host:port (port 0-65535)")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)

@@ -23,7 +23,7 @@ def test_split_peers_as_member_state() -> None:
 def test_parse_addr() -> None:
     assert parse_addr("127.0.0.1:20911") == ("127.0.0.1", 20911)
     assert parse_addr("[::1]:7") == ("::1", 7)
-    for bad in ("host", ":1", "host:x", "host:"):
+    for bad in ("host", ":1", "host:x", "host:", "host:99999", "host:-5"):
         with pytest.raises(DLedgerError) as err:
             parse_addr(bad)
         assert err.value.code == ResponseCode.UNEXPECTED_ARGUMENT
