@@ -315,8 +315,14 @@ class ConsumerOffsetRequest:
         req = ConsumerOffsetRequest(
             _str(body, "consumer_group"), _str(body, "topic"), _int(body, "queue_id"), _int(body, "offset", -1)
         )
-        if not req.group or "@" in req.group or "@" in req.topic:
+        if not req.group or not req.topic or "@" in req.group or "@" in req.topic:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "consumer group and topic must be non-empty, no '@'")
+        # consumerOffset.json holds them as Java's Integer queue ids and Long offsets.
+        if not 0 <= req.queue_id < 1 << 31 or req.offset >= 1 << 63:
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"queue id {req.queue_id} or offset {req.offset}: want an int32 queue id >= 0 and an int64 offset",
+            )
         return req
 
 

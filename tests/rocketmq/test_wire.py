@@ -117,8 +117,18 @@ def test_pull_and_offset_requests_check_their_values():
         PullRequest.from_wire(PullRequest("T", 0, -1).to_wire())
     with pytest.raises(DLedgerError):
         PullRequest.from_wire(PullRequest("T", 0, 0, 0).to_wire())
-    with pytest.raises(DLedgerError):
-        ConsumerOffsetRequest.from_wire(ConsumerOffsetRequest("a@b", "T", 0).to_wire())
+    # What consumerOffset.json cannot hold for a Java reader (Integer queue ids, Long offsets),
+    # or a key it cannot split (topic@group): refused, never written.
+    for bad in (
+        ConsumerOffsetRequest("a@b", "T", 0),
+        ConsumerOffsetRequest("g", "", 0, 5),
+        ConsumerOffsetRequest("g", "T", -7, 5),
+        ConsumerOffsetRequest("g", "T", 1 << 40, 5),
+        ConsumerOffsetRequest("g", "T", 0, 1 << 63),
+    ):
+        with pytest.raises(DLedgerError):
+            ConsumerOffsetRequest.from_wire(bad.to_wire())
+    assert ConsumerOffsetRequest.from_wire(ConsumerOffsetRequest("g", "T", (1 << 31) - 1, (1 << 63) - 1).to_wire())
 
 
 def test_the_clients_are_exported_by_the_package():
