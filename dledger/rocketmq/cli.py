@@ -431,12 +431,31 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 def _add_network_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peers", default=None, help='a running group instead of DIR: "n0-host:port;n1-host:port"')
     p.add_argument("--group", default=None, help="the group's name (default: the one its members serve)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to find the leader and get an answer")
+    p.add_argument(
+        "--timeout", type=_positive(float), default=10.0, help="seconds to find the leader and get an answer"
+    )
 
 
 # ``dledger mq --help``: the module docstring without its last paragraph (for developers) and
 # without its reST quotes.
 _HELP_DESCRIPTION = "\n\n".join((__doc__ or "").split("\n\n")[:-1]).replace("``", "")
+
+
+def _positive(kind: Callable[[str], Any], least: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: ``kind`` of the text, more than 0 (or ``least`` or more); a usage
+    error otherwise."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (value > 0 if least is None else value >= least):
+            want = "more than 0" if least is None else f"{least:g} or more"
+            raise argparse.ArgumentTypeError(f"want {want}, not {text}")
+        return value
+
+    return parse
 
 
 def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -454,7 +473,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     _add_network_options(p)
     p.add_argument("--topic", required=True, help="topic of the messages")
     p.add_argument("--queue", type=int, default=None, help="queue id (default 0; with --peers: round-robin)")
-    p.add_argument("--batch", type=int, default=32, help="with --peers: lines sent per request (default 32)")
+    p.add_argument("--batch", type=_positive(int), default=32, help="with --peers: lines sent per request (default 32)")
     p.add_argument("--tags", default=None, help="the messages' TAGS (what consumers filter on)")
     p.add_argument("--keys", default=None, help='space-separated keys, e.g. "k1 k2"')
     p.add_argument(
@@ -486,7 +505,9 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
         help="queue offset of the first message (required with DIR; with --peers the consumer group's)",
     )
     c.add_argument("--consumer-group", default="dledger-cli", help="with --peers: whose offsets (default %(default)s)")
-    c.add_argument("--wait", type=float, default=0.0, help="with --peers: seconds a pull waits for a message")
+    c.add_argument(
+        "--wait", type=_positive(float, 0), default=0.0, help="with --peers: seconds a pull waits for a message"
+    )
     c.add_argument("--commit", action="store_true", help="with --peers: commit the offset past what was printed")
     c.add_argument(
         "--read-from",
@@ -494,7 +515,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
         default="leader",
         help="with --peers: read from the leader (default) or a follower",
     )
-    c.add_argument("--count", type=int, default=32, help="at most this many messages (default 32)")
+    c.add_argument("--count", type=_positive(int), default=32, help="at most this many messages (default 32)")
     c.set_defaults(func=_guard(cmd_consume))
 
     q = sub.add_parser("query", help="physical offsets of the messages with a key (read-only)")
@@ -502,7 +523,9 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     _add_network_options(q)
     q.add_argument("--topic", required=True, help="topic of the messages")
     q.add_argument("--key", required=True, help="a KEYS segment or a UNIQ_KEY")
-    q.add_argument("--max", type=int, default=64, help="at most this many (default 64, RocketMQ's maxMsgsNumBatch)")
+    q.add_argument(
+        "--max", type=_positive(int), default=64, help="at most this many (default 64, RocketMQ's maxMsgsNumBatch)"
+    )
     q.add_argument("--sorted", action="store_true", help="one line, sorted, comma-separated (as index.tsv)")
     q.set_defaults(func=_guard(cmd_query))
 

@@ -203,3 +203,20 @@ def test_the_process_exit_status_and_stderr() -> None:
     proc = subprocess.run([*mq_process(), "stats", "/nonexistent/store"], capture_output=True, cwd=REPO, timeout=300)
     assert proc.returncode == 1 and proc.stdout == b""
     assert proc.stderr.decode().strip() == "dledger mq stats: /nonexistent/store: no such directory"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["consume", "DIR", "--topic", "TopicA", "--queue", "0", "--offset", "0", "--count", "0"],
+        ["query", "DIR", "--topic", "TopicA", "--key", "k1", "--max", "-3"],
+        ["produce", "--peers", "n0-127.0.0.1:1", "--topic", "T", "--data", "x", "--batch", "0"],
+        ["consume", "--peers", "n0-127.0.0.1:1", "--topic", "T", "--queue", "0", "--timeout", "-1"],
+        ["consume", "--peers", "n0-127.0.0.1:1", "--topic", "T", "--queue", "0", "--wait", "-1"],
+    ],
+)
+def test_counts_and_times_that_mean_nothing_are_usage_errors(store_dir: Path, args: list[str]) -> None:
+    # They printed nothing and exited 0 (a count of 0), or were taken as given (a negative time).
+    args = [str(store_dir) if a == "DIR" else a for a in args]
+    proc = subprocess.run([*mq_process(), *args], capture_output=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == b"" and b"want " in proc.stderr
