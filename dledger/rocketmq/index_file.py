@@ -435,17 +435,32 @@ class IndexService:
         self._loaded = True
         if not self.dir.is_dir():
             return
+        paths = []
         for p in sorted(self.dir.iterdir(), key=lambda q: q.name):
             if p.name.startswith("."):
                 if p.name.endswith(TMP_SUFFIX) and not self.readonly:
                     p.unlink(missing_ok=True)
                 continue
-            if not p.is_file() or not p.name.isdigit():
-                continue
+            if p.is_file() and p.name.isdigit():
+                paths.append(p)
+        for p in paths:
             size = p.stat().st_size
             slots, items = self.hash_slot_num, self.index_num
             if size != index_file_size(slots, items):
-                slots, items = geometry_of_size(size)
+                try:
+                    slots, items = geometry_of_size(size)
+                except ValueError:
+                    if p == paths[-1] and not last_exit_ok and not self.readonly:
+                        # Cut short by the crash: dispatch rebuilds the last file, as it would
+                        # one that ends after the checkpoint.
+                        log.warning("index file %s is %d bytes, cut short: dropped", p.name, size)
+                        p.unlink()
+                        continue
+                    raise ValueError(
+                        f"index file {p} is {size} bytes: no index file geometry has that size (this store's "
+                        f"is {index_file_size(self.hash_slot_num, self.index_num)} bytes); it is damaged. The "
+                        f"index is rebuilt from the commit log when the {self.dir.name}/ directory is deleted"
+                    ) from None
             f = IndexFile(p, slots, items, readonly=self.readonly)
             if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
                 log.info("index file %s ends after the checkpoint: dropped", p.name)

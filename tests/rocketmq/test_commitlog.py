@@ -8,6 +8,7 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
 import record_oracle as oracle
 
 from dledger.rocketmq.config import MessageStoreConfig
@@ -190,6 +191,23 @@ def test_lost_last_index_file_is_rebuilt(tmp_path: Path) -> None:
     files = sorted((root / "index").iterdir())
     assert len(files) > 2
     files[-1].unlink()
+    with MessageStore(root, config()) as s:
+        for i in (899, 850, 10):
+            got = s.query_by_key(msgs[i].topic, f"k{i}")
+            assert [m.body for m in got] == [msgs[i].body], i
+
+
+def test_a_last_index_file_cut_short_by_a_crash_is_rebuilt_else_named(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    msgs = write_store(root)
+    last = sorted((root / "index").iterdir())[-1]
+    with open(last, "r+b") as f:
+        f.truncate(100)
+    # After a clean close such a file is damage: refused, naming the file and the remedy.
+    with pytest.raises(ValueError, match=rf"{last.name} is 100 bytes.*index/ directory is deleted"):
+        MessageStore(root, config())
+    # After a crash (abort left behind) it is what a crash can leave: dropped and rebuilt.
+    (root / "abort").touch()
     with MessageStore(root, config()) as s:
         for i in (899, 850, 10):
             got = s.query_by_key(msgs[i].topic, f"k{i}")
