@@ -48,7 +48,8 @@ class AppendMessageStatus(IntEnum):
 
 class AppendMessageResult:
     """Where a put landed. For a batch, ``wrote_offset``/``logics_offset`` are the first
-    message's and ``wrote_offsets``/``queue_offsets`` hold every message's.
+    message's and ``wrote_offsets``/``queue_offsets`` hold every message's (one message's
+    too, put alone or as a batch of one).
 
     A batch put may leave both arrays to be built on first read (most callers read neither, and
     two numpy arrays cost a batch of small messages more than its result does): ``_positions``
@@ -103,9 +104,13 @@ class AppendMessageResult:
 
     @property
     def wrote_offsets(self) -> np.ndarray | None:
-        if self._wrote_offsets is None and self._positions is not None:
-            self._wrote_offsets = self._positions + self._delta
-            self._positions = None
+        if self._wrote_offsets is None:
+            if self._positions is not None:
+                self._wrote_offsets = self._positions + self._delta
+                self._positions = None
+            elif self.msg_num == 1 and self.status == AppendMessageStatus.PUT_OK:
+                # One message, put alone or as a batch of one: the same arrays as a batch.
+                self._wrote_offsets = np.array([self.wrote_offset], dtype=np.int64)
         return self._wrote_offsets
 
     @wrote_offsets.setter
@@ -120,6 +125,8 @@ class AppendMessageResult:
                 np.arange(q0, q0 + n, dtype=np.int64) if self._advances else np.zeros(n, dtype=np.int64)
             )
             self._advances = None
+        elif self._queue_offsets is None and self.msg_num == 1 and self.status == AppendMessageStatus.PUT_OK:
+            self._queue_offsets = np.array([self.logics_offset], dtype=np.int64)
         return self._queue_offsets
 
     @queue_offsets.setter

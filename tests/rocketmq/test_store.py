@@ -592,3 +592,18 @@ def test_failed_open_releases_the_store(tmp_path: Path) -> None:
     stray.unlink()
     with MessageStore(root, small_config("classic")) as s:  # not locked by the failed open
         assert [m.body for m in s.iter_messages()] == [b"x"]
+
+
+def test_a_put_of_one_message_has_the_offset_arrays_a_batch_has(store: MessageStore) -> None:
+    store.put_message(Message("One", b"first"))
+    for res in (
+        store.put_batch("One", [b"a"]),
+        store.put_batch("One", [b"b"], keys=["k"]),
+        store.put_messages([Message("One", b"c")]),
+        store.put_message(Message("One", b"d")),
+    ):
+        ar = res.append_result
+        assert res.ok and ar is not None and ar.wrote_offsets is not None and ar.queue_offsets is not None
+        assert list(ar.wrote_offsets) == [ar.wrote_offset] and list(ar.queue_offsets) == [ar.logics_offset]
+        found = store.lookup(ar.wrote_offset)
+        assert found is not None and found.queue_offset == ar.logics_offset
