@@ -129,7 +129,7 @@ def test_the_born_host_is_the_producers_address_as_the_member_sees_it(
     for req in (
         SendRequest("T", 0, [b"a", b"b"], props),  # packed
         SendRequest("T", 0, [b"a"], props[:1]),  # one message: Message objects
-        SendRequest("T", 0, [b"a", b"b"], [b"DELAY\x012", b"DELAY\x012"]),  # Message objects
+        SendRequest("T", 0, [b"a", b"b"], [b"DELAY\x010", b"DELAY\x010"]),  # Message objects
     ):
         raw = _records(service, req, peer)
         msg = decode_record(raw, 0)
@@ -142,12 +142,21 @@ def test_the_born_host_is_the_producers_address_as_the_member_sees_it(
     assert got is not None and got.born_host == ("192.0.2.7", 99)
 
 
-def test_a_stem_with_a_delay_goes_the_message_path(service: MessageService):
+def test_a_batch_stem_with_a_delay_is_refused_and_a_delay_of_0_goes_the_message_path(service: MessageService):
+    # putMessages refuses a batch with a delay level; a DELAY of 0 is none (it stays in T).
     req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"DELAY\x012\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
+    with pytest.raises(IllegalMessage, match="delay level"):
+        service._prepare(got, bodies, props, PEER)
+    req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"DELAY\x010\x02UNIQ_KEY\x01AB", uniq_first=0)
+    got, bodies, props = SendRequest.from_wire(req.to_wire())
     batch = service._prepare(got, bodies, props, PEER)
-    assert isinstance(batch, PreparedBatch)
-    assert batch.topics[0] == b"SCHEDULE_TOPIC_XXXX"
+    assert isinstance(batch, PreparedBatch) and batch.topics[0] == b"T"
+    # One message with a delay goes to the schedule topic, as a single send does.
+    req = SendRequest("T", 0, [b"a"], [], props_stem=b"DELAY\x012\x02UNIQ_KEY\x01AB", uniq_first=0)
+    got, bodies, props = SendRequest.from_wire(req.to_wire())
+    batch = service._prepare(got, bodies, props, PEER)
+    assert isinstance(batch, PreparedBatch) and batch.topics[0] == b"SCHEDULE_TOPIC_XXXX"
 
 
 def test_a_bad_stem_is_refused(service: MessageService):
