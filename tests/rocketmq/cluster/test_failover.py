@@ -177,7 +177,7 @@ def test_kill_9_leader_and_cut_follower_under_load(cluster: TestCluster):
         for body, r in acked:
             got = queues[r.queue_id][r.queue_offset]
             assert got.body == body and got.properties[UNIQ_KEY] == r.msg_id, (m, r)
-            assert got.msg_id == r.offset_msg_id
+            assert got.msg_id == r.msg_id and got.offset_msg_id == r.offset_msg_id
         by_member[m] = {q: [(x.queue_offset, x.phys_offset, x.body) for x in msgs] for q, msgs in queues.items()}
         with Consumer(member_peers(c, m), "cg-1", TOPIC, read_from="follower") as con:
             assert con.committed(3) == 7
