@@ -505,11 +505,17 @@ class MessageStore:
     def _cq(self, topic: str, queue_id: int) -> Any:
         return self.consume_queues.get(topic, queue_id)
 
+    def _check_readable(self) -> None:
+        # A closed store's files are unmapped: an answer would be a made-up empty queue.
+        if self._closed:
+            raise ValueError(f"{self.root}: the message store is closed")
+
     def get_messages(
         self, topic: str, queue_id: int, offset: int, max_count: int = 32, max_bytes: int | None = None
     ) -> GetMessageResult:
         """getMessage: up to ``max_count`` messages (and about ``max_bytes``) of a queue from
         ``offset``, with RocketMQ's status and next offset."""
+        self._check_readable()
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory if max_bytes is None else max_bytes
         cq = self._cq(topic, queue_id)
         if cq is None:
@@ -582,6 +588,7 @@ class MessageStore:
         holding their records back to back (``phys_offset`` is each record's commit-log offset,
         ``queue_offset`` its queue offset). Stops at the first unit whose record is not readable
         (not yet committed, or deleted). The fast read path: no object per message."""
+        self._check_readable()
         empty = (memoryview(b""), {k: np.empty(0, np.int64) for k in ("phys_offset",)})
         cq = self._cq(topic, queue_id)
         if cq is None or offset < int(cq.min_offset):
@@ -629,6 +636,7 @@ class MessageStore:
         reconsume_times, body and properties (binary). Stops at the first unit whose record is
         not readable (not yet committed, or deleted) or not whole, as ``pull_columns``. The
         records are read in place in the log's mapping (one kernel call per log file)."""
+        self._check_readable()
         import pyarrow as pa
 
         names = ("size", "store_timestamp", "born_timestamp", "sys_flag", "flag", "reconsume_times")
@@ -681,10 +689,12 @@ class MessageStore:
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        self._check_readable()
         cq = self._cq(topic, queue_id)
         return int(cq.min_offset) if cq is not None else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        self._check_readable()
         cq = self._cq(topic, queue_id)
         return int(cq.max_offset) if cq is not None else 0
 
@@ -702,6 +712,7 @@ class MessageStore:
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
         """getOffsetInQueueByTime: binary search on store time for the queue offset nearest ``timestamp``."""
+        self._check_readable()
         cq = self._cq(topic, queue_id)
         if cq is None:
             return 0
@@ -709,6 +720,7 @@ class MessageStore:
 
     def lookup(self, phys_offset: int) -> MessageExt | None:
         """lookMessageByOffset: the message whose record starts at ``phys_offset``."""
+        self._check_readable()
         size = self.commitlog.record_size_at(phys_offset)
         if size <= 0:
             return None
@@ -728,6 +740,7 @@ class MessageStore:
     ) -> list[int]:
         """The physical offsets of the index items of ``topic`` and ``key``, newest first, as
         queryOffset gives them (an offset twice when a message has a key twice)."""
+        self._check_readable()
         return [int(p) for p in self.index_service.query(topic, key, max_count, begin_ts, end_ts)]
 
     def query_by_key(
@@ -783,6 +796,7 @@ class MessageStore:
         """Scan columns of the records in commit-log order, each batch with the buffer its
         ``*_off`` columns point into: a copy of at most ``_WINDOW`` bytes of the log (valid
         after the loop moves on)."""
+        self._check_readable()
         cl = self.commitlog
         dledger = self.mode == DLEDGER
         scan = K.scan_dledger_records if dledger else K.scan_records

@@ -607,3 +607,22 @@ def test_a_put_of_one_message_has_the_offset_arrays_a_batch_has(store: MessageSt
         assert list(ar.wrote_offsets) == [ar.wrote_offset] and list(ar.queue_offsets) == [ar.logics_offset]
         found = store.lookup(ar.wrote_offset)
         assert found is not None and found.queue_offset == ar.logics_offset
+
+
+def test_reads_of_a_closed_store_are_refused(tmp_path: Path, mode: str) -> None:
+    # They answered an empty queue (NO_MATCHED_LOGIC_QUEUE, max offset 0) or [] in one mode and
+    # raised about an unmapped file in the other.
+    s = MessageStore(tmp_path / "s", small_config(mode))
+    r = s.put_message(Message("T", b"x", keys="k"))
+    s.close()
+    for read in (
+        lambda: s.get_messages("T", 0, 0),
+        lambda: s.max_offset_in_queue("T", 0),
+        lambda: s.lookup(r.phys_offset),
+        lambda: s.query_by_key("T", "k"),
+        lambda: s.pull_columns("T", 0, 0),
+        lambda: list(s.iter_messages()),
+    ):
+        with pytest.raises(ValueError, match="closed"):
+            read()
+    assert s.put_message(Message("T", b"y")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
