@@ -307,7 +307,7 @@ class BatchPreparer:
                 raise IllegalMessage(f"properties are {len(praw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
             body = m.body
             if type(body) is not bytes:
-                body = bytes(body)
+                body = as_body(body)
             braw = encode_host(m.born_host) if m.born_host is not None else store_raw
             topics.append(traw)
             queue_keys.append(f"{topic}-{queue_id}")
@@ -550,6 +550,7 @@ class BatchPreparer:
         else:
             props = _keyed_properties(tpl, keys, None, 0)
         body_list = bodies if isinstance(bodies, list) else list(bodies)
+        _longest(body_list)  # the bodies' type: len() of a str would pass
         lengths = _keyed_lengths(body_list, props, tpl.fixed_len)
         longest = int(lengths.max())
         if longest > self.config.max_message_size:
@@ -594,7 +595,7 @@ class BatchPreparer:
             raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         # calMsgLength, with everything but the body the same for every message
-        longest = _longest_body(body_list) + plen + tpl.fixed_len
+        longest = _longest(body_list) + plen + tpl.fixed_len
         if longest > self.config.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {self.config.max_message_size} as a record")
         born = born_timestamp or now or int(time.time() * 1000)
@@ -779,6 +780,24 @@ def _keyed_properties(tpl: _Template, keys: Sequence[str | None], head: str | No
             for i, k in enumerate(keys)
         ]
     return [("\x02".join([*parts, f"KEYS\x01{k}"])).encode("utf-8", "surrogatepass") if k else tpl.fixed for k in keys]
+
+
+def _longest(bodies: list[bytes]) -> int:
+    try:
+        return int(_longest_body(bodies))
+    except TypeError as exc:
+        raise IllegalMessage(str(exc)) from None
+
+
+def as_body(body: Any) -> bytes:
+    """A message body as bytes; IllegalMessage for what is not bytes-like (a str: encode it;
+    ``bytes(5)`` would be five zero bytes)."""
+    if isinstance(body, str):
+        raise IllegalMessage("a message body is a str: give bytes (text.encode())")
+    try:
+        return bytes(memoryview(body))
+    except TypeError:
+        raise IllegalMessage(f"a message body must be bytes-like, not {type(body).__name__}") from None
 
 
 def _keyed_lengths(bodies: list[bytes], props: list[bytes], fixed_len: int) -> np.ndarray:

@@ -349,6 +349,7 @@ class AsyncProducer:
             and m.sys_flag == first.sys_flag
             and m.born_timestamp == first.born_timestamp
             and m.born_host is None
+            and type(m.body) is not str  # refused on the other path
             for m in msgs
         )
         if len(msgs) > 1:
@@ -458,6 +459,8 @@ class AsyncProducer:
             raw: bytes | None
             raw, usizes = K.pack_bodies(bodies)
         except TypeError:  # bytes-like bodies that are not bytes: joined per request below
+            if any(isinstance(b, str) for b in bodies):
+                return _refused(topic, qid, n, "a message body is a str: give bytes (text.encode())")
             raw, usizes = None, np.fromiter(map(len, bodies), dtype=np.uint32, count=n)
         if not usizes.all():
             i = int(np.argmin(usizes))
@@ -594,11 +597,14 @@ def _check_message(msg: Message, i: int | None = None) -> None:
     body (Validators.checkMessage), numbers Java cannot hold. ``i``: its place in a batch."""
     if (
         len(msg.body)
+        and type(msg.body) is not str
         and -_HALF_INT <= msg.flag < _HALF_INT
         and -_HALF_INT <= msg.sys_flag < _HALF_INT
         and -_HALF_LONG <= msg.born_timestamp < _HALF_LONG
     ):
         return  # the usual case, without a loop a message
+    if isinstance(msg.body, str):
+        raise _Illegal(f"{_nth(i)}the message body is a str: give bytes (text.encode())")
     if not len(msg.body):
         raise _Illegal(f"{_nth(i)}the message body length is zero")
     why = _numbers_problem(msg.flag, msg.sys_flag, msg.born_timestamp)

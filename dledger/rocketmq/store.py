@@ -41,6 +41,7 @@ from dledger.rocketmq.encode import (
     IllegalMessage,
     PreparedBatch,
     UniformBatch,
+    as_body,
     check_message_ints,
     java_ranges_ok,
 )
@@ -369,7 +370,10 @@ class MessageStore:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
         body = msg.body
         if type(body) is not bytes:
-            body = bytes(body)
+            try:
+                body = as_body(body)
+            except IllegalMessage as exc:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=str(exc))
         if tpl.fixed_len + len(body) > self.config.max_message_size:
             reason = (
                 f"message 0 is {tpl.fixed_len + len(body)} bytes as a record, "

@@ -7,6 +7,7 @@ import inspect
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -626,3 +627,20 @@ def test_reads_of_a_closed_store_are_refused(tmp_path: Path, mode: str) -> None:
         with pytest.raises(ValueError, match="closed"):
             read()
     assert s.put_message(Message("T", b"y")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_a_body_that_is_no_bytes_is_refused_on_every_put_path(store: MessageStore) -> None:
+    # A str was a TypeError from put_message and an UNKNOWN_ERROR with a traceback from
+    # put_batch; bytes(5) would have stored five zero bytes.
+    before = store.max_phys_offset
+    for res in (
+        store.put_message(Message("T", "text")),  # type: ignore[arg-type]
+        store.put_message(Message("T", 5)),  # type: ignore[arg-type]
+        store.put_messages([Message("T", b"ok"), Message("T", "text")]),  # type: ignore[arg-type]
+        store.put_batch("T", ["text"]),  # type: ignore[list-item]
+        store.put_batch("T", [b"ok", "text"], keys=["a", "b"]),  # type: ignore[list-item]
+    ):
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "bytes" in res.reason, res
+    assert store.max_phys_offset == before
+    likes: list[Any] = [bytearray(b"ok"), memoryview(b"v")]
+    assert store.put_message(Message("T", likes[0])).ok and store.put_batch("T", likes[1:]).ok

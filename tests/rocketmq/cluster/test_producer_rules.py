@@ -116,6 +116,11 @@ def test_an_empty_body_is_refused_and_nothing_of_its_batch_is_written(cluster: T
         likes: list[Any] = [bytearray(b"a"), bytearray()]
         assert all_refused(p.send_bodies(topic, likes, 2), "body length is zero")
         assert all_refused(p.send_bodies(topic, [b""], 2), "body length is zero")
+        # A str body (len() counts characters, and nothing can send it): refused as well.
+        text: Any = "text"
+        assert p.send(Message(topic, text), queue_id=2).status == ILLEGAL
+        assert all_refused(p.send_batch([Message(topic, b"a"), Message(topic, text)], queue_id=2), "str")
+        assert all_refused(p.send_bodies(topic, [b"a", text], 2), "str")
         assert con.max_offset(2) == before
 
 
