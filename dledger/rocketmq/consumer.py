@@ -303,7 +303,7 @@ class Consumer(Blocking):
 
     def __init__(self, peers: str | dict[str, str], group: str, topic: str, **kwargs: Any) -> None:
         super().__init__()
-        self._async: AsyncConsumer = self._run(_make_consumer(peers, group, topic, kwargs))
+        self._async: AsyncConsumer = self._start(_make_consumer(peers, group, topic, kwargs))
 
     @property
     def topic(self) -> str:

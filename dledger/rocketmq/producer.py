@@ -698,17 +698,31 @@ class Blocking:
     time (as ``dledger.Client``)."""
 
     def __init__(self) -> None:
+        self._refuse_inside_a_loop()
         self._loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _refuse_inside_a_loop(self) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            pass
-        else:
+            return
+        raise RuntimeError(f"{type(self).__name__} blocks; inside a running asyncio loop use its Async twin")
+
+    def _start(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The async twin, made on this loop; the loop closed if that fails (a bad argument)."""
+        try:
+            return self._run(coro)
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            self._refuse_inside_a_loop()
+        except RuntimeError:
             coro.close()
-            raise RuntimeError(f"{type(self).__name__} blocks; inside a running asyncio loop use its Async twin")
+            raise
         with self._lock:
             if self._loop.is_closed():
                 coro.close()
@@ -729,7 +743,7 @@ class Producer(Blocking):
 
     def __init__(self, peers: str | dict[str, str], group: str | None = None, **kwargs: Any) -> None:
         super().__init__()
-        self._async: AsyncProducer = self._run(_make_producer(peers, group, kwargs))
+        self._async: AsyncProducer = self._start(_make_producer(peers, group, kwargs))
 
     def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         return self._run(self._async.send(msg, queue_id))

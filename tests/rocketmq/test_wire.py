@@ -159,3 +159,23 @@ def test_pack_bodies_joins_and_measures(bodies: list[bytes]):
 def test_pack_bodies_takes_bytes_only():
     with pytest.raises(TypeError):
         K.pack_bodies([b"a", bytearray(b"b")])
+
+
+def test_a_blocking_client_that_cannot_start_leaves_no_event_loop_open(recwarn: pytest.WarningsRecorder) -> None:
+    import asyncio
+    import gc
+
+    from dledger.rocketmq import Consumer, Producer
+
+    with pytest.raises(DLedgerError):
+        Producer("garbage")
+    with pytest.raises(DLedgerError):
+        Consumer("n0-127.0.0.1:1", "g", "T", read_from="nobody")
+
+    async def inside_a_loop() -> None:
+        Producer("n0-127.0.0.1:1")
+
+    with pytest.raises(RuntimeError, match="Async twin"):
+        asyncio.run(inside_a_loop())
+    gc.collect()
+    assert not [w for w in recwarn if issubclass(w.category, ResourceWarning)], [str(w.message) for w in recwarn]
