@@ -131,7 +131,21 @@ def properties_problem(properties: Mapping[str, str | None]) -> str | None:
             return f"property {k!r} has an empty name or value, which reading the record back drops"
         if NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k or NAME_VALUE_SEPARATOR in v or PROPERTY_SEPARATOR in v:
             return f"property {k!r}: a name or value holds \\x01 or \\x02, RocketMQ's separators"
+        if not (_utf8_ok(k) and _utf8_ok(v)):
+            return f"property {k!r}: a name or value is no UTF-8 (a lone surrogate), which reads back as U+FFFD"
     return None
+
+
+def _utf8_ok(text: str) -> bool:
+    """``text`` encodes as UTF-8 (no lone surrogate, which surrogatepass would store as bytes
+    no reader decodes)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def joined_properties_problem(properties: Mapping[str, str | None], joined: bytes | str) -> str | None:
@@ -144,13 +158,19 @@ def joined_properties_problem(properties: Mapping[str, str | None], joined: byte
     j: Any = joined
     ok = j.count(one) == n and j.count(two) == n - 1 and not (j.startswith(one) or j.endswith(one))
     ok = ok and one + two not in j and two + one not in j
+    # A lone surrogate: stored by surrogatepass as ED A0-BF .. (ED also starts U+D000-U+D7FF,
+    # which the pairs' check then passes).
+    ok = ok and (b"\xed" not in j if isinstance(j, bytes) else _utf8_ok(j))
     return None if ok or not n else properties_problem(properties)
 
 
 def keys_problem(keys: Iterable[str | None]) -> str | None:
     """Why a batch's KEYS values would not read back as they are (None: they would)."""
     bad = next((k for k in keys if k and (NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k)), None)
-    return None if bad is None else f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators"
+    if bad is not None:
+        return f"keys {bad!r} hold \\x01 or \\x02, RocketMQ's property separators"
+    bad = next((k for k in keys if k and not _utf8_ok(k)), None)
+    return None if bad is None else f"keys {bad!r} are no UTF-8 (a lone surrogate), which reads back as U+FFFD"
 
 
 def decode_properties(text: str | None) -> dict[str, str]:

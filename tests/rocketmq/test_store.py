@@ -218,8 +218,8 @@ def test_numbers_java_cannot_hold_are_refused(store: MessageStore) -> None:
 
 def test_properties_that_would_not_read_back_are_refused(store: MessageStore) -> None:
     """An empty name or value, or a separator inside one, would come back dropped or split
-    (string2messageProperties): refused, nothing written."""
-    bad = [{"k": ""}, {"": "v"}, {"a\x01b": "c"}, {"k": "v\x02x=1"}]
+    (string2messageProperties), and a lone surrogate as U+FFFD: refused, nothing written."""
+    bad = [{"k": ""}, {"": "v"}, {"a\x01b": "c"}, {"k": "v\x02x=1"}, {"k": "v\udc80"}, {"\ud800": "v"}]
     for props in bad:
         res = store.put_message(Message("T", b"x", properties=props))
         assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "property" in res.reason, props
@@ -229,13 +229,21 @@ def test_properties_that_would_not_read_back_are_refused(store: MessageStore) ->
     assert store.put_message(Message("T", b"x", tags="a\x02b")).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert store.put_message(Message("T", b"x", keys=["k\x01"])).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert store.put_batch("T", [b"a", b"b"], keys=["ok", "x\x02y"]).status == PutMessageStatus.MESSAGE_ILLEGAL
+    for text in ("\udc80x", "a\ud83d"):  # lone surrogates (a pair's halves apart)
+        assert store.put_message(Message("T", b"x", tags=text)).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.put_message(Message("T", b"x", keys=[text])).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.put_batch("T", [b"a", b"b"], keys=["ok", text]).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.put_batch("T", [b"a"], tags=text).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert store.max_phys_offset == 0
     # What does read back is taken, None values skipped as messageProperties2String skips them.
-    r = store.put_message(Message("T", b"x", properties={"k": "v", "名": "值\tx", "skipped": None}))  # type: ignore[dict-item]
+    r = store.put_message(
+        Message("T", b"x", properties={"k": "v", "名": "值\tx", "한": "글", "skipped": None}, tags="🚀")  # type: ignore[dict-item]
+    )
     assert r.status == PutMessageStatus.PUT_OK
     store.wait_dispatched()
     back = store.lookup(r.phys_offset)
     assert back is not None and back.properties["k"] == "v" and back.properties["名"] == "值\tx"
+    assert back.properties["한"] == "글" and back.tags == "🚀"  # U+D55C starts with byte ED too
     assert "skipped" not in back.properties
 
 
