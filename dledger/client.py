@@ -481,7 +481,56 @@ class AsyncClient:
         return TransferResult(leader, r.term, resp.message or "")
 
 
-class Client:
+class Blocking:
+    """Runs an asyncio twin on an event loop of its own, in the calling thread, for the length
+    of each call (no helper thread: a hand-off between threads costs each call a scheduling
+    delay); calls from several threads take turns. ``Client`` and the message clients."""
+
+    # What to use inside a running loop, for the error that says so.
+    twin = "its Async twin"
+
+    def __init__(self) -> None:
+        self._refuse_inside_a_loop()
+        self._loop = asyncio.new_event_loop()
+        self._lock = threading.Lock()
+
+    def _refuse_inside_a_loop(self) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise RuntimeError(f"{type(self).__name__} blocks; inside a running asyncio loop use {self.twin}")
+
+    def _start(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The async twin, made on this loop; the loop closed if that fails (a bad argument)."""
+        try:
+            return self._run(coro)
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            self._refuse_inside_a_loop()
+        except RuntimeError:
+            coro.close()
+            raise
+        with self._lock:
+            if self._loop.is_closed():
+                coro.close()
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{type(self).__name__} is closed")
+            return self._loop.run_until_complete(coro)
+
+    def _close_loop(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._loop.is_closed():
+            coro.close()
+            return
+        self._run(coro)
+        with self._lock:
+            self._loop.close()
+
+
+class Client(Blocking):
     """The blocking twin of ``AsyncClient``: runs one on an event loop of its own, in the
     calling thread, for the length of each call (no helper thread: a hand-off between
     threads costs each call a scheduling delay).
@@ -491,28 +540,11 @@ class Client:
     asyncio loop, which it would block: use ``AsyncClient`` there.
     """
 
-    def __init__(self, peers: str | dict[str, str], group: str | None = "default", **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._lock = threading.Lock()
-        try:
-            self._async = self._run(_make(peers, group, kwargs))
-        except BaseException:
-            self._loop.close()
-            raise
+    twin = "AsyncClient"
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            coro.close()
-            raise RuntimeError("dledger.Client blocks; inside a running asyncio loop use AsyncClient")
-        with self._lock:
-            if self._loop.is_closed():
-                coro.close()
-                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "client is closed")
-            return self._loop.run_until_complete(coro)
+    def __init__(self, peers: str | dict[str, str], group: str | None = "default", **kwargs: Any) -> None:
+        super().__init__()
+        self._async = self._start(_make(peers, group, kwargs))
 
     @property
     def leader(self) -> str | None:
@@ -550,11 +582,7 @@ class Client:
         return self._async.group
 
     def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self._run(self._async.close())
-        with self._lock:
-            self._loop.close()
+        self._close_loop(self._async.close())
 
     def __enter__(self) -> Client:
         return self

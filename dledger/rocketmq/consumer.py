@@ -19,12 +19,11 @@ from typing import Any
 import numpy as np
 
 from dledger._ext import load as _load_ext
-from dledger.client import AsyncClient
+from dledger.client import AsyncClient, Blocking
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
 from dledger.rocketmq.message import MessageExt
-from dledger.rocketmq.producer import Blocking
 from dledger.rocketmq.records import decode_record, messages_from_columns
 from dledger.rocketmq.status import GetMessageStatus
 from dledger.rocketmq.wire import (

@@ -10,20 +10,18 @@ at-least-once, and a duplicate is recognisable by its ``msg_id``.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import contextlib
 import itertools
 import ssl as ssl_module
-import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
 from dledger._ext import load as _load_ext
-from dledger.client import AsyncClient
+from dledger.client import AsyncClient, Blocking
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
@@ -691,51 +689,6 @@ def _code_name(code: int) -> str:
 def _offset_msg_id(store_host: str, phys: int) -> str:
     host, _, port = store_host.rpartition(":")
     return create_message_id((host.strip("[]"), int(port)), phys)
-
-
-class Blocking:
-    """Runs an asyncio twin on an event loop of its own, in the calling thread, one call at a
-    time (as ``dledger.Client``)."""
-
-    def __init__(self) -> None:
-        self._refuse_inside_a_loop()
-        self._loop = asyncio.new_event_loop()
-        self._lock = threading.Lock()
-
-    def _refuse_inside_a_loop(self) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        raise RuntimeError(f"{type(self).__name__} blocks; inside a running asyncio loop use its Async twin")
-
-    def _start(self, coro: Coroutine[Any, Any, T]) -> T:
-        """The async twin, made on this loop; the loop closed if that fails (a bad argument)."""
-        try:
-            return self._run(coro)
-        except BaseException:
-            self._loop.close()
-            raise
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            self._refuse_inside_a_loop()
-        except RuntimeError:
-            coro.close()
-            raise
-        with self._lock:
-            if self._loop.is_closed():
-                coro.close()
-                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{type(self).__name__} is closed")
-            return self._loop.run_until_complete(coro)
-
-    def _close_loop(self, coro: Coroutine[Any, Any, None]) -> None:
-        if self._loop.is_closed():
-            coro.close()
-            return
-        self._run(coro)
-        with self._lock:
-            self._loop.close()
 
 
 class Producer(Blocking):
