@@ -312,6 +312,16 @@ class TestCluster:
             time.sleep(0.05)
         raise AssertionError(f"{what} not reached within {timeout}s: {self.status()}")
 
+    @contextmanager
+    def running(self) -> Iterator[TestCluster]:
+        """Every member started and a leader elected; every member stopped after (by PID)."""
+        try:
+            self.start_all()
+            self.wait_leader()
+            yield self
+        finally:
+            self.close()
+
     def close(self) -> None:
         for member in list(self.procs):
             proc = self.procs.pop(member)

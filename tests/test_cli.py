@@ -149,13 +149,8 @@ def test_bench_store_quick_json():
 @pytest.fixture(scope="module")
 def group_g(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
     """Three members serving group "g" (not "default")."""
-    c = TestCluster(tmp_path_factory.mktemp("group-g"), group="g", proxied=False)
-    try:
-        c.start_all()
-        c.wait_leader()
+    with TestCluster(tmp_path_factory.mktemp("group-g"), group="g", proxied=False).running() as c:
         yield c
-    finally:
-        c.close()
 
 
 def test_status_names_the_groups_a_member_serves(group_g: TestCluster):

@@ -51,13 +51,8 @@ def test_toml_takes_rocketmqs_names(tmp_path: Path):
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
     root = tmp_path_factory.mktemp("mqcli")
     (root / "member.toml").write_text(TOML)
-    c = TestCluster(root, member_dirs=True, extra=[*FAST, "--config", str(root / "member.toml")])
-    try:
-        c.start_all()
-        c.wait_leader()
+    with TestCluster(root, member_dirs=True, extra=[*FAST, "--config", str(root / "member.toml")]).running() as c:
         yield c
-    finally:
-        c.close()
 
 
 def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from small_group import MAX_MESSAGE, running_small_group
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
@@ -22,32 +23,13 @@ from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(240)
 
-MAX_MESSAGE = 64 * 1024
 ILLEGAL = "MESSAGE_ILLEGAL"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(
-        tmp_path_factory.mktemp("mq-rules"),
-        member_dirs=True,
-        extra=[
-            *FAST,
-            "--message-store",
-            "--max-message-size",
-            str(MAX_MESSAGE),
-            "--default-topic-queue-nums",
-            "4",
-            "--mapped-file-size-for-entry-data",
-            str(1 << 20),
-        ],
-    )
-    try:
-        c.start_all()
-        c.wait_leader()
+    with running_small_group(tmp_path_factory.mktemp("mq-rules")) as c:
         yield c
-    finally:
-        c.close()
 
 
 def pull_all(con: Consumer, queue_id: int, n: int, timeout: float = 60.0) -> list[MessageExt]:

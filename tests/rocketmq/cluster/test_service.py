@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from small_group import MAX_MESSAGE, running_small_group
 
 from dledger.client import AsyncClient, Client
 from dledger.codes import ResponseCode
@@ -22,36 +23,15 @@ from dledger.rocketmq.producer import Producer
 from dledger.rocketmq.service import OFFSET_TOPIC
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
-from dledger.testing import FAST, TestCluster
+from dledger.testing import TestCluster
 
 pytestmark = pytest.mark.timeout(240)
-
-MAX_MESSAGE = 64 * 1024
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
-    c = TestCluster(
-        tmp_path_factory.mktemp("mq"),
-        member_dirs=True,
-        extra=[
-            *FAST,
-            "-v",
-            "--message-store",
-            "--max-message-size",
-            str(MAX_MESSAGE),
-            "--default-topic-queue-nums",
-            "4",
-            "--mapped-file-size-for-entry-data",
-            str(1 << 20),
-        ],
-    )
-    try:
-        c.start_all()
-        c.wait_leader()
+    with running_small_group(tmp_path_factory.mktemp("mq"), "-v") as c:
         yield c
-    finally:
-        c.close()
 
 
 def leader_end(c: TestCluster) -> tuple[int, int]:
