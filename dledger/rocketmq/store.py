@@ -139,7 +139,9 @@ class MessageStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RuntimeError(f"{self.root}: another process has this store open (lock failed)") from None
+            raise RuntimeError(
+                f"{self.root}: another writer has this store open, in this process or another (lock failed)"
+            ) from None
         os.pwrite(fd, b"lock", 0)
         self._lock_fd = fd
 
