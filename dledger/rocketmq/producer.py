@@ -289,7 +289,7 @@ class AsyncProducer:
         return next(self._round_robin) % n
 
     def _properties(self, msg: Message) -> tuple[str, bytes]:
-        """The message's UNIQ_KEY and stored properties; _BadProperties for ones that would not
+        """The message's UNIQ_KEY and stored properties; _Illegal for ones that would not
         read back as they are (an empty value, a separator in a name or value)."""
         props = msg.store_properties()
         uniq = props.get(UNIQ_KEY)
