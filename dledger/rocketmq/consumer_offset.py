@@ -132,7 +132,7 @@ class ConsumerOffsetManager:
             try:
                 self.offset_table = decode_offset_table(text)
             except (ValueError, TypeError) as exc:
-                log.error("load %s failed (%s), trying the backup", path, exc)
+                log.warning("load %s failed (%s), trying the backup", path, exc)
                 problem = problem or f"{path}: {exc}"
                 continue
             if path != self.path:

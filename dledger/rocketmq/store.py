@@ -34,7 +34,7 @@ from dledger.rocketmq.checkpoint import StoreCheckpoint
 from dledger.rocketmq.commitlog import CommitLog
 from dledger.rocketmq.config import SLAVE, MessageStoreConfig
 from dledger.rocketmq.consume_queue import ConsumeQueueTable
-from dledger.rocketmq.consumer_offset import ConsumerOffsetManager
+from dledger.rocketmq.consumer_offset import ConsumerOffsetManager, OffsetFileError
 from dledger.rocketmq.dispatch import ReputMessageService
 from dledger.rocketmq.encode import (
     BatchPreparer,
@@ -198,7 +198,14 @@ class MessageStore:
         # rebuilds them; a reader cannot rebuild, and next to a running writer "abort" is there anyway.
         self.index_service.load(self.last_exit_ok or ro, self.checkpoint.index_msg_timestamp)
         self.consumer_offsets = ConsumerOffsetManager(self.root / "config", readonly=ro)
-        self.consumer_offsets.load()
+        try:
+            self.consumer_offsets.load()
+        except OffsetFileError as exc:
+            if not ro:
+                raise
+            # A reader (dump, stats, a consume by offset) needs no consumer offsets; a writer
+            # refuses to start without them, as the broker's ConfigManager.load does.
+            log.warning("%s; read without consumer offsets", exc)
 
         # recover(): consume queues first (they recovered their ends when loaded), then the log.
         max_cq_phys = self.consume_queues.max_physic_offset()

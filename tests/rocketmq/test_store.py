@@ -652,3 +652,18 @@ def test_a_body_that_is_no_bytes_is_refused_on_every_put_path(store: MessageStor
     assert store.max_phys_offset == before
     likes: list[Any] = [bytearray(b"ok"), memoryview(b"v")]
     assert store.put_message(Message("T", likes[0])).ok and store.put_batch("T", likes[1:]).ok
+
+
+def test_a_reader_opens_a_store_whose_consumer_offsets_cannot_be_read(tmp_path: Path, mode: str) -> None:
+    # dump, stats and a consume by offset need no consumer offsets; a writer still refuses, as
+    # the broker's ConfigManager.load does.
+    root = tmp_path / "s"
+    with MessageStore(root, small_config(mode)) as s:
+        s.put_message(Message("T", b"x"))
+    for name in ("consumerOffset.json", "consumerOffset.json.bak"):
+        (root / "config" / name).write_text("garbage")
+    with MessageStore(root, readonly=True) as reader:
+        assert [m.body for m in reader.get_messages("T", 0, 0).messages] == [b"x"]
+        assert reader.query_offset("g", "T", 0) == -1
+    with pytest.raises(ValueError, match="consumer offsets"):
+        MessageStore(root, small_config(mode))
