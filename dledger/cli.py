@@ -16,6 +16,7 @@ from typing import Any
 
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
+from dledger.net.client_options import add_security_options, security_kwargs
 
 log = logging.getLogger("dledger.cli")
 
@@ -153,22 +154,10 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    if getattr(args, "secret_file", None):
-        kwargs["secret"] = Path(args.secret_file).read_bytes().strip()
-    if getattr(args, "tls_ca", None):
-        from dledger.net.tls import make_client_context
-
-        cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
-        kwargs["ssl"] = make_client_context(args.tls_ca, cert, key)
-    return kwargs
-
-
 def _client(args: argparse.Namespace) -> Any:
     from dledger.client import Client
 
-    return Client(args.peers, args.group, timeout=args.timeout, **_client_kwargs(args))
+    return Client(args.peers, args.group, timeout=args.timeout, **security_kwargs(args))
 
 
 def _remote(what: str, args: argparse.Namespace) -> int:
@@ -266,7 +255,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 
     tune_for_server()
     config = _config_from_args(args)
-    kwargs = _client_kwargs(args)
+    kwargs = security_kwargs(args)
     server_ssl = None
     if args.tls_cert and args.tls_key:
         from dledger.net.tls import make_server_context
@@ -348,10 +337,7 @@ def _add_remote_options(p: argparse.ArgumentParser, peers: bool = True) -> None:
         default=10.0,
         help="seconds to find the leader and get an answer (default: %(default)s)",
     )
-    p.add_argument("--secret-file", default=None, help="file holding the group's shared secret")
-    p.add_argument("--tls-ca", default=None, help="CA file to verify the nodes (enables TLS)")
-    p.add_argument("--tls-cert", default=None, help="client certificate (mutual TLS)")
-    p.add_argument("--tls-key", default=None, help="the key of --tls-cert")
+    add_security_options(p)
 
 
 _FLAG_NAMES = {"self_id": ["--id"], "store_base_dir": ["--store-dir"]}

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dledger.errors import DLedgerError
+from dledger.net.client_options import add_security_options
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,9 @@ def _where(args: argparse.Namespace) -> bool:
 
 
 def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"timeout": args.timeout}
+    from dledger.net.client_options import security_kwargs
+
+    return {"timeout": args.timeout, **security_kwargs(args)}
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -434,6 +437,7 @@ def _add_network_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=_positive(float), default=10.0, help="seconds to find the leader and get an answer"
     )
+    add_security_options(p)
 
 
 # ``dledger mq --help``: the module docstring without its last paragraph (for developers) and

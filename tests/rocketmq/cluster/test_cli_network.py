@@ -266,3 +266,24 @@ def test_server_flags_spell_the_switch_both_ways():
     assert parse(["server", "--message-store", "false"]).cfg_message_store is False
     args = parse(["server", "--max-message-size", "1024", "--flush-disk-type", "SYNC_FLUSH"])
     assert args.cfg_max_message_size == 1024 and args.cfg_flush_disk_type == "SYNC_FLUSH"
+
+
+def test_mq_commands_reach_a_group_that_wants_a_shared_secret(tmp_path: Path):
+    # `dledger mq ... --peers` had no --secret-file (nor TLS options): the error told the user
+    # to give one, and the option was then refused as unknown.
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    extra = [*FAST, "--message-store", "--secret-file", str(secret)]
+    c = TestCluster(tmp_path, size=1, member_dirs=True, proxied=False, extra=extra)
+    try:
+        c.start_all()  # (its status calls have no secret: the produce below waits for the leader)
+        with_secret = ["--peers", c.peers, "--secret-file", str(secret), "--timeout", "20"]
+        out = mq("produce", *with_secret, "--topic", "Sec", "--queue", "0", "--data", "hidden")
+        assert out.returncode == 0 and out.stdout.startswith("SEND_OK"), out.stderr
+        out = mq("consume", *with_secret, "--topic", "Sec", "--queue", "0", "--offset", "0")
+        assert out.returncode == 0 and out.stdout.split("\t")[-1].strip() == "hidden", out
+        assert mq("stats", *with_secret).returncode == 0
+        out = mq("stats", "--peers", c.peers, "--timeout", "2")
+        assert out.returncode == 1 and "--secret-file" in out.stderr
+    finally:
+        c.close()
