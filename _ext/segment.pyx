@@ -767,13 +767,17 @@ cdef class MmapFileList:
         return self.flushed_where
 
     def delete_expired_by_time(self, double expired_ms, double now_ms, bint clean_immediately,
-                               int max_files=10):
-        """Delete files (never the last) whose mtime is older than ``expired_ms``; stop at the first fresh one."""
+                               int max_files=10, int64_t keep_from=-1):
+        """Delete files (never the last) whose mtime is older than ``expired_ms``; stop at the first
+        fresh one, and (``keep_from`` >= 0) at the first that holds bytes at or past ``keep_from``
+        (what a reader, such as dispatch, has still to read)."""
         cdef MappedFile f
         deleted = 0
         while len(self.files) > 1 and deleted < max_files:
             f = self.files[0]
             if not clean_immediately and now_ms < f.last_modified() * 1000.0 + expired_ms:
+                break
+            if keep_from >= 0 and f.file_from_offset + f.file_size > keep_from:
                 break
             f.destroy()
             del self.files[0]

@@ -663,13 +663,15 @@ class CommitLog(LogFiles):
         clean_immediately: bool,
         max_files: int = 10,
         used_ratio: float | None = None,
+        keep_from: int = -1,
     ) -> int:
-        """deleteExpiredFileByTime: whole files (never the last) older than ``expired_ms``. The
-        caller decided it is time (``used_ratio`` is for the DLedger log, which decides itself)."""
+        """deleteExpiredFileByTime: whole files (never the last, nor one holding ``keep_from`` or
+        later bytes: what dispatch has still to read) older than ``expired_ms``. The caller
+        decided it is time (``used_ratio`` is for the DLedger log, which decides itself)."""
         if self.readonly:
             return 0
         with self.read_lock, self.flush_lock:
-            return int(self.files.delete_expired_by_time(expired_ms, now_ms, clean_immediately, max_files))
+            return int(self.files.delete_expired_by_time(expired_ms, now_ms, clean_immediately, max_files, keep_from))
 
     def close(self) -> None:
         if self.closed:

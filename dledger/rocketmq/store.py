@@ -890,7 +890,9 @@ class MessageStore:
             deleted = self.commitlog.delete_expired(0.0, now * 1000.0, clean_now, 10, used_ratio=ratio)
         elif time_up or space_full or force:
             expired_ms = cfg.file_reserved_time * 3600 * 1000.0
-            deleted = self.commitlog.delete_expired(expired_ms, now * 1000.0, clean_now, 10)
+            # Never past what dispatch has read: those records would never reach a queue.
+            keep_from = int(self.reput.reput_from)
+            deleted = self.commitlog.delete_expired(expired_ms, now * 1000.0, clean_now, 10, keep_from=keep_from)
             if deleted:
                 log.info(
                     "retention deleted %d commit-log file(s); the log starts at %d", deleted, self.commitlog.min_offset

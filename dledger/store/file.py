@@ -90,7 +90,8 @@ class MmapFileStore:
         self.populate_after_batches = False
         # Where a reader of the log that follows the writer has got to (the message store's
         # dispatch): data from there on is not handed back by the store's page-cache
-        # drop-behind (``data_cache_window``), since it is about to be read. None: no such reader.
+        # drop-behind (``data_cache_window``), since it is about to be read, nor deleted by
+        # retention. None: no such reader.
         self.cache_keep_from: Callable[[], int] | None = None
         self.sync = self.config.sync if sync is None else sync
         self._lock = threading.RLock()

@@ -211,10 +211,14 @@ class CleanSpaceService:
         if not (time_up or ratio > cfg.disk_space_ratio_to_check_expired or force):
             return 0
         expired_ms = max(cfg.file_reserved_hours, 1) * 3600 * 1000.0
+        # Never a file whose data a reader of the store has still to read (the message store's
+        # dispatch): its records would be gone before their consume-queue units were made.
+        keep = store.cache_keep_from
+        keep_from = int(keep()) if keep is not None else -1
         with store._lock, store._unmap_lock:
             deleted = int(
                 store._log.data.delete_expired_by_time(
-                    expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10
+                    expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10, keep_from
                 )
             )
             if deleted:

@@ -399,6 +399,31 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, m
         assert first.phys_offset >= s.min_phys_offset
 
 
+def test_retention_never_deletes_what_dispatch_has_still_to_read(tmp_path: Path, mode: str) -> None:
+    # A forced clean deleted files dispatch had not read: acknowledged messages never reached
+    # their queue, and after a reopen the store handed out queue offsets already taken.
+    s = MessageStore(tmp_path / "s", small_config(mode), dispatch_thread=False)  # the owner dispatches
+    try:
+        for i in range(100):
+            assert s.put_message(Message("T", b"%06d" % i + b"x" * 200)).ok
+        s.dispatch_now()
+        for i in range(100, 1000):  # acknowledged, not dispatched yet
+            assert s.put_message(Message("T", b"%06d" % i + b"x" * 200)).ok
+        assert s.dispatch_behind_bytes() > 3 * 64 * 1024
+        s.delete_expired(force=True, used_ratio=0.99)
+        s.dispatch_now()
+        mn, mx = s.min_offset_in_queue("T", 0), s.max_offset_in_queue("T", 0)
+        assert mx == 1000
+        got = s.get_messages("T", 0, mn, 32).messages
+        assert [m.queue_offset for m in got] == list(range(mn, mn + len(got))) and got
+        assert all(m.body[:6] == b"%06d" % m.queue_offset for m in got)
+        # Once dispatched, the old files may go.
+        s.delete_expired(force=True, used_ratio=0.99)
+        assert s.min_phys_offset > 0
+    finally:
+        s.close()
+
+
 def test_iter_messages_in_log_order(store: MessageStore) -> None:
     for i in range(50):
         store.put_message(Message(f"T{i % 3}", b"%d" % i, queue_id=i % 2))
