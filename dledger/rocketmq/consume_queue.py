@@ -705,11 +705,17 @@ class ConsumeQueue:
             self._set_end(f, keep * CQ_STORE_UNIT_SIZE)
             return
 
+    def roll_next_file(self, index: int) -> int:
+        """rollNextFile: the first queue offset of the file after the one that holds ``index``."""
+        per_file = self.file_size // CQ_STORE_UNIT_SIZE
+        return index + per_file - index % per_file
+
     def correct_min_offset(self, min_phys_offset: int) -> None:
-        """correctMinOffset: the first unit (in the first file) whose message is at or after
-        ``min_phys_offset`` becomes the queue's minimum. When every unit of that file points
-        before it, the minimum moves to the file's end: RocketMQ 4.9.4 leaves it where it was,
-        on units whose messages (and perhaps files) are gone."""
+        """correctMinOffset (it reads, never writes: a reader may run it): the first unit (in
+        the first file) whose message is at or after ``min_phys_offset`` becomes the queue's
+        minimum. When every unit of that file points before it, the minimum moves to the file's
+        end: RocketMQ 4.9.4 leaves it where it was, on units whose messages (and perhaps files)
+        are gone."""
         if not self.files:
             return
         f = self.files[0]

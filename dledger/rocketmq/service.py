@@ -763,16 +763,11 @@ class MessageService:
             )
         # Nothing readable there: the status and next offset as getMessage says.
         res = store.get_messages(req.topic, req.queue_id, req.offset, 1, 1)
-        status = res.status
+        status, next_offset = res.status, res.next_begin_offset
         if status == GetMessageStatus.FOUND:
-            # Readable between the two calls: let the client ask again at once.
-            status = GetMessageStatus.OFFSET_FOUND_NULL
-        return PullResponse(
-            status,
-            res.next_begin_offset if status != GetMessageStatus.OFFSET_FOUND_NULL else req.offset,
-            res.min_offset,
-            res.max_offset,
-        )
+            # Readable between the two calls: let the client ask again at once, from here.
+            status, next_offset = GetMessageStatus.OFFSET_FOUND_NULL, req.offset
+        return PullResponse(status, next_offset, res.min_offset, res.max_offset)
 
     async def _pull(self, req: PullRequest) -> Response:
         # A queue the topics do not have and the store never had: refused, as the Java broker

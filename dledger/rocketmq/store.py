@@ -291,8 +291,8 @@ class MessageStore:
         low = max(int(self.commitlog.min_offset), 0)
         for topic, qid, cq in self.consume_queues:
             table[f"{topic}-{qid}"] = cq.max_offset
-            if not self.readonly:
-                cq.correct_min_offset(low)
+            # A reader too: after retention the first file's first units point into deleted log.
+            cq.correct_min_offset(low)
         with self.commitlog.put_lock:
             self.commitlog.topic_queue_table = table
 
@@ -554,8 +554,9 @@ class MessageStore:
         else:
             phys, sizes, _tags = cq.get_units(offset, max(max_count, 1))
             if not len(phys):
+                # The unit's file is gone (retention between the two looks): on to the next file.
                 res.status = GetMessageStatus.OFFSET_FOUND_NULL
-                res.next_begin_offset = offset
+                res.next_begin_offset = self._next_offset_correction(offset, cq.roll_next_file(offset))
                 return res
             res.status = GetMessageStatus.NO_MATCHED_MESSAGE
             total = 0

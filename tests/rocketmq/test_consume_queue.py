@@ -431,3 +431,17 @@ def test_rebuilding_the_fixture_queues_gives_the_java_files_byte_for_byte(tmp_pa
     assert mine == java
     for rel in java:
         assert (tmp_path / "consumequeue" / rel).read_bytes() == (root / "consumequeue" / rel).read_bytes(), rel
+
+
+def test_roll_next_file_is_the_first_offset_of_the_next_file(tmp_path: Path) -> None:
+    # ConsumeQueue.rollNextFile: where a consumer goes on when its unit's file is gone.
+    cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
+    per_file = FILE_SIZE // 20
+    assert [cq.roll_next_file(i) for i in (0, 1, per_file - 1, per_file, 2 * per_file + 3)] == [
+        per_file,
+        per_file,
+        per_file,
+        2 * per_file,
+        3 * per_file,
+    ]
+    cq.close()

@@ -397,6 +397,12 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, m
         )
         first = s.get_messages("T", 0, res.next_begin_offset).messages[0]
         assert first.phys_offset >= s.min_phys_offset
+        # A reader (dledger mq stats, consume) sees the same minimum: it said 0, and a consumer
+        # at 0 got OFFSET_FOUND_NULL with next offset 0 for ever.
+        with MessageStore(root, readonly=True) as reader:
+            assert reader.min_offset_in_queue("T", 0) == s.min_offset_in_queue("T", 0)
+            low = reader.get_messages("T", 0, 0)
+            assert low.status == GetMessageStatus.OFFSET_TOO_SMALL and low.next_begin_offset == res.next_begin_offset
 
 
 def test_retention_never_deletes_what_dispatch_has_still_to_read(tmp_path: Path, mode: str) -> None:
