@@ -95,6 +95,8 @@ def dledger_config_for(config: MessageStoreConfig) -> DLedgerConfig:
         delete_when=config.delete_when,
         file_reserved_hours=config.file_reserved_time + 1,
         enable_disk_force_clean=config.clean_file_forcibly_enable,
+        # setDiskSpaceRatioToCheckExpired(getDiskMaxUsedSpaceRatio() / 100f)
+        disk_space_ratio_to_check_expired=config.disk_max_used_space_ratio / 100.0,
         is_enable_batch_push=config.is_enable_batch_push,
         preferred_leader_ids=config.preferred_leader_id,
         max_body_size=config.max_message_size,

@@ -405,6 +405,25 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, m
             assert low.status == GetMessageStatus.OFFSET_TOO_SMALL and low.next_begin_offset == res.next_begin_offset
 
 
+@pytest.mark.parametrize(("ratio", "used", "goes"), [(75, 0.72, False), (60, 0.65, True)])
+def test_retention_follows_disk_max_used_space_ratio_in_both_modes(
+    tmp_path: Path, mode: str, ratio: int, used: float, goes: bool
+) -> None:
+    # DLedger mode used DLedger's fixed 0.70: DLedgerCommitLog sets diskSpaceRatioToCheckExpired
+    # from diskMaxUsedSpaceRatio / 100.
+    root = tmp_path / "s"
+    with MessageStore(root, small_config(mode, disk_max_used_space_ratio=ratio)) as s:
+        for _round in range(40):
+            s.put_messages([Message("T", os.urandom(1000)) for _ in range(10)])
+        s.wait_dispatched()
+        data_dir = root / "commitlog" if mode == "classic" else root / "dledger-n0" / "data"
+        old = time.time() - 100 * 3600
+        for p in sorted(data_dir.iterdir())[:3]:
+            os.utime(p, (old, old))
+        noon = time.mktime((*time.localtime()[:3], 12, 0, 0, 0, 0, -1))  # not a deleteWhen hour
+        assert (s.delete_expired(now=noon, used_ratio=used) > 0) == goes
+
+
 def test_retention_never_deletes_what_dispatch_has_still_to_read(tmp_path: Path, mode: str) -> None:
     # A forced clean deleted files dispatch had not read: acknowledged messages never reached
     # their queue, and after a reopen the store handed out queue offsets already taken.
