@@ -91,6 +91,15 @@ def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None
     return (DLEDGER, config.dledger_self_id) if config.enable_dledger_commit_log else (CLASSIC, None)
 
 
+def _no_rows() -> tuple[memoryview, dict[str, np.ndarray]]:
+    """What pull_columns answers for no message: the columns it answers for some, empty."""
+    buf = memoryview(b"")
+    cols, _stop, _code = K.scan_records(buf, 0, 0, -1, False, -1)
+    cols["phys_offset"] = np.empty(0, np.int64)
+    cols["queue_offset"] = np.empty(0, np.int64)
+    return buf, cols
+
+
 class MessageStore:
     """The message store of one root directory. See the module docstring."""
 
@@ -603,7 +612,7 @@ class MessageStore:
         ``queue_offset`` its queue offset). Stops at the first unit whose record is not readable
         (not yet committed, or deleted). The fast read path: no object per message."""
         self._check_readable()
-        empty = (memoryview(b""), {k: np.empty(0, np.int64) for k in ("phys_offset",)})
+        empty = _no_rows()
         cq = self._cq(topic, queue_id)
         if cq is None or offset < int(cq.min_offset):
             return empty

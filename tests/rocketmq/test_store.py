@@ -22,6 +22,7 @@ from dledger.rocketmq.message import (
     encode_properties,
     format_host,
 )
+from dledger.rocketmq.records import messages_from_columns
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.store import MessageStore
 from dledger.store.file import MmapFileStore
@@ -527,6 +528,13 @@ def test_pull_columns_and_arrow(store: MessageStore) -> None:
     assert table.column("store_timestamp").to_pylist()[:5] == [m.store_timestamp for m in via_get]
     assert store.pull_arrow("P", 1, 500).num_rows == 0
     assert store.pull_arrow("none", 0, 0).num_rows == 0
+    # No rows: the same columns as some (a loop that converts each pull failed on the last).
+    buf, some = store.pull_columns("P", 1, 495)
+    for at in (("P", 1, 500), ("none", 0, 0)):
+        nbuf, none = store.pull_columns(*at)
+        assert set(none) == set(some) and all(len(c) == 0 for c in none.values())
+        assert messages_from_columns(nbuf, none) == []
+    assert [m.body for m in messages_from_columns(buf, some)] == bodies[495:]
 
 
 def test_iter_messages_in_small_windows(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
