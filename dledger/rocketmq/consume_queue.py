@@ -112,6 +112,12 @@ class MappedFile:
         try:
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
             self.mm: mmap.mmap | None = mmap.mmap(fd, file_size, access=access)
+        except BaseException:
+            if create:
+                # Nothing is in it yet: gone, the next try makes it again (left, every retry
+                # failed on it with FileExistsError, e.g. after one EMFILE).
+                path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         if create and hasattr(mmap, "MADV_RANDOM"):

@@ -159,6 +159,10 @@ class IndexFile:
             self.mm: mmap.mmap | None = mmap.mmap(
                 fd, self.file_size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
             )
+        except BaseException:
+            if create:
+                self.path.unlink(missing_ok=True)  # nothing in it: the next try makes it again
+            raise
         finally:
             os.close(fd)
         self.begin_timestamp = self.end_timestamp = 0

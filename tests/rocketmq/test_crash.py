@@ -171,3 +171,34 @@ def test_a_message_whose_index_items_span_two_files_keeps_every_key_after_a_cras
         # Twice in the index (its first item stayed, then it was indexed again): one message.
         m127 = store.get_messages("T", 0, 127, 1).messages[0]
         assert [m.phys_offset for m in store.query_by_key("T", m127.properties["UNIQ_KEY"])] == [m127.phys_offset]
+
+
+OUT_OF_FDS = textwrap.dedent("""
+    import resource, sys
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.message import Message
+    from dledger.rocketmq.store import MessageStore
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))  # each consume-queue file holds one
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=1000, max_index_num=4000)
+    s = MessageStore(sys.argv[1], cfg)
+    for t in range(200):
+        for q in range(2):
+            assert s.put_message(Message("Topic%d" % t, b"m", queue_id=q)).ok
+    assert not s.wait_dispatched(3), "the limit was not reached"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))  # descriptors to spare again
+    assert s.wait_dispatched(30), s.dispatch_behind_bytes()
+    missing = [(t, q) for t in range(200) for q in range(2) if s.max_offset_in_queue("Topic%d" % t, q) != 1]
+    assert not missing, missing
+    s.close()
+""")
+
+
+def test_dispatch_goes_on_once_descriptors_are_free_again(tmp_path: Path) -> None:
+    # A consume-queue file whose mmap failed (EMFILE) was left on disk, and every retry of
+    # dispatch then failed on it with FileExistsError until a restart.
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-c", OUT_OF_FDS, str(tmp_path / "s")], env=env, timeout=120, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
