@@ -246,6 +246,10 @@ class ConsumeQueue:
         self.dir = queue_dir if queue_dir is not None else Path(root) / "consumequeue" / topic / str(queue_id)
         self.file_size = file_size
         self.files: list[MappedFile] = []
+        # Held by reads of the files' units and by whatever unmaps a file (retention, a cut of
+        # dirty units, destroy, close): a pull at the low end, racing retention, read a file
+        # being destroyed (RocketMQ counts references on its mapped files for the same reason).
+        self._unmap_lock = threading.RLock()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self._new_file = False
@@ -385,7 +389,16 @@ class ConsumeQueue:
         tags: list[NDArray[Any]] = []
         offset = start * CQ_STORE_UNIT_SIZE
         left = max_count
-        if start >= 0 and offset >= self.min_logic_offset:
+        with self._unmap_lock:
+            self._collect_units(offset, left, phys, sizes, tags)
+        if not phys:
+            return np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int64)
+        return np.concatenate(phys), np.concatenate(sizes), np.concatenate(tags)
+
+    def _collect_units(
+        self, offset: int, left: int, phys: list[NDArray[Any]], sizes: list[NDArray[Any]], tags: list[NDArray[Any]]
+    ) -> None:
+        if offset >= 0 and offset >= self.min_logic_offset:
             while left > 0:
                 f = self._find_file(offset)
                 if f is None:
@@ -401,9 +414,6 @@ class ConsumeQueue:
                 offset += len(units) * CQ_STORE_UNIT_SIZE
                 if pos + len(units) * CQ_STORE_UNIT_SIZE < self.file_size:
                     break
-        if not phys:
-            return np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int64)
-        return np.concatenate(phys), np.concatenate(sizes), np.concatenate(tags)
 
     def get_unit(self, offset: int) -> tuple[int, int, int] | None:
         """One unit ``(commit-log offset, size, tags code)``, or None outside [min, max)."""
@@ -436,6 +446,10 @@ class ConsumeQueue:
         """getOffsetInQueueByTime: binary search of one file for the unit whose message's store
         time is nearest ``timestamp``. ``store_timestamp_of(phys, size)`` reads a message's store
         timestamp (-1 if unreadable). RocketMQ picks the file by its modification time; so do we."""
+        with self._unmap_lock:
+            return self._offset_for_timestamp(timestamp, store_timestamp_of, min_phys_offset)
+
+    def _offset_for_timestamp(self, timestamp: int, store_timestamp_of: Any, min_phys_offset: int) -> int:
         if not self.files:
             return 0
         ms = int(timestamp)
@@ -691,6 +705,10 @@ class ConsumeQueue:
     def truncate_dirty(self, phys_offset: int) -> None:
         """truncateDirtyLogicFiles: drop every unit whose message starts at or after ``phys_offset``."""
         self._writable()
+        with self._unmap_lock:
+            self._truncate_dirty(phys_offset)
+
+    def _truncate_dirty(self, phys_offset: int) -> None:
         self.max_physic_offset = phys_offset
         while self.files:
             f = self.files[-1]
@@ -738,6 +756,10 @@ class ConsumeQueue:
         """deleteExpiredFile: delete leading files whose last unit's message is before
         ``min_phys_offset`` (never the last file), then correct the minimum. Returns the count."""
         self._writable()
+        with self._unmap_lock:
+            return self._delete_expired(min_phys_offset)
+
+    def _delete_expired(self, min_phys_offset: int) -> int:
         count = 0
         while len(self.files) > 1:
             f = self.files[0]
@@ -772,9 +794,10 @@ class ConsumeQueue:
     def destroy(self) -> None:
         """Delete every file of the queue (and its directory if empty)."""
         self._writable()
-        for f in self.files:
-            f.destroy()
-        self.files = []
+        with self._unmap_lock:
+            for f in self.files:
+                f.destroy()
+            self.files = []
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         try:
@@ -783,9 +806,10 @@ class ConsumeQueue:
             pass
 
     def close(self) -> None:
-        for f in self.files:
-            f.close()
-        self.files = []
+        with self._unmap_lock:
+            for f in self.files:
+                f.close()
+            self.files = []
 
     def __repr__(self) -> str:
         return (

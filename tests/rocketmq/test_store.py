@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -448,6 +449,45 @@ def test_retention_never_deletes_what_dispatch_has_still_to_read(tmp_path: Path,
         assert s.min_phys_offset > 0
     finally:
         s.close()
+
+
+def test_reads_at_the_low_end_while_retention_deletes_files(tmp_path: Path, mode: str) -> None:
+    # Pulls racing retention read a consume-queue file being destroyed: AssertionError
+    # ("closed") or FileNotFoundError from get_messages, pull_columns, offset_for_timestamp.
+    cfg = small_config(mode, clean_resource_interval=10**9)
+    with MessageStore(tmp_path / "s", cfg) as s:
+        for i in range(0, 12_000, 50):
+            assert s.put_batch("T", [b"%07d" % (i + j) + b"y" * 150 for j in range(50)]).ok
+        assert s.wait_dispatched()
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    low = s.min_offset_in_queue("T", 0)
+                    for m in s.get_messages("T", 0, low, 8).messages:
+                        assert int(m.body[:7]) == m.queue_offset
+                    s.pull_columns("T", 0, low, 64)
+                    s.offset_for_timestamp("T", 0, 0)
+                except BaseException as exc:  # the test reports any of them
+                    failures.append(exc)
+                    return
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for t in readers:
+            t.start()
+        try:
+            for _ in range(200):
+                if s.min_phys_offset >= s.max_phys_offset - 2 * 64 * 1024:
+                    break
+                s.delete_expired(force=True, used_ratio=0.99)
+                time.sleep(0.005)
+        finally:
+            stop.set()
+            for t in readers:
+                t.join(30)
+        assert s.min_offset_in_queue("T", 0) > 0 and not failures, failures[:1]
 
 
 def test_iter_messages_in_log_order(store: MessageStore) -> None:
