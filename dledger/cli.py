@@ -401,15 +401,20 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from dledger.cluster import run_local_cluster
 
-    return run_local_cluster(
-        args.nodes,
-        args.dir,
-        args.base_port,
-        args.group,
-        args.writes,
-        args.exit_after_writes,
-        message_store=args.message_store,
-    )
+    try:
+        return run_local_cluster(
+            args.nodes,
+            args.dir,
+            args.base_port,
+            args.group,
+            args.writes,
+            args.exit_after_writes,
+            message_store=args.message_store,
+        )
+    except KeyboardInterrupt:
+        # Ctrl-C before the group was up (after, it is the way to stop it): the members are
+        # stopped on the way out; no traceback.
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -75,6 +75,18 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = STARTUP_TIMEOUT_S) 
     return result[0]
 
 
+def _all_ready(members: list[Member]) -> bool:
+    """Print each member's "listening on" line; False (and why, in one line) if one did not start."""
+    for m in members:
+        try:
+            print(wait_ready(m.proc), flush=True)
+        except RuntimeError as exc:
+            # The member said why on its own stderr (a port in use...): one line more here.
+            print(f"dledger cluster: {exc}; stopping the group", file=sys.stderr)
+            return False
+    return True
+
+
 def stop_members(procs: list[subprocess.Popen[str]], timeout: float = STOP_TIMEOUT_S) -> None:
     for p in procs:
         if p.poll() is None:
@@ -115,8 +127,8 @@ def run_local_cluster(
             else:
                 proc = start_member(member_id, peers, store_dir, group)
             members.append(Member(member_id, f"127.0.0.1:{base_port + k}", proc))
-        for m in members:
-            print(wait_ready(m.proc), flush=True)
+        if not _all_ready(members):
+            return 1
         print(f"group {group!r}: {nodes} members, files under {store_dir}")
         print(f"peers: {peers}")
         with Client(peers, group, timeout=30.0) as client:

@@ -92,6 +92,19 @@ def test_a_server_config_that_cannot_work_is_one_line_and_no_server(tmp_path: Pa
     assert res.returncode == 1 and res.stderr.startswith("dledger: [Errno 20]") and len(res.stderr.splitlines()) == 1
 
 
+def test_cluster_whose_port_is_taken_fails_in_a_line(tmp_path: Path):
+    port = free_ports(1)[0]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        res = dledger(
+            "cluster", "--nodes", "1", "--base-port", str(port), "--dir", str(tmp_path), "--exit-after-writes",
+            check=False,
+        )  # fmt: skip
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "address already in use" in res.stderr and "did not start" in res.stderr
+
+
 def test_get_out_of_range(tmp_path: Path):
     node = tmp_path / "dledger-n0"
     dledger("append", str(node), "--data", "x")
