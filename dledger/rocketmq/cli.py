@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import zlib
@@ -417,6 +418,11 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
+        except BrokenPipeError:
+            # `dledger mq dump DIR | head`: the reader has what it wanted. Nothing more is written
+            # (the interpreter's last flush would fail on the closed pipe too).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         except MqCliError as exc:
             print(f"dledger mq {args.mq_command}: {exc}", file=sys.stderr)
             return 1

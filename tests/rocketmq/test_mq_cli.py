@@ -220,3 +220,16 @@ def test_counts_and_times_that_mean_nothing_are_usage_errors(store_dir: Path, ar
     args = [str(store_dir) if a == "DIR" else a for a in args]
     proc = subprocess.run([*mq_process(), *args], capture_output=True, cwd=REPO, timeout=300)
     assert proc.returncode == 2 and proc.stdout == b"" and b"want " in proc.stderr
+
+
+def test_a_reader_that_stops_early_is_no_error(store_dir: Path) -> None:
+    # `dledger mq dump DIR --messages | head`: it said "[Errno 32] Broken pipe" and exited 1.
+    produce_lines(store_dir, "Many", 0, b"".join(b"line %d\n" % i for i in range(20_000)))
+    dump = subprocess.Popen(
+        [*mq_process(), "dump", str(store_dir), "--messages"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+    )
+    assert dump.stdout is not None and dump.stderr is not None
+    assert dump.stdout.readline().startswith(b"#")
+    dump.stdout.close()  # as `head -1` does
+    assert dump.wait(timeout=120) == 0
+    assert dump.stderr.read() == b""
