@@ -940,7 +940,9 @@ class MessageService:
             "committed_phys_offset": store.committed_phys_offset,
             "ledger_end_pos": int(self.commitlog.ledger_end_pos),
             "dispatch_behind_bytes": store.dispatch_behind_bytes(),
-            "writable": bool(self.commitlog.writable),
+            # A leader on a full disk refuses every put (DISK_FULL) though its role allows them.
+            "writable": bool(self.commitlog.writable) and not self.node_store.disk_full,
+            "disk_full": bool(self.node_store.disk_full),
             "queues": queues,
             "store_host": format_host(store.store_host),
             "root": str(self.root),
