@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dledger.client_options import add_security_options, security_kwargs
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
-from dledger.net.client_options import add_security_options, security_kwargs
 
 log = logging.getLogger("dledger.cli")
 

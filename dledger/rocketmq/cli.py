@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dledger.client_options import add_security_options
 from dledger.errors import DLedgerError
-from dledger.net.client_options import add_security_options
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _where(args: argparse.Namespace) -> bool:
 
 
 def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from dledger.net.client_options import security_kwargs
+    from dledger.client_options import security_kwargs
 
     return {"timeout": args.timeout, **security_kwargs(args)}
 
