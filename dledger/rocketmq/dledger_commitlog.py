@@ -527,12 +527,10 @@ class DLedgerCommitLog(LogFiles):
         clean_immediately: bool,
         max_files: int = 10,
         used_ratio: float | None = None,
-        keep_from: int = -1,
     ) -> int:
         """DLedger applies its own retention (fileReservedTime + 1 hours, deleteWhen), as the
         Java store hands it to DLedger; ``clean_immediately`` asks it as a full disk would. The
-        store keeps what dispatch has still to read itself (``cache_keep_from``), so
-        ``keep_from`` is not needed here."""
+        DLedger store keeps what dispatch has still to read itself (``cache_keep_from``)."""
         if self.readonly:
             return 0
         # Not under reading(): the store takes its locks in its own order (main, then unmap).

@@ -24,6 +24,7 @@ from dledger.rocketmq.message import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     RMQ_SYS_SCHEDULE_TOPIC,
+    STR_BODY_PROBLEM,
     UNIQ_KEY,
     Message,
     MessageConst,
@@ -31,6 +32,8 @@ from dledger.rocketmq.message import (
     UniqIdGenerator,
     encode_host,
     host_v6_bits,
+    java_int_problem,
+    java_ranges_ok,
     joined_properties_problem,
     keys_problem,
     properties_problem,
@@ -42,8 +45,6 @@ _longest_body = K.longest_body
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
 MAX_QUEUE_ID = (1 << 31) - 1
-_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
-_I63 = (1 << 63) - 1
 
 
 # The four hex digits of the UNIQ_KEY counter, for every counter value.
@@ -291,8 +292,7 @@ class BatchPreparer:
             if uniq_head and UNIQ_KEY not in p:
                 p[UNIQ_KEY] = f"{uniq_head}{counter & 0xFFFF:04X}"
                 counter += 1
-            if not java_ranges_ok(m):
-                check_message_ints(m)
+            check_message_ints(m)
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
             if PROPERTY_DELAY in p:
                 moved = self._delay_to_schedule(p, topic, queue_id, tran in (not_type, commit_type))
@@ -616,8 +616,8 @@ class BatchPreparer:
         is not empty."""
         if len(bodies) == 0:
             raise IllegalMessage("no messages")
-        if not (_I32_MIN <= flag <= _I32_MAX and _I32_MIN <= sys_flag <= _I32_MAX):
-            raise IllegalMessage(f"flag {flag} or sys flag {sys_flag} is not an int32")
+        if not (-(1 << 31) <= flag < 1 << 31 and -(1 << 31) <= sys_flag < 1 << 31):  # the quick test
+            check_java_ints(("flag", flag, 32), ("sys flag", sys_flag, 32))
         tkey = (topic, queue_id, tags, tuple(properties.items()) if properties else (), flag, sys_flag, born_host)
         tpl = self._templates.get(tkey)
         if tpl is None:
@@ -793,7 +793,7 @@ def as_body(body: Any) -> bytes:
     """A message body as bytes; IllegalMessage for what is not bytes-like (a str: encode it;
     ``bytes(5)`` would be five zero bytes)."""
     if isinstance(body, str):
-        raise IllegalMessage("a message body is a str: give bytes (text.encode())")
+        raise IllegalMessage(STR_BODY_PROBLEM)
     try:
         return bytes(memoryview(body))
     except TypeError:
@@ -920,27 +920,18 @@ def encode_one(batch: PreparedBatch, queue_offset: int, phys_offset: int, store_
     )
 
 
-def java_ranges_ok(m: Message) -> bool:
-    """Every number of ``m`` fits its Java type (the quick test; ``check_message_ints`` says why not)."""
-    return (
-        _I32_MIN <= m.flag <= _I32_MAX
-        and _I32_MIN <= m.sys_flag <= _I32_MAX
-        and _I32_MIN <= m.reconsume_times <= _I32_MAX
-        and -_I63 <= m.born_timestamp <= _I63
-        and -_I63 <= m.prepared_offset <= _I63
-    )
-
-
 def check_java_ints(*fields: tuple[str, int, int]) -> None:
     """IllegalMessage for the first (name, value, bits) whose value no Java int of those bits holds."""
-    for name, value, bits in fields:
-        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-            raise IllegalMessage(f"{name} {value} is not an int{bits}")
+    why = java_int_problem(*fields)
+    if why is not None:
+        raise IllegalMessage(why)
 
 
 def check_message_ints(m: Message) -> None:
     """IllegalMessage for a number of ``m`` that no Java int or long holds: the record's field
     has no room for it."""
+    if java_ranges_ok(m):
+        return
     check_java_ints(
         ("flag", m.flag, 32),
         ("sys flag", m.sys_flag, 32),

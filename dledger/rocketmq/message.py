@@ -164,6 +164,36 @@ def joined_properties_problem(properties: Mapping[str, str | None], joined: byte
     return None if ok or not n else properties_problem(properties)
 
 
+# Java's int and long: what a record's number fields hold.
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I63 = (1 << 63) - 1
+
+# Why a str body is refused (the store's put paths and the producer).
+STR_BODY_PROBLEM = "a message body is a str: give bytes (text.encode())"
+
+
+def java_ranges_ok(m: Message) -> bool:
+    """Every number of ``m`` fits its record field's Java type (the quick test;
+    ``java_int_problem`` says which does not)."""
+    return (
+        _I32_MIN <= m.flag <= _I32_MAX
+        and _I32_MIN <= m.sys_flag <= _I32_MAX
+        and _I32_MIN <= m.reconsume_times <= _I32_MAX
+        and -_I63 <= m.born_timestamp <= _I63
+        and -_I63 <= m.prepared_offset <= _I63
+    )
+
+
+def java_int_problem(*fields: tuple[str, Any, int]) -> str | None:
+    """Why the first ``(name, value, bits)`` has no room in its record field, a Java int of
+    ``bits`` (None: they all fit)."""
+    for name, value, bits in fields:
+        half = 1 << (bits - 1)
+        if not isinstance(value, int) or not -half <= value < half:
+            return f"{name} {value!r} is not a Java {'int' if bits == 32 else 'long'} (int{bits})"
+    return None
+
+
 def keys_problem(keys: Iterable[str | None]) -> str | None:
     """Why a batch's KEYS values would not read back as they are (None: they would)."""
     bad = next((k for k in keys if k and (NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k)), None)

@@ -28,12 +28,15 @@ from dledger.net.transport import Response
 from dledger.rocketmq.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
+    STR_BODY_PROBLEM,
     UNIQ_KEY,
     Message,
     MessageConst,
     UniqIdGenerator,
     create_message_id,
     encode_properties,
+    java_int_problem,
+    java_ranges_ok,
     joined_properties_problem,
     keys_problem,
     properties_problem,
@@ -58,7 +61,6 @@ RECORD_OVERHEAD = 91 + 24
 RECORD_OVERHEAD_V4 = 91
 # UNIQ_KEY's length: MessageClientIDSetter's 16 bytes in hex.
 UNIQ_KEY_CHARS = 32
-_HALF_INT, _HALF_LONG = 1 << 31, 1 << 63
 # MixAll.RETRY_GROUP_TOPIC_PREFIX: a consumer group's retry topic.
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
@@ -458,7 +460,7 @@ class AsyncProducer:
             raw, usizes = K.pack_bodies(bodies)
         except TypeError:  # bytes-like bodies that are not bytes: joined per request below
             if any(isinstance(b, str) for b in bodies):
-                return _refused(topic, qid, n, "a message body is a str: give bytes (text.encode())")
+                return _refused(topic, qid, n, STR_BODY_PROBLEM)
             raw, usizes = None, np.fromiter(map(len, bodies), dtype=np.uint32, count=n)
         if not usizes.all():
             i = int(np.argmin(usizes))
@@ -579,35 +581,25 @@ def _nth(i: int | None) -> str:
     return "" if i is None else f"message {i}: "
 
 
-def _numbers_problem(flag: int, sys_flag: int, born_timestamp: int) -> str | None:
-    """Why a number has no room in its record field (Java's int flag and sysFlag, long
-    bornTimestamp). Sent, it would fail to encode or come back as SERVICE_NOT_AVAILABLE (a
-    malformed request), which tells the caller to retry."""
-    for name, value, bits in (("flag", flag, 32), ("sys_flag", sys_flag, 32), ("born_timestamp", born_timestamp, 64)):
-        half = 1 << (bits - 1)
-        if not isinstance(value, int) or not -half <= value < half:
-            return f"{name} {value!r} is outside Java's {'int' if bits == 32 else 'long'} (int{bits})"
-    return None
-
-
 def _check_message(msg: Message, i: int | None = None) -> None:
     """Raises _Illegal for what the producer refuses in a message (properties aside): an empty
     body (Validators.checkMessage), numbers Java cannot hold. ``i``: its place in a batch."""
-    if (
-        len(msg.body)
-        and type(msg.body) is not str
-        and -_HALF_INT <= msg.flag < _HALF_INT
-        and -_HALF_INT <= msg.sys_flag < _HALF_INT
-        and -_HALF_LONG <= msg.born_timestamp < _HALF_LONG
-    ):
+    if len(msg.body) and type(msg.body) is not str and java_ranges_ok(msg):
         return  # the usual case, without a loop a message
     if isinstance(msg.body, str):
-        raise _Illegal(f"{_nth(i)}the message body is a str: give bytes (text.encode())")
+        raise _Illegal(f"{_nth(i)}{STR_BODY_PROBLEM}")
     if not len(msg.body):
         raise _Illegal(f"{_nth(i)}the message body length is zero")
     why = _numbers_problem(msg.flag, msg.sys_flag, msg.born_timestamp)
     if why is not None:
         raise _Illegal(f"{_nth(i)}{why}")
+
+
+def _numbers_problem(flag: int, sys_flag: int, born_timestamp: int) -> str | None:
+    """Why a number sent in a request has no room in its record field. Sent, it would fail to
+    encode or come back as SERVICE_NOT_AVAILABLE (a malformed request), which tells the caller
+    to retry."""
+    return java_int_problem(("flag", flag, 32), ("sys_flag", sys_flag, 32), ("born_timestamp", born_timestamp, 64))
 
 
 def _unbatchable(topic: str, msgs: Sequence[Message]) -> str | None:

@@ -43,7 +43,6 @@ from dledger.rocketmq.encode import (
     UniformBatch,
     as_body,
     check_message_ints,
-    java_ranges_ok,
 )
 from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import (
@@ -91,13 +90,22 @@ def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None
     return (DLEDGER, config.dledger_self_id) if config.enable_dledger_commit_log else (CLASSIC, None)
 
 
-def _no_rows() -> tuple[memoryview, dict[str, np.ndarray]]:
-    """What pull_columns answers for no message: the columns it answers for some, empty."""
-    buf = memoryview(b"")
-    cols, _stop, _code = K.scan_records(buf, 0, 0, -1, False, -1)
+def _empty_columns() -> dict[str, np.ndarray]:
+    cols, _stop, _code = K.scan_records(memoryview(b""), 0, 0, -1, False, -1)
     cols["phys_offset"] = np.empty(0, np.int64)
     cols["queue_offset"] = np.empty(0, np.int64)
-    return buf, cols
+    for column in cols.values():
+        column.setflags(write=False)  # shared by every answer
+    return cols
+
+
+# Made once: a held pull's every look that finds nothing answers it.
+_EMPTY_COLUMNS = _empty_columns()
+
+
+def _no_rows() -> tuple[memoryview, dict[str, np.ndarray]]:
+    """What pull_columns answers for no message: the columns it answers for some, empty."""
+    return memoryview(b""), dict(_EMPTY_COLUMNS)
 
 
 class MessageStore:
@@ -380,8 +388,7 @@ class MessageStore:
                 return refused
         prep = self.preparer
         try:
-            if not java_ranges_ok(msg):
-                check_message_ints(msg)
+            check_message_ints(msg)
             tpl = prep.put_template(msg)
         except IllegalMessage as exc:
             log.info("put refused: %s", exc)
