@@ -303,8 +303,9 @@ class AsyncClient:
             target = self._leader if self._leader is not None else self._order[tried % len(self._order)]
             tried += 1
             left = deadline - loop.time()
+            full = 2 * self.request_timeout if wait_answer else self.request_timeout
+            wait = min(full, left)
             try:
-                wait = min(2 * self.request_timeout if wait_answer else self.request_timeout, left)
                 resp = await self._rpc.call(self.peers[target], code, body, group=self.group, timeout=max(wait, 0.05))
             except DLedgerError as exc:
                 resp = Response(exc.code, {}, exc.message)
@@ -314,7 +315,6 @@ class AsyncClient:
             if resp.code == ResponseCode.SUCCESS:
                 self._leader = target
                 return resp
-            last = resp
             try:
                 code_enum = ResponseCode(resp.code)
             except ValueError:
@@ -323,7 +323,10 @@ class AsyncClient:
                 if code_enum == ResponseCode.UNKNOWN_GROUP:
                     return Response(resp.code, resp.body, f"{target} ({self.peers[target]}): {resp.message}")
                 return resp
-            answers[target] = (resp.code, self._explain(resp))
+            # A wait our own deadline cut short says nothing of a member that has answered.
+            if not (wait < full and code_enum == ResponseCode.TIMEOUT and target in answers):
+                last = resp
+                answers[target] = (resp.code, self._explain(resp))
             hinted = LeaderHint.from_wire(resp.body).leader
             if code_enum == ResponseCode.NOT_LEADER and hinted in self.peers and hinted != target:
                 self._leader = hinted  # follow the redirect at once
@@ -332,7 +335,7 @@ class AsyncClient:
                 self._leader = None  # ask around
             attempt += 1
             if loop.time() >= deadline:
-                return self._gave_up(last, answers)
+                return self._gave_up(last or resp, answers)
             if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
                 # Short and capped: during an election the answer changes within ~100 ms, and a
                 # client asleep when the new leader is ready adds its nap to the failover. A

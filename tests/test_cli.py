@@ -374,6 +374,36 @@ def test_no_leader_found_names_each_members_answer(tmp_path: Path):
         c.close()
 
 
+def test_a_member_that_answered_is_not_reported_silent_when_the_deadline_cuts_its_last_request(tmp_path: Path):
+    # n0 answers NOT_LEADER, then freezes just before the client's deadline: the request in
+    # flight when time runs out says nothing about n0, so the report keeps what n0 said.
+    import os
+    import signal
+    import threading
+
+    from dledger.client import Client
+    from dledger.errors import DLedgerError
+
+    c = TestCluster(tmp_path, group="g", proxied=False)
+    try:
+        c.start("n0")
+        pid = c.procs["n0"].pid
+        freeze = threading.Timer(1.0, os.kill, (pid, signal.SIGSTOP))
+        with Client(c.peers, "g", timeout=1.6, request_timeout=10.0) as client:
+            freeze.start()
+            try:
+                with pytest.raises(DLedgerError) as err:
+                    client.append(b"x")
+            finally:
+                freeze.join()
+                os.kill(pid, signal.SIGCONT)
+        said = str(err.value)
+        assert "no leader found within 1.6s" in said
+        assert f"n0 (127.0.0.1:{c.ports['n0']}): NOT_LEADER" in said
+    finally:
+        c.close()
+
+
 def test_progress_bar_is_optional(monkeypatch):
     # tqdm is an extra: on a terminal without it, long scans run silently rather than fail.
     import io
