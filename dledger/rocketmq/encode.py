@@ -26,16 +26,19 @@ from dledger.rocketmq.message import (
     RMQ_SYS_SCHEDULE_TOPIC,
     STR_BODY_PROBLEM,
     UNIQ_KEY,
+    IllegalMessage,
     Message,
     MessageConst,
     MessageSysFlag,
     UniqIdGenerator,
+    batch_keys,
     encode_host,
     host_v6_bits,
     java_int_problem,
     java_ranges_ok,
     joined_properties_problem,
     keys_problem,
+    keys_text,
     properties_problem,
 )
 from dledger.rocketmq.topic_validator import store_topic_problem
@@ -63,10 +66,6 @@ def _full(n: int, value: Any, dtype: Any) -> np.ndarray:
             _FULL_CACHE.clear()
         _FULL_CACHE[key] = arr
     return arr
-
-
-class IllegalMessage(ValueError):
-    """A message the store refuses (MESSAGE_ILLEGAL); the text says why."""
 
 
 @dataclass(slots=True)
@@ -387,9 +386,9 @@ class BatchPreparer:
         if m.properties:
             # Properties of its own (a client-set UNIQ_KEY, say): likely different each time.
             return self._put_template(m)
-        keys: Any = m.keys
-        if type(keys) is list:
-            keys = tuple(keys)
+        keys = m.keys
+        if keys is not None and type(keys) is not str:
+            keys = keys_text(keys)  # checked, and hashable
         key = (m.topic, m.queue_id, m.tags, keys, m.delay_level, m.sys_flag, m.born_host)
         tpl = self._put_templates.get(key)
         if tpl is None:
@@ -506,7 +505,7 @@ class BatchPreparer:
         *,
         queue_id: int = 0,
         tags: str | None = None,
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
         properties: dict[str, str] | None = None,
         flag: int = 0,
         sys_flag: int = 0,
@@ -525,7 +524,7 @@ class BatchPreparer:
         bodies: Sequence[bytes],
         queue_id: int,
         tags: str | None,
-        keys: Sequence[str | None] | None,
+        keys: Sequence[str | Sequence[str] | None] | None,
         properties: dict[str, str] | None,
         flag: int,
         sys_flag: int,
@@ -539,8 +538,7 @@ class BatchPreparer:
             ).prepared()
         n = len(bodies)
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
-        if len(keys) != n:
-            raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
+        keys = batch_keys(keys, n)
         why = keys_problem(keys)
         if why is not None:
             raise IllegalMessage(why)

@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -192,6 +192,29 @@ def java_int_problem(*fields: tuple[str, Any, int]) -> str | None:
         if not isinstance(value, int) or not -half <= value < half:
             return f"{name} {value!r} is not a Java {'int' if bits == 32 else 'long'} (int{bits})"
     return None
+
+
+class IllegalMessage(ValueError):
+    """A message the store refuses (MESSAGE_ILLEGAL); the text says why."""
+
+
+def keys_text(keys: object, what: str = "Message.keys") -> str | None:
+    """The KEYS value of ``keys``: a str as it is, a list or tuple of str joined with a space
+    (Java's ``setKeys(Collection)``), None as None. IllegalMessage for anything else."""
+    if keys is None or type(keys) is str:
+        return keys
+    if isinstance(keys, (list, tuple)) and all(type(k) is str for k in keys):
+        return KEY_SEPARATOR.join(keys)
+    raise IllegalMessage(f"{what}: a str, a list of str or None, not {keys!r}")
+
+
+def batch_keys(keys: Sequence[str | Sequence[str] | None], n: int) -> list[str | None]:
+    """The KEYS value of each of a batch's ``n`` bodies, each as ``Message.keys`` takes it."""
+    if isinstance(keys, (str, bytes)):
+        raise IllegalMessage("keys must hold one entry per body (a list), not one string for the batch")
+    if len(keys) != n:
+        raise IllegalMessage(f"{len(keys)} keys for {n} bodies")
+    return [k if k is None or type(k) is str else keys_text(k, f"keys of body {i}") for i, k in enumerate(keys)]
 
 
 def keys_problem(keys: Iterable[str | None]) -> str | None:
@@ -459,9 +482,7 @@ class Message:
     def keys_string(self) -> str | None:
         if self.keys is None:
             return self.properties.get(PROPERTY_KEYS)
-        if isinstance(self.keys, str):
-            return self.keys
-        return KEY_SEPARATOR.join(self.keys)
+        return keys_text(self.keys)
 
     @property
     def key_list(self) -> list[str]:

@@ -30,9 +30,11 @@ from dledger.rocketmq.message import (
     PROPERTY_KEYS,
     STR_BODY_PROBLEM,
     UNIQ_KEY,
+    IllegalMessage,
     Message,
     MessageConst,
     UniqIdGenerator,
+    batch_keys,
     create_message_id,
     encode_properties,
     java_int_problem,
@@ -293,7 +295,10 @@ class AsyncProducer:
     def _properties(self, msg: Message) -> tuple[str, bytes]:
         """The message's UNIQ_KEY and stored properties; _Illegal for ones that would not
         read back as they are (an empty value, a separator in a name or value)."""
-        props = msg.store_properties()
+        try:
+            props = msg.store_properties()
+        except IllegalMessage as exc:
+            raise _Illegal(str(exc)) from None
         uniq = props.get(UNIQ_KEY)
         if not uniq:
             uniq = props[UNIQ_KEY] = self._uniq.create()
@@ -359,7 +364,10 @@ class AsyncProducer:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         qid = await self._select(first, queue_id)
         if columnar:
-            keys = None if all(m.keys is None for m in msgs) else [m.keys_string or None for m in msgs]
+            try:
+                keys = None if all(m.keys is None for m in msgs) else [m.keys_string or None for m in msgs]
+            except IllegalMessage as exc:
+                return _refused(topic, qid, len(msgs), str(exc))
             if keys is not None:
                 base = {k: v for k, v in base.items() if k != PROPERTY_KEYS}
             return await self._send_columns(
@@ -409,7 +417,7 @@ class AsyncProducer:
         queue_id: int | None = None,
         *,
         tags: str | None = None,
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
         properties: dict[str, str] | None = None,
         flag: int = 0,
     ) -> SendResults:
@@ -436,7 +444,7 @@ class AsyncProducer:
         bodies: list[bytes],
         qid: int,
         tags: str | None,
-        keys: Sequence[str | None] | None,
+        keys: Sequence[str | Sequence[str] | None] | None,
         base: dict[str, str],
         flag: int,
         sys_flag: int,
@@ -445,11 +453,7 @@ class AsyncProducer:
         if tags:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
-        why = _numbers_problem(flag, sys_flag, born_timestamp)
-        if why is None:
-            why = properties_problem(base)
-        if why is None and keys is not None:
-            why = keys_problem(keys)
+        why, keys = _columns_problem(base, keys, len(bodies), flag, sys_flag, born_timestamp)
         if why is not None:
             return _refused(topic, qid, len(bodies), why)
         prefix = encode_properties(base)
@@ -595,6 +599,26 @@ def _check_message(msg: Message, i: int | None = None) -> None:
         raise _Illegal(f"{_nth(i)}{why}")
 
 
+def _columns_problem(
+    base: dict[str, str],
+    keys: Sequence[str | Sequence[str] | None] | None,
+    n: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+) -> tuple[str | None, list[str | None] | None]:
+    """Why ``send_bodies``' shared fields or keys would be refused (None: they would not), and
+    each body's KEYS value."""
+    why = _numbers_problem(flag, sys_flag, born_timestamp) or properties_problem(base)
+    if why is not None or keys is None:
+        return why, None
+    try:
+        each = batch_keys(keys, n)
+    except IllegalMessage as exc:
+        return str(exc), None
+    return keys_problem(each), each
+
+
 def _numbers_problem(flag: int, sys_flag: int, born_timestamp: int) -> str | None:
     """Why a number sent in a request has no room in its record field. Sent, it would fail to
     encode or come back as SERVICE_NOT_AVAILABLE (a malformed request), which tells the caller
@@ -703,7 +727,7 @@ class Producer(Blocking):
         queue_id: int | None = None,
         *,
         tags: str | None = None,
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
         properties: dict[str, str] | None = None,
         flag: int = 0,
     ) -> SendResults:

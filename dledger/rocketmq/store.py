@@ -449,7 +449,7 @@ class MessageStore:
         *,
         queue_id: int = 0,
         tags: str | None = None,
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[str | Sequence[str] | None] | None = None,
         properties: dict[str, str] | None = None,
         flag: int = 0,
         sys_flag: int = 0,
@@ -457,7 +457,8 @@ class MessageStore:
         born_timestamp: int = 0,
     ) -> PutMessageResult:
         """putMessages of a MessageExtBatch: many bodies to one topic-queue, sharing tags,
-        properties and flags, each with its own keys (a space-separated string) if given.
+        properties and flags, each with its own keys if given (a space-separated string or a
+        list of str, as ``Message.keys``).
         The fast way to store many messages; no delay level (as RocketMQ's batch)."""
         if self._closed or self.readonly or self.config.broker_role == SLAVE:
             refused = self._refuse()

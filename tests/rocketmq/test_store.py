@@ -553,6 +553,26 @@ def test_put_batch_columns(store: MessageStore) -> None:
     assert store.put_batch("T" * 200, [b"x"]).status == PutMessageStatus.MESSAGE_ILLEGAL
 
 
+def test_put_batch_keys_take_what_message_keys_take(store: MessageStore) -> None:
+    # Each body's keys: a space-separated str, a list of str (joined as Java's setKeys), or None.
+    res = store.put_batch("K", [b"a", b"b", b"c"], keys=[["k1", "k2"], ("k3",), None])
+    assert res.status == PutMessageStatus.PUT_OK
+    store.wait_dispatched()
+    assert [m.keys for m in store.get_messages("K", 0, 0, 8).messages] == ["k1 k2", "k3", None]
+    assert [m.body for m in store.query_by_key("K", "k2")] == [b"a"]
+    # What is not one entry per body is refused, with the reason, and nothing is written.
+    end = store.max_phys_offset
+    for keys in ("ab", [1, None], [["k", 2], None], ["k"]):
+        res = store.put_batch("K", [b"x", b"y"], keys=keys)  # type: ignore[arg-type]
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "keys" in res.reason, keys
+    for bad in (5, [["k"]], {"k"}, [None], b"k"):
+        res = store.put_message(Message("K", b"x", keys=bad))  # type: ignore[arg-type]
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "keys" in res.reason, bad
+        res = store.put_messages([Message("K", b"x"), Message("K", b"y", keys=bad)])  # type: ignore[arg-type]
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL, bad
+    assert store.max_phys_offset == end
+
+
 def test_pull_columns_and_arrow(store: MessageStore) -> None:
     bodies = [bytes([i % 251]) * (i % 50) for i in range(500)]
     for k in range(0, 500, 50):

@@ -106,6 +106,24 @@ def test_an_empty_body_is_refused_and_nothing_of_its_batch_is_written(cluster: T
         assert con.max_offset(2) == before
 
 
+def test_keys_are_what_message_keys_take_and_anything_else_is_refused(cluster: TestCluster) -> None:
+    topic = "RulesKeys"
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send_bodies(topic, [b"a", b"b", b"c"], 1, keys=[["k1", "k2"], ("k3",), None]).ok
+        assert p.send(Message(topic, b"d", keys=["k4", "k5"]), queue_id=1).ok
+        got = pull_all(con, 1, 4)
+        assert [(m.body, m.keys) for m in got] == [(b"a", "k1 k2"), (b"b", "k3"), (b"c", None), (b"d", "k4 k5")]
+        before = con.max_offset(1)
+        bad: Any
+        for bad in ("ab", [1, None], [["k", 2], None]):
+            assert all_refused(p.send_bodies(topic, [b"x", b"y"], 1, keys=bad), "keys"), bad
+        for bad in (5, [["k"]], {"k"}):
+            assert p.send(Message(topic, b"x", keys=bad), queue_id=1).status == ILLEGAL, bad
+            assert all_refused(p.send_batch([Message(topic, b"x"), Message(topic, b"y", keys=bad)], 1), "keys")
+            assert all_refused(p.send_batch([Message(topic, b"x", tags="t"), Message(topic, b"y", keys=bad)], 1))
+        assert con.max_offset(1) == before
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
