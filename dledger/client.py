@@ -248,6 +248,8 @@ class AsyncClient:
             answers = await asyncio.gather(*(self._metadata_of(a, None) for a in self.peers.values()))
             if any(r.code != ResponseCode.NETWORK_ERROR for r in answers) or loop.time() >= deadline:
                 break
+            if self.all_refuse_authentication():
+                break
             await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
         groups: dict[str, list[str]] = {}
         failures: list[str] = []
@@ -265,11 +267,19 @@ class AsyncClient:
             self.group = next(iter(groups))
             return self.group
         if not groups:
-            raise DLedgerError(
-                ResponseCode.NETWORK_ERROR, f"no member answered within {self.timeout:g}s: " + "; ".join(failures)
+            what = (
+                "no member accepts this client's shared secret"
+                if self.all_refuse_authentication()
+                else f"no member answered within {self.timeout:g}s"
             )
+            raise DLedgerError(ResponseCode.NETWORK_ERROR, f"{what}: " + "; ".join(failures))
         shown = "; ".join(f"{g} on {', '.join(ms)}" for g, ms in sorted(groups.items()))
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the members serve different groups ({shown}): name one")
+
+    def all_refuse_authentication(self) -> bool:
+        """Every member refused our shared secret (or asked for one we lack): no retry helps,
+        so calls give up at once rather than at their timeout."""
+        return all(self._rpc.refuses_authentication(a) for a in self.peers.values())
 
     def _explain(self, resp: Response) -> str:
         return explain_failure(resp.code, resp.message or "", tls=self._tls)
@@ -334,7 +344,7 @@ class AsyncClient:
             if code_enum in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
                 self._leader = None  # ask around
             attempt += 1
-            if loop.time() >= deadline:
+            if loop.time() >= deadline or self.all_refuse_authentication():
                 return self._gave_up(last or resp, answers)
             if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
                 # Short and capped: during an election the answer changes within ~100 ms, and a
@@ -351,6 +361,8 @@ class AsyncClient:
             return last
         said = "; ".join(f"{m} ({self.peers[m]}): {answers[m][1] if m in answers else 'not asked'}" for m in self.peers)
         none = all(m in answers and answers[m][0] in silent for m in self.peers)
+        if self.all_refuse_authentication():
+            return Response(last.code, last.body, f"no member accepts this client's shared secret: {said}")
         what = "no member answered" if none else "no leader found"
         return Response(last.code, last.body, f"{what} within {self.timeout:g}s: {said}")
 

@@ -47,6 +47,7 @@ from dledger.api import (
 from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
+from dledger.log_limit import RepeatLimiter, held_back
 from dledger.metrics import (
     FLUSH_BUCKETS,
     GroupSample,
@@ -56,6 +57,7 @@ from dledger.metrics import (
     MetricsServer,
     Sample,
 )
+from dledger.net.auth import AuthenticationError
 from dledger.net.transport import Request, Response, RpcClient, RpcServer, cancel_tasks
 from dledger.peers import parse_addr, parse_peers
 from dledger.raft.effects import AppendDone, Output, ReadDone, RoleChanged, Send, TransferDone
@@ -289,6 +291,7 @@ class NodeServer:
         )
         self.rpc_client = RpcClient(secret=secret, ssl=client_ssl)
         self.rpc_client.on_connect = self._peer_connected
+        self._auth_warnings = RepeatLimiter()
         self._peer_queues: dict[str, asyncio.Queue[tuple[str, Message]]] = {}
         self._peer_busy: set[str] = set()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -526,7 +529,7 @@ class NodeServer:
                 if self.rpc_client.send_nowait(addr, int(msg.REQUEST_CODE), msg.to_wire(), group=g.config.group):
                     return
             except DLedgerError as exc:
-                log.debug("send to %s failed (%s)", addr, exc)
+                self._send_failed(addr, exc)
                 self._answer_unreachable(g.config.group, msg)
                 return
             except Exception:
@@ -546,7 +549,7 @@ class NodeServer:
             except DLedgerError as exc:
                 # The peer is down or slow: drop what is queued for it rather than send stale
                 # messages later; the consensus layer retries on its own schedule.
-                log.debug("send to %s failed (%s); dropping %d queued", addr, exc, q.qsize())
+                self._send_failed(addr, exc, q.qsize())
                 failed = [msg]
                 while not q.empty():
                     failed.append(q.get_nowait()[1])
@@ -556,6 +559,21 @@ class NodeServer:
                 log.exception("send to %s failed", addr)
             finally:
                 self._peer_busy.discard(addr)
+
+    def _send_failed(self, addr: str, exc: DLedgerError, dropped: int = 0) -> None:
+        """A peer down or slow is routine (debug); one that refuses our secret is a
+        misconfiguration nothing else reports, so it is a warning, once a minute per peer."""
+        if isinstance(exc, AuthenticationError):
+            held = self._auth_warnings.allow(addr)
+            if held is not None:
+                log.warning(
+                    "cannot authenticate with the peer at %s: %s; do all members share one secret?%s",
+                    addr,
+                    exc.message,
+                    held_back(held),
+                )
+        else:
+            log.debug("send to %s failed (%s); dropping %d queued", addr, exc, dropped)
 
     def _peer_connected(self, addr: str) -> None:
         """A connection to ``addr`` was made: each group's node learns of it for the peer at

@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,11 +258,42 @@ def test_shared_secret_mismatch_is_named(secret_member: tuple[TestCluster, Path]
     assert "this client has none" in res.stderr
     wrong = tmp_path / "wrong"
     wrong.write_text("other")
-    res = dledger(
-        "append", "--peers", c.peers, "--secret-file", str(wrong), "--data", "x", "--timeout", "1", check=False
-    )
-    assert res.returncode == 2 and "shared-secret mismatch" in res.stderr and "wrong secret" in res.stderr
+    # No retry can help: the call gives up when every member has refused, not at its timeout.
+    for extra, why in ((["--secret-file", str(wrong)], "wrong secret"), ([], "this client has none")):
+        res = dledger("append", "--peers", c.peers, *extra, "--data", "x", "--timeout", "60", check=False)
+        assert res.returncode == 2 and "no member accepts this client's shared secret" in res.stderr
+        assert "shared-secret mismatch" in res.stderr and why in res.stderr
     assert dledger("status", "--peers", c.peers, "--secret-file", str(secret)).returncode == 0
+
+
+def test_a_member_holding_another_secret_is_named_in_the_logs(tmp_path: Path):
+    # Members refuse each other in silence otherwise: the group just never hears from it.
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_text("s3cret")
+    wrong.write_text("other")
+    c = TestCluster(tmp_path, group="g", proxied=False, extra=["--secret-file", str(right)])
+    try:
+        c.start("n0")
+        c.start("n1")
+        c.extra = ["--secret-file", str(wrong)]
+        c.start("n2")
+        n2 = f"127.0.0.1:{c.ports['n2']}"
+
+        def told() -> bool:
+            return (
+                "cannot authenticate with the peer at 127.0.0.1" in c.logs["n2"].read_text()
+                and f"cannot authenticate with the peer at {n2}" in c.logs["n0"].read_text()
+                and "left after our challenge" in c.logs["n0"].read_text()
+            )
+
+        deadline = time.monotonic() + 30
+        while not told() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert told(), c.logs["n2"].read_text()[-2000:]
+    finally:
+        c.close()
+    # Once a minute per peer, not on every retry.
+    assert c.logs["n0"].read_text().count(f"cannot authenticate with the peer at {n2}") == 1
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
+from dledger.log_limit import RepeatLimiter, held_back
 from dledger.net import auth
 from dledger.net.frames import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError, Kind, encode_parts, new_packer
 from dledger.peers import parse_addr
@@ -299,6 +300,9 @@ class _ServerConnection(_Connection):
             self._auth_timer = self._loop.call_later(self.server.handshake_timeout, self._handshake_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.state == self._AWAIT_PROOF and not self.closing:
+            # What a client holding another secret does: it checks our proof first, and leaves.
+            self.server.warn_auth(self.peer, "the client left after our challenge (does it hold another secret?)")
         super().connection_lost(exc)
         self.server._conns.discard(self)
         if self._auth_timer is not None:
@@ -311,7 +315,7 @@ class _ServerConnection(_Connection):
             self._auth_fail("handshake timed out")
 
     def _auth_fail(self, reason: str) -> None:
-        log.warning("authentication of %s failed: %s", self.peer, reason)
+        self.server.warn_auth(self.peer, reason)
         try:
             self.write_frame(Frame(Kind.AUTH, 0, auth.FAIL, message=reason))
         except Exception:
@@ -466,6 +470,14 @@ class RpcServer:
         self._server: asyncio.Server | None = None
         self._conns: set[_ServerConnection] = set()
         self.stats = TransportStats()
+        self._auth_warnings = RepeatLimiter()
+
+    def warn_auth(self, peer: str, reason: str) -> None:
+        """A failed handshake, logged once a minute per client host (a client without the
+        secret retries every few seconds), with the count held back."""
+        held = self._auth_warnings.allow(peer.rsplit(":", 1)[0])
+        if held is not None:
+            log.warning("authentication of %s failed: %s%s", peer, reason, held_back(held))
 
     @property
     def port(self) -> int:
@@ -556,6 +568,7 @@ class _ClientConnection(_Connection):
                 self._failure = auth.AuthenticationError(
                     f"{self.addr} requires a shared secret and this client has none ({frame.message})"
                 )
+                self.client._refused(self.addr, self._failure)
                 self.abort()
             else:
                 self.protocol_error(f"unexpected handshake frame (step {frame.code})")
@@ -775,6 +788,31 @@ class RpcClient:
         if ep is not None and ep.conn is conn:
             ep.conn = None
 
+    def refuses_authentication(self, addr: str) -> bool:
+        """The last connection to ``addr`` failed the shared-secret handshake (or the server
+        asked for a secret this client does not have). Retrying will not help until one side's
+        secret changes; callers that have other servers to try, or none left, can tell."""
+        ep = self._endpoints.get(addr)
+        return ep is not None and ep.conn is None and isinstance(ep.last_error, auth.AuthenticationError)
+
+    def _failed(self, addr: str, ep: _Endpoint, error: DLedgerError, delay: float | None = None) -> None:
+        """A connection attempt failed: the next waits a growing, jittered delay."""
+        ep.failures += 1
+        ep.last_error = error
+        if delay is None:
+            delay = min(self.backoff_max, self.backoff_base * 2 ** min(ep.failures - 1, 30))
+        # Jitter keeps the nodes of a cluster from reconnecting in lockstep after an outage.
+        ep.retry_at = asyncio.get_running_loop().time() + delay * random.uniform(0.5, 1.0)
+        log.info("connection to %s failed (%s); retry in at most %.3fs", addr, error.message, delay)
+
+    def _refused(self, addr: str, error: auth.AuthenticationError) -> None:
+        """A connection was made, then refused for want of a secret: the next attempt waits the
+        longest delay (the connection itself worked, so the usual growth never starts), rather
+        than reconnecting on every call and logging a refusal on the server each time."""
+        ep = self._endpoints.get(addr)
+        if ep is not None:
+            self._failed(addr, ep, error, self.backoff_max)
+
     async def _connection(self, addr: str, deadline: float) -> _ClientConnection:
         if self._closed:
             raise DLedgerError(ResponseCode.NETWORK_ERROR, "client closed")
@@ -786,6 +824,8 @@ class RpcClient:
         if ep.connecting is None:
             now = loop.time()
             if now < ep.retry_at:
+                if isinstance(ep.last_error, auth.AuthenticationError):
+                    raise auth.AuthenticationError(ep.last_error.message)  # the same answer until retried
                 raise DLedgerError(
                     ResponseCode.NETWORK_ERROR,
                     f"{addr} unreachable ({ep.last_error.message if ep.last_error else '?'}); "
@@ -830,12 +870,7 @@ class RpcClient:
             if conn is not None:
                 conn.abort()
             if isinstance(e, DLedgerError):
-                ep.failures += 1
-                ep.last_error = e
-                delay = min(self.backoff_max, self.backoff_base * 2 ** min(ep.failures - 1, 30))
-                # Jitter keeps the nodes of a cluster from reconnecting in lockstep after an outage.
-                ep.retry_at = loop.time() + delay * random.uniform(0.5, 1.0)
-                log.info("connection to %s failed (%s); retry in at most %.3fs", addr, e.message, delay)
+                self._failed(addr, ep, e)
             raise
         finally:
             ep.connecting = None

@@ -163,7 +163,7 @@ class AsyncConsumer:
             except DLedgerError as exc:
                 last = Response(exc.code, {}, exc.message)
             self._member = None
-            if loop.time() >= deadline:
+            if loop.time() >= deadline or c.all_refuse_authentication():
                 return last, member
             if tries % len(members) == 0:
                 await asyncio.sleep(0.05)

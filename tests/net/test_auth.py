@@ -55,6 +55,57 @@ def test_mismatched_secrets_fail_clearly(
     assert recorder.calls == 0
 
 
+@pytest.mark.timeout(30)
+def test_a_client_refused_for_want_of_a_secret_backs_off_and_says_so(recorder: Recorder) -> None:
+    # The connection itself works, so only the refusal can hold the client back: without it,
+    # every call reconnected and the server logged each one.
+    async def main() -> None:
+        async with RpcServer(recorder, secret=SECRET) as server, RpcClient() as client:
+            for _ in range(10):
+                with pytest.raises(AuthenticationError, match="requires a shared secret"):
+                    await client.call(server.address, 1, {"x": 1})
+            assert client.connection_attempts(server.address) == 1
+            assert client.refuses_authentication(server.address)
+
+    run(main())
+    assert recorder.calls == 0
+
+
+@pytest.mark.timeout(30)
+def test_failed_handshakes_are_logged_once_a_minute_per_client_host(
+    recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with RpcServer(recorder, secret=SECRET) as server:
+            for secret in (None, None, None, "wrong", "wrong"):
+                async with RpcClient(secret=secret) as client:
+                    with pytest.raises(AuthenticationError):
+                        await client.call(server.address, 1, {"x": 1})
+                await asyncio.sleep(0.05)  # the server sees the wrong-secret client leave
+
+    caplog.set_level("WARNING", logger="dledger.net.transport")
+    run(main())
+    said = [r.getMessage() for r in caplog.records if "authentication of 127.0.0.1" in r.getMessage()]
+    assert len(said) == 1 and "this server has a shared secret" in said[0]
+
+
+@pytest.mark.timeout(30)
+def test_a_client_holding_another_secret_is_logged_by_the_server(
+    recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It checks the server's proof first and leaves without a word: the server's log is the
+    # only place an operator can learn of it.
+    async def main() -> None:
+        async with RpcServer(recorder, secret=SECRET) as server, RpcClient(secret="wrong") as client:
+            with pytest.raises(AuthenticationError, match="failed to prove"):
+                await client.call(server.address, 1, {"x": 1})
+            await asyncio.sleep(0.05)
+
+    caplog.set_level("WARNING", logger="dledger.net.transport")
+    run(main())
+    assert any("left after our challenge" in r.getMessage() for r in caplog.records)
+
+
 async def _record_session(server: RpcServer) -> bytes:
     """Bytes a legitimate client sends through a recording proxy (handshake and two requests)."""
     sent = bytearray()
