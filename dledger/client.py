@@ -182,8 +182,15 @@ def explain_failure(code: int, message: str, *, tls: bool = False) -> str:
         return f"TLS failed: {message}"
     if tls and "cannot connect" in m:
         return f"TLS handshake failed ({message.strip()}): does the member use TLS?"
-    if "connection to" in m and "lost" in m and not tls:
-        return "the member closed the connection without answering (does it expect TLS? give --tls-ca)"
+    if "connection to" in m and ("lost" in m or "closed" in m):
+        if not tls:
+            return "the member closed the connection without answering (does it expect TLS? give --tls-ca)"
+        # A member that wants a client certificate closes right after the handshake, and
+        # asyncio reports no TLS alert: the closed connection is all a client sees.
+        return (
+            "the member closed the connection without answering (does it require a client "
+            "certificate, mutual TLS? give --tls-cert and --tls-key signed by its CA)"
+        )
     if code == ResponseCode.TIMEOUT or "timed out" in m or "took too long" in m or "no response" in m:
         return f"timed out ({message})"
     try:

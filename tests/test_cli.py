@@ -370,6 +370,25 @@ def test_tls_member_against_a_plain_client_or_a_wrong_ca(pki: Pki, tmp_path: Pat
         c.close()
 
 
+def test_mutual_tls_names_the_missing_client_certificate_on_both_sides(pki: Pki, tmp_path: Path):
+    tls = ["--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
+    c = TestCluster(tmp_path, size=1, group="g", proxied=False, extra=[*tls, "--tls-ca", str(pki.ca)])
+    try:
+        c.start_all()
+        res = dledger("status", "--peers", c.peers, "--tls-ca", str(pki.ca), check=False)
+        assert res.returncode == 1 and "does it require a client certificate, mutual TLS?" in res.stderr
+        # The member, which asyncio would leave silent, says why it closed the connection.
+        log = c.logs["n0"]
+        deadline = time.monotonic() + 10
+        while "PEER_DID_NOT_RETURN_A_CERTIFICATE" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "a client without --tls-cert, and this member requires one" in log.read_text()
+        res = dledger("status", "--peers", c.peers, "--tls-ca", str(pki.ca), *tls)
+        assert res.stdout.splitlines()[1].split()[3] == "LEADER"
+    finally:
+        c.close()
+
+
 def test_server_help_lists_every_option_with_its_default():
     import dataclasses
 

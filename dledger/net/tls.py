@@ -2,10 +2,45 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from os import PathLike
 
+from dledger.log_limit import RepeatLimiter, held_back
+
 StrPath = str | PathLike[str]
+
+log = logging.getLogger(__name__)
+_handshake_warnings = RepeatLimiter()
+
+
+class _LoggedHandshake(ssl.SSLObject):
+    """A server's TLS session that logs a failed handshake. asyncio drops those in silence (an
+    OSError, logged only in its debug mode), so a client without the certificate mutual TLS
+    asks for, or one from another CA, would otherwise leave no trace on the member. The
+    session has no peer address; the warning is once a minute per reason."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as exc:
+            reason = exc.reason or str(exc)
+            held = _handshake_warnings.allow(reason)
+            if held is not None:
+                log.warning("a client's TLS handshake failed: %s%s", _explain(exc), held_back(held))
+            raise
+
+
+def _explain(exc: ssl.SSLError) -> str:
+    if exc.reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
+        return f"{exc} (a client without --tls-cert, and this member requires one: mutual TLS)"
+    if exc.reason in ("CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT_UNKNOWN_CA"):
+        return f"{exc} (a certificate this member's --tls-ca did not sign, or the client distrusts ours)"
+    if exc.reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_PROTOCOL"):
+        return f"{exc} (a client speaking plain TCP? it needs --tls-ca)"
+    return str(exc)
 
 
 def make_server_context(cert: StrPath, key: StrPath, ca: StrPath | None = None) -> ssl.SSLContext:
@@ -16,6 +51,7 @@ def make_server_context(cert: StrPath, key: StrPath, ca: StrPath | None = None) 
     if ca is not None:
         ctx.load_verify_locations(cafile=ca)
         ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.sslobject_class = _LoggedHandshake  # documented: wrap_bio (asyncio's way) makes these
     return ctx
 
 

@@ -27,7 +27,7 @@ def test_tls_round_trip(pki: Pki, recorder: Recorder) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_mutual_tls(pki: Pki, recorder: Recorder) -> None:
+def test_mutual_tls(pki: Pki, recorder: Recorder, caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         server_ctx = make_server_context(pki.server_cert, pki.server_key, pki.ca)
         async with RpcServer(recorder, ssl=server_ctx) as server:
@@ -39,8 +39,10 @@ def test_mutual_tls(pki: Pki, recorder: Recorder) -> None:
                     await client.call(server.address, 1, {"x": 2})
                 assert e.value.code == ResponseCode.NETWORK_ERROR
 
+    caplog.set_level("WARNING", logger="dledger.net.tls")
     run(main())
     assert recorder.calls == 1
+    assert any("PEER_DID_NOT_RETURN_A_CERTIFICATE" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.timeout(30)
