@@ -72,6 +72,19 @@ class GroupStats:
 
 
 @dataclass(slots=True)
+class AppMetric:
+    """A metric an application on a group adds (the message store's): the collector labels it
+    with the group and member, then ``labels``. Each point is (label values, value); a
+    histogram's value is a ``LatencyHistogram.snapshot()``."""
+
+    name: str
+    doc: str
+    kind: str  # "gauge", "counter" or "histogram"
+    labels: tuple[str, ...] = ()
+    points: list[tuple[tuple[str, ...], Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class GroupSample:
     group: str
     member: str
@@ -91,6 +104,7 @@ class GroupSample:
     append_errors: dict[str, int]
     leader_changes: int
     append_latency: tuple[list[tuple[str, float]], float]
+    app_metrics: list[AppMetric] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -218,6 +232,7 @@ class MetricsCollector:
             disk_ratio,
             disk_full,
         )
+        yield from _app_families(s.groups, gl)
         flush = HistogramMetricFamily(
             "dledger_flush_latency_seconds", "one flush (msync) of every store this member serves", labels=["member"]
         )
@@ -234,6 +249,27 @@ class MetricsCollector:
         sent.add_metric([s.member], s.bytes_out)
         yield received
         yield sent
+
+
+def _app_families(groups: list[GroupSample], gl: list[str]) -> Iterator[Any]:
+    """The applications' metrics, one family per name across groups."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+    kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
+    families: dict[str, Any] = {}
+    for g in groups:
+        lv = [g.group, g.member]
+        for m in g.app_metrics:
+            fam = families.get(m.name)
+            if fam is None:
+                fam = families[m.name] = kinds[m.kind](m.name, m.doc, labels=[*gl, *m.labels])
+            for values, value in m.points:
+                if m.kind == "histogram":
+                    buckets, total = value
+                    fam.add_metric([*lv, *values], buckets, total)
+                else:
+                    fam.add_metric([*lv, *values], value)
+    yield from families.values()
 
 
 class MetricsServer:

@@ -50,6 +50,7 @@ from dledger.errors import DLedgerError
 from dledger.log_limit import RepeatLimiter, held_back
 from dledger.metrics import (
     FLUSH_BUCKETS,
+    AppMetric,
     GroupSample,
     GroupStats,
     LatencyHistogram,
@@ -124,6 +125,9 @@ class GroupApplication(Protocol):
 
     def close(self) -> None:
         """Called once, off the loop, before the node's store is closed."""
+
+    def metrics(self) -> list[AppMetric]:
+        """The application's metrics now, added to the member's (``--metrics-port``); on the loop."""
 
 
 # Builds the application of a group (or None for a plain group): (config, the member's address).
@@ -721,6 +725,15 @@ class NodeServer:
             return {p: rep.water_marks.get(p, -1) for p in g.peers}
         return None
 
+    def _app_metrics(self, g: _Group) -> list[AppMetric]:
+        if g.app is None:
+            return []
+        try:
+            return g.app.metrics()
+        except Exception:  # the member's own metrics are still served
+            log.exception("group %s: the application's metrics failed", g.config.group)
+            return []
+
     def _metrics_sample(self) -> Sample:
         """Every metric's value now; runs on the loop (see dledger.metrics)."""
         groups = []
@@ -750,6 +763,7 @@ class NodeServer:
                     append_errors=dict(stats.append_errors),
                     leader_changes=stats.leader_changes,
                     append_latency=stats.append_latency.snapshot(),
+                    app_metrics=self._app_metrics(g),
                 )
             )
         stats_in = self.rpc_server.stats.bytes_in + self.rpc_client.stats.bytes_in

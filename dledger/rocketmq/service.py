@@ -47,6 +47,7 @@ from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
+from dledger.metrics import AppMetric
 from dledger.net.transport import Response
 from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
@@ -63,6 +64,7 @@ from dledger.rocketmq.encode import (
 )
 from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
 from dledger.rocketmq.schedule_service import ScheduleMessageService
+from dledger.rocketmq.service_metrics import MessageStats
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.topic_validator import validate_send_topic
 from dledger.rocketmq.wire import (
@@ -353,6 +355,7 @@ class MessageService:
         # Delayed messages, delivered by the leader (started with the loop, in bind).
         self.schedule = ScheduleMessageService(self.store, self._put, self._update_offset, self._takes_puts)
         self._schedule_task: asyncio.Task[None] | None = None
+        self.metric_stats = MessageStats()
         self._apply_offsets()
 
     # -- GroupApplication ------------------------------------------------------------------
@@ -666,6 +669,15 @@ class MessageService:
         )
 
     async def _send(self, body: dict[str, Any], peer: str) -> Response:
+        started = time.perf_counter()
+        resp = await self._send_checked(body, peer)
+        raw = body.get("raw")  # the bodies, back to back
+        self.metric_stats.sent(
+            str(body.get("topic")), resp.body, len(raw) if isinstance(raw, bytes) else 0, time.perf_counter() - started
+        )
+        return resp
+
+    async def _send_checked(self, body: dict[str, Any], peer: str) -> Response:
         refused = self._not_writable()
         if refused is not None:
             return refused
@@ -797,6 +809,8 @@ class MessageService:
                 woken = True
                 left = deadline - loop.time()
                 if resp.status not in _HOLD or left <= 0:
+                    if resp.phys_offsets:
+                        self.metric_stats.pulled_messages[req.topic] += len(resp.phys_offsets)
                     return Response(ResponseCode.SUCCESS, {**resp.to_wire(), **self._role_body()})
                 try:
                     await asyncio.wait_for(fut, left)
@@ -920,6 +934,12 @@ class MessageService:
             if data is not None:
                 records.append(data)
         return Response(ResponseCode.SUCCESS, {"records": records, "phys": [m.phys_offset for m in msgs]})
+
+    def metrics(self) -> list[AppMetric]:
+        """The message service's metrics for ``--metrics-port`` (on the loop)."""
+        held = sum(1 for waiting in self._pulls.values() for _, fut in waiting if not fut.done())
+        writable = bool(self.commitlog.writable) and not self.node_store.disk_full
+        return self.metric_stats.metrics(self.store, held, writable)
 
     def stats(self) -> dict[str, Any]:
         """GET_BROKER_RUNTIME_INFO: the member's role and the store's positions and queues."""

@@ -13,6 +13,7 @@ import pytest
 
 from dledger.codes import ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
+from dledger.metrics import AppMetric
 from dledger.net.transport import Response, RpcClient
 from dledger.raft.member_state import Role
 from dledger.server import GroupApplication, GroupHandle, NodeServer
@@ -45,6 +46,9 @@ class Toy:
 
     def on_committed(self, committed_index: int) -> None:
         self.committed.append(committed_index)
+
+    def metrics(self) -> list[AppMetric]:
+        return [AppMetric("toy_committed", "commits seen", "counter", (), [((), len(self.committed))])]
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
         assert self.group is not None
