@@ -932,9 +932,6 @@ class ConsumeQueueTable:
         for _, _, cq in self:
             cq.correct_min_offset(min_phys_offset)
 
-    def delete_expired(self, min_phys_offset: int) -> int:
-        return sum(cq.delete_expired(min_phys_offset) for _, _, cq in self)
-
     def flush(self) -> None:
         for job in self.flush_jobs():
             job()

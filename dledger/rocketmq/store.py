@@ -916,8 +916,15 @@ class MessageStore:
                     "retention deleted %d commit-log file(s); the log starts at %d", deleted, self.commitlog.min_offset
                 )
         low = max(int(self.commitlog.min_offset), 0)
-        with self._flush_lock, self.reput._lock:  # no file goes while a flush writes it out
-            self.consume_queues.delete_expired(low)
+        # Queue by queue, each under the locks (no file goes while a flush writes it out or
+        # dispatch adds to its queue): held across thousands of queues, they stalled dispatch,
+        # and every held pull with it, for as long as the unlinks took.
+        with self.reput._lock:
+            queues = [cq for _, _, cq in self.consume_queues]
+        for cq in queues:
+            with self._flush_lock, self.reput._lock:
+                cq.delete_expired(low)
+        with self._flush_lock, self.reput._lock:
             self.index_service.delete_expired(low)
         return deleted
 
