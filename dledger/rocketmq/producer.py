@@ -320,6 +320,7 @@ class AsyncProducer:
         except _Illegal as exc:
             return _refused(msg.topic, qid, 1, str(exc))[0]
         req = SendRequest(msg.topic, qid, [bytes(msg.body)], [props], msg.flag, msg.sys_flag, msg.born_timestamp)
+        req.reconsume_times = msg.reconsume_times
         return (await self._request(MessageRequestCode.SEND_MESSAGE, req, [uniq]))[0]
 
     async def send_batch(self, msgs: Sequence[Message], queue_id: int | None = None) -> SendResults:
@@ -329,8 +330,8 @@ class AsyncProducer:
         that has at most BATCH_MAX_MESSAGES messages goes as one request, stored all or nothing;
         a bigger one goes as several such requests, in order, each all or nothing (when a later
         one is refused the earlier ones stay stored; each message's result says which). So do
-        messages whose flag, sys_flag or born_timestamp differ from the one before: a request
-        carries one of each, and every message keeps its own.
+        messages whose flag, sys_flag, born_timestamp or reconsume_times differ from the one
+        before: a request carries one of each, and every message keeps its own.
 
         What MessageBatch.generateFromList refuses raises DLedgerError UNEXPECTED_ARGUMENT:
         messages of different topics, a delayed message (its record would go to
@@ -353,6 +354,7 @@ class AsyncProducer:
             and m.flag == first.flag
             and m.sys_flag == first.sys_flag
             and m.born_timestamp == first.born_timestamp
+            and not m.reconsume_times
             and m.born_host is None
             and type(m.body) is not str  # refused on the other path
             for m in msgs
@@ -548,6 +550,7 @@ class AsyncProducer:
         req = SendRequest(
             first.topic, qid, [bytes(m.body) for m in msgs], props, first.flag, first.sys_flag, first.born_timestamp
         )
+        req.reconsume_times = first.reconsume_times
         code = MessageRequestCode.SEND_BATCH_MESSAGE if len(msgs) > 1 else MessageRequestCode.SEND_MESSAGE
         return await self._request(code, req, uniqs)
 
@@ -594,7 +597,9 @@ def _check_message(msg: Message, i: int | None = None) -> None:
         raise _Illegal(f"{_nth(i)}{STR_BODY_PROBLEM}")
     if not len(msg.body):
         raise _Illegal(f"{_nth(i)}the message body length is zero")
-    why = _numbers_problem(msg.flag, msg.sys_flag, msg.born_timestamp)
+    why = _numbers_problem(msg.flag, msg.sys_flag, msg.born_timestamp) or java_int_problem(
+        ("reconsume_times", msg.reconsume_times, 32)
+    )
     if why is not None:
         raise _Illegal(f"{_nth(i)}{why}")
 
@@ -665,13 +670,13 @@ def _refused(topic: str, queue_id: int, n: int, reason: str) -> SendResults:
 
 
 def _header_breaks(msgs: Sequence[Message]) -> list[int]:
-    """0, each index where a message's flag, sys flag or born time differs from the one before
-    it, and len(msgs)."""
+    """0, each index where a message's flag, sys flag, born time or reconsume count differs
+    from the one before it, and len(msgs)."""
     out = [0]
-    prev = (msgs[0].flag, msgs[0].sys_flag, msgs[0].born_timestamp)
+    prev = (msgs[0].flag, msgs[0].sys_flag, msgs[0].born_timestamp, msgs[0].reconsume_times)
     for i in range(1, len(msgs)):
         m = msgs[i]
-        head = (m.flag, m.sys_flag, m.born_timestamp)
+        head = (m.flag, m.sys_flag, m.born_timestamp, m.reconsume_times)
         if head != prev:
             out.append(i)
             prev = head

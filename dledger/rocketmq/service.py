@@ -556,7 +556,10 @@ class MessageService:
                 f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
             )
         check_java_ints(
-            ("flag", req.flag, 32), ("sys flag", req.sys_flag, 32), ("born timestamp", req.born_timestamp, 64)
+            ("flag", req.flag, 32),
+            ("sys flag", req.sys_flag, 32),
+            ("born timestamp", req.born_timestamp, 64),
+            ("reconsume times", req.reconsume_times, 32),
         )
         # The producer's address as the connection sees it, as the Java broker takes BORNHOST
         # from the channel (SendMessageProcessor), unless the request names one.
@@ -570,7 +573,9 @@ class MessageService:
             assert stem is not None
             # The stem and any 4 hex digits pass or fail alike: check one string.
             bad, reason, delay = K.check_packed_properties(stem + b"0000", _ONE_STRING[len(stem) + 4])
-            if bad < 0 and (delay or n == 1):
+            # One by one: one message, a delay, or a reconsume count (which the packed kernel,
+            # for the batches producers send, does not write; retried messages go alone).
+            if bad < 0 and (delay or n == 1 or req.reconsume_times):
                 props = _packed(_stem_properties(stem, req.uniq_first, n))
         if props is not None:
             praw, poffs = props.packed
@@ -578,7 +583,7 @@ class MessageService:
         if bad >= 0:
             raise IllegalMessage(f"properties of message {bad}: {_PROPS_REASONS.get(reason, reason)}")
         batch: PreparedBatch | _PackedSend
-        if n == 1 or delay:
+        if n == 1 or delay or req.reconsume_times:
             assert props is not None
             prepared = self._prepare_messages(req, bodies, props, born_host)
             total = int(prepared.record_lengths().sum()) if n > 1 else 0
@@ -610,6 +615,7 @@ class MessageService:
                 sys_flag=req.sys_flag,
                 born_timestamp=req.born_timestamp,
                 born_host=born_host,
+                reconsume_times=req.reconsume_times,
             )
             if n > 1 and _delayed(m):
                 # putMessages refuses it: each delayed message would take an offset in a schedule

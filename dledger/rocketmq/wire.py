@@ -96,6 +96,9 @@ class SendRequest:
     body_sizes: np.ndarray | None = None
     # Instead of ``bodies``: them joined, and their lengths (uint32), as the producer packed them.
     packed: tuple[bytes, np.ndarray] | None = None
+    # SendMessageRequestHeader.reconsumeTimes: a message sent back for another try keeps its
+    # count (a retry topic's consumer moves it to the DLQ past maxReconsumeTimes).
+    reconsume_times: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         if self.packed is not None:
@@ -118,6 +121,8 @@ class SendRequest:
             out["props_raw"], out["props_sizes"] = _pack(self.properties)
         if self.born_host:
             out["born_host"] = self.born_host
+        if self.reconsume_times:
+            out["reconsume"] = self.reconsume_times
         return out
 
     @staticmethod
@@ -157,6 +162,7 @@ class SendRequest:
             born_host if isinstance(born_host, str) else None,
             stem,
             uniq_first,
+            reconsume_times=_int(body, "reconsume", 0),
         )
         return req, PackedBodies(raw, offs), props
 

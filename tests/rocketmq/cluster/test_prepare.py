@@ -184,3 +184,18 @@ def test_the_batch_check_judges_each_string_as_the_message_path(strings: list[by
             expected = k
             break
     assert bad == expected
+
+
+def test_a_request_s_reconsume_count_reaches_every_record_and_a_bad_one_is_refused(service: MessageService):
+    stem = b"TAGS\x01t\x02UNIQ_KEY\x01C0A80001"
+    for req in (
+        SendRequest("T", 1, [b"one"], [GOOD], reconsume_times=5),
+        SendRequest("T", 1, [b"a", b"b"], [GOOD, GOOD], reconsume_times=5),
+        SendRequest("T", 1, [b"a", b"b"], [], props_stem=stem, uniq_first=0, reconsume_times=5),
+    ):
+        raw = _records(service, req)
+        cols, _stop, _code = K.scan_records(raw, 0, 0, -1, True, -1)
+        msgs = [decode_record(raw, int(p)) for p in cols["phys_offset"].tolist()]
+        assert [m.reconsume_times for m in msgs if m is not None] == [5] * len(req.bodies)
+    with pytest.raises(IllegalMessage, match="reconsume times"):
+        _records(service, SendRequest("T", 1, [b"x"], [GOOD], reconsume_times=1 << 31))

@@ -124,6 +124,21 @@ def test_keys_are_what_message_keys_take_and_anything_else_is_refused(cluster: T
         assert con.max_offset(1) == before
 
 
+def test_a_message_keeps_its_reconsume_count(cluster: TestCluster) -> None:
+    # What a consumer that sends a message back for another try relies on: the count comes back,
+    # so that it can stop (RocketMQ moves it to the DLQ past maxReconsumeTimes).
+    topic = "RulesReconsume"
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send(Message(topic, b"again", reconsume_times=3), queue_id=0).ok
+        batch = [Message(topic, b"a"), Message(topic, b"b", reconsume_times=2), Message(topic, b"c", reconsume_times=2)]
+        assert p.send_batch(batch, queue_id=0).ok
+        got = pull_all(con, 0, 4)
+        assert [(m.body, m.reconsume_times) for m in got] == [(b"again", 3), (b"a", 0), (b"b", 2), (b"c", 2)]
+        r = p.send(Message(topic, b"x", reconsume_times=1 << 31), queue_id=0)
+        assert r.status == ILLEGAL and "reconsume_times" in r.reason
+        assert con.max_offset(0) == 4
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
