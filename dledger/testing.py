@@ -95,6 +95,28 @@ def free_ports(n: int) -> list[int]:
     raise RuntimeError(f"no {n} free ports on 127.0.0.1")
 
 
+# A scrape's samples by (name, labels).
+MetricSamples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape_metrics(port: int, host: str = "127.0.0.1") -> tuple[MetricSamples, dict[str, str]]:
+    """Every sample of a member's ``--metrics-port`` endpoint by (name, labels), and each
+    family's type, read over HTTP and parsed as Prometheus would."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    samples: MetricSamples = {}
+    types: dict[str, str] = {}
+    for fam in text_string_to_metric_families(text):
+        types[fam.name] = fam.type
+        for s in fam.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples, types
+
+
 @contextmanager
 def store_held(store: MmapFileStore) -> Iterator[None]:
     """Hold ``store`` from another thread for the duration, as its service does while it

@@ -4,19 +4,16 @@ as Prometheus would, while entries are appended."""
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dledger.metrics import LatencyHistogram
-from dledger.testing import FAST, TestCluster, free_ports
+from dledger.testing import FAST, MetricSamples, TestCluster, free_ports
+from dledger.testing import scrape_metrics as scrape
 
 pytestmark = pytest.mark.timeout(180)
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
@@ -32,21 +29,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[TestCluster, dict[str, int]]]:
         c.close()
 
 
-def scrape(port: int) -> tuple[Samples, dict[str, str]]:
-    """Every sample by (name, labels), and each family's type."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        assert resp.status == 200
-        text = resp.read().decode()
-    samples: Samples = {}
-    types: dict[str, str] = {}
-    for fam in text_string_to_metric_families(text):
-        types[fam.name] = fam.type
-        for s in fam.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples, types
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
+def value(samples: MetricSamples, name: str, **labels: str) -> float:
     return samples[(name, frozenset(labels.items()))]
 
 

@@ -4,21 +4,18 @@ HTTP, as Prometheus would, while a producer sends and a consumer pulls and commi
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from dledger.rocketmq.consumer import Consumer
 from dledger.rocketmq.message import Message
 from dledger.rocketmq.producer import Producer
-from dledger.testing import FAST, TestCluster, free_ports
+from dledger.testing import FAST, MetricSamples, TestCluster, free_ports
+from dledger.testing import scrape_metrics as scrape
 
 pytestmark = pytest.mark.timeout(120)
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
@@ -30,23 +27,11 @@ def member(tmp_path: Path) -> Iterator[tuple[TestCluster, int]]:
         yield c, port
 
 
-def scrape(port: int) -> tuple[Samples, dict[str, str]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    samples: Samples = {}
-    types: dict[str, str] = {}
-    for fam in text_string_to_metric_families(text):
-        types[fam.name] = fam.type
-        for s in fam.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples, types
-
-
 def test_sends_pulls_and_consumer_lag_show_on_the_metrics_endpoint(member: tuple[TestCluster, int]) -> None:
     c, port = member
     me = {"group": c.group, "member": "n0"}
 
-    def v(s: Samples, name: str, **labels: str) -> float:
+    def v(s: MetricSamples, name: str, **labels: str) -> float:
         return s[(name, frozenset({**me, **labels}.items()))]
 
     before, types = scrape(port)
