@@ -11,23 +11,23 @@ from dledger.log_limit import RepeatLimiter, held_back
 StrPath = str | PathLike[str]
 
 log = logging.getLogger(__name__)
-_handshake_warnings = RepeatLimiter()
+_LIMITER = "_dledger_handshake_warnings"  # a server context's own RepeatLimiter
 
 
 class _LoggedHandshake(ssl.SSLObject):
     """A server's TLS session that logs a failed handshake. asyncio drops those in silence (an
     OSError, logged only in its debug mode), so a client without the certificate mutual TLS
     asks for, or one from another CA, would otherwise leave no trace on the member. The
-    session has no peer address; the warning is once a minute per reason."""
+    session has no peer address; the warning is once a minute per reason and server context."""
 
     def do_handshake(self) -> None:
         try:
             super().do_handshake()
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            raise
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            raise  # the handshake's normal flow, or a client that left (a TCP health check)
         except ssl.SSLError as exc:
-            reason = exc.reason or str(exc)
-            held = _handshake_warnings.allow(reason)
+            limiter = getattr(self.context, _LIMITER, None)
+            held = limiter.allow(exc.reason or str(exc)) if limiter is not None else 0
             if held is not None:
                 log.warning("a client's TLS handshake failed: %s%s", _explain(exc), held_back(held))
             raise
@@ -52,6 +52,7 @@ def make_server_context(cert: StrPath, key: StrPath, ca: StrPath | None = None) 
         ctx.load_verify_locations(cafile=ca)
         ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.sslobject_class = _LoggedHandshake  # documented: wrap_bio (asyncio's way) makes these
+    setattr(ctx, _LIMITER, RepeatLimiter())
     return ctx
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from dledger.codes import ResponseCode
@@ -74,3 +76,26 @@ def test_tls_with_shared_secret(pki: Pki, recorder: Recorder) -> None:
                 assert (await client.call(server.address, 1)).ok
 
     run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_member_logs_a_plain_client_but_not_a_connection_that_only_closes(
+    pki: Pki, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A TCP health check connects and leaves: nothing to tell the operator. A client that speaks
+    # plain TCP to a TLS member is a misconfiguration asyncio would otherwise drop in silence.
+    async def main() -> None:
+        async with RpcServer(recorder, ssl=make_server_context(pki.server_cert, pki.server_key)) as server:
+            _, w = await asyncio.open_connection("127.0.0.1", server.port)
+            w.close()
+            await asyncio.sleep(0.2)
+            assert not [r for r in caplog.records if "handshake failed" in r.getMessage()]
+            async with RpcClient() as plain:
+                with pytest.raises(DLedgerError):
+                    await plain.call(server.address, 1, timeout=5)
+            await asyncio.sleep(0.2)
+
+    caplog.set_level("WARNING", logger="dledger.net.tls")
+    run(main())
+    said = [r.getMessage() for r in caplog.records if "handshake failed" in r.getMessage()]
+    assert len(said) == 1 and "plain TCP" in said[0]
