@@ -280,10 +280,12 @@ def test_a_member_holding_another_secret_is_named_in_the_logs(tmp_path: Path):
         n2 = f"127.0.0.1:{c.ports['n2']}"
 
         def told() -> bool:
+            # n2 cannot reach the others; the leader (n0 or n1) cannot reach n2, and sees n2 leave.
+            ours = c.logs["n0"].read_text() + c.logs["n1"].read_text()
             return (
                 "cannot authenticate with the peer at 127.0.0.1" in c.logs["n2"].read_text()
-                and f"cannot authenticate with the peer at {n2}" in c.logs["n0"].read_text()
-                and "left after our challenge" in c.logs["n0"].read_text()
+                and f"cannot authenticate with the peer at {n2}" in ours
+                and "left after our challenge" in ours
             )
 
         deadline = time.monotonic() + 30
@@ -293,7 +295,7 @@ def test_a_member_holding_another_secret_is_named_in_the_logs(tmp_path: Path):
     finally:
         c.close()
     # Once a minute per peer, not on every retry.
-    assert c.logs["n0"].read_text().count(f"cannot authenticate with the peer at {n2}") == 1
+    assert all(c.logs[m].read_text().count(f"cannot authenticate with the peer at {n2}") <= 1 for m in ("n0", "n1"))
 
 
 @dataclass
