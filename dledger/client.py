@@ -283,6 +283,11 @@ class AsyncClient:
         shown = "; ".join(f"{g} on {', '.join(ms)}" for g, ms in sorted(groups.items()))
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the members serve different groups ({shown}): name one")
 
+    def check_open(self) -> None:
+        """Raises at once after ``close``: no retry until the timeout can help a closed client."""
+        if self._rpc.closed:
+            raise DLedgerError(ResponseCode.NETWORK_ERROR, "the client is closed")
+
     def all_refuse_authentication(self) -> bool:
         """Every member refused our shared secret (or asked for one we lack): no retry helps,
         so calls give up at once rather than at their timeout."""
@@ -308,6 +313,7 @@ class AsyncClient:
         ``final``: codes that end the call when a member answers them (rather than when the
         transport reports them). ``wait_answer``: give each request twice the usual time, for
         requests the member answers only when something has happened (a transfer)."""
+        self.check_open()
         if self.group is None:
             await self.discover_group()
         loop = asyncio.get_running_loop()

@@ -788,6 +788,10 @@ class RpcClient:
         if ep is not None and ep.conn is conn:
             ep.conn = None
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def refuses_authentication(self, addr: str) -> bool:
         """The last connection to ``addr`` failed the shared-secret handshake (or the server
         asked for a secret this client does not have). Retrying will not help until one side's

@@ -11,6 +11,7 @@ log, so every member knows them and they survive a failover.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl as ssl_module
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from dledger.net.transport import Response
 from dledger.rocketmq.message import MessageExt
 from dledger.rocketmq.records import decode_record, messages_from_columns
 from dledger.rocketmq.status import GetMessageStatus
+from dledger.rocketmq.topic_validator import validate_topic
 from dledger.rocketmq.wire import (
     ConsumerOffsetRequest,
     MessageRequestCode,
@@ -39,8 +41,21 @@ K = _load_ext("message")
 
 LEADER = "leader"
 FOLLOWER = "follower"
+# Pull answers whose next offset the consumer takes (PullMessageProcessor's PULL_OFFSET_MOVED
+# and the statuses RocketMQ's client corrects its offset on). An empty queue is one of them:
+# an offset past its end (say, committed before retention emptied it) goes back to its start.
+_OFFSET_MOVED = (
+    GetMessageStatus.OFFSET_TOO_SMALL,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+    GetMessageStatus.OFFSET_FOUND_NULL,
+    GetMessageStatus.MESSAGE_WAS_REMOVING,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+)
 # A pull's hold when the iterator waits for messages (RocketMQ's brokerSuspendMaxTimeMillis is 15 s).
 DEFAULT_WAIT_S = 15.0
+# The longest hold a member grants (service.MAX_SUSPEND_MS).
+MAX_HOLD_S = 30.0
 
 
 @dataclass(slots=True)
@@ -93,6 +108,10 @@ class AsyncConsumer:
     ) -> None:
         if read_from not in (LEADER, FOLLOWER):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"read_from {read_from!r}: want leader or follower")
+        # A name no producer could have written to; "" for what reads no topic (stats, view).
+        why = validate_topic(topic) if topic else None
+        if why is not None:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         self.client = AsyncClient(
             peers, dledger_group, secret=secret, ssl=ssl, timeout=timeout, request_timeout=request_timeout
         )
@@ -114,11 +133,14 @@ class AsyncConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _read(self, code: MessageRequestCode, body: dict[str, Any], wait: float = 0.0) -> tuple[Response, str]:
+    async def _read(
+        self, code: MessageRequestCode, body: dict[str, Any], wait: float = 0.0, *, to_leader: bool = False
+    ) -> tuple[Response, str]:
         """A read: from the leader (redirects followed), or from a follower (the members in
         turn, the leader last known skipped while another answers)."""
         c = self.client
-        if self.read_from == LEADER:
+        c.check_open()
+        if self.read_from == LEADER or to_leader:
             # A held pull needs its hold on top of the usual answer time, and on top of the
             # time the call may take in all (a hold past `timeout` was cut short, TIMEOUT);
             # concurrent calls share the client, so it gets the longest hold in flight.
@@ -153,10 +175,10 @@ class AsyncConsumer:
                 if last.code == ResponseCode.SUCCESS:
                     # Pulls name the leader: a consumer that only reads learns it there, and its
                     # next read goes to another member (the answer stands: it is committed data).
-                    leader = last.body.get("leader") if isinstance(last.body, dict) else None
-                    if isinstance(leader, str) and leader in c.peers:
-                        c._leader = leader
-                        if leader == member and len(members) > 1:
+                    named = last.body.get("leader") if isinstance(last.body, dict) else None
+                    if isinstance(named, str) and named in c.peers:
+                        c._leader = named
+                        if named == member and len(members) > 1:
                             self._member = None
                             tries = 0
                     return last, member
@@ -170,7 +192,11 @@ class AsyncConsumer:
 
     async def pull(self, queue_id: int, offset: int, max_count: int = 32, wait: float = 0.0) -> PullResult:
         """Up to ``max_count`` messages of queue ``queue_id`` from ``offset``. With ``wait`` > 0
-        the member holds the request that many seconds at most for a message to arrive."""
+        the member holds the request that many seconds at most for a message to arrive (it
+        holds one 30 s at most, so a longer wait is that)."""
+        if not 0.0 <= wait < math.inf:  # NaN fails this too
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"wait {wait!r}: want seconds >= 0")
+        wait = min(wait, MAX_HOLD_S)
         req = PullRequest(self.topic, queue_id, offset, max_count, int(wait * 1000))
         resp, member = await self._read(MessageRequestCode.PULL_MESSAGE, req.to_wire(), wait)
         resp.check()
@@ -190,9 +216,15 @@ class AsyncConsumer:
         ).check()
 
     async def committed(self, queue_id: int) -> int:
-        """The group's committed offset of the queue, -1 when it has none."""
+        """The group's committed offset of the queue, -1 when it has none. Asked of the leader
+        when this client knows it, whatever ``read_from`` says (RocketMQ's queryConsumerOffset
+        goes to the master): a follower may not have applied this consumer's last commit yet,
+        and a restarted iterator would deliver again what it had committed. A follower reader
+        learns the leader from its pulls; one given only followers asks them."""
         req = ConsumerOffsetRequest(self.group, self.topic, queue_id)
-        resp, _member = await self._read(MessageRequestCode.QUERY_CONSUMER_OFFSET, req.to_wire())
+        resp, _member = await self._read(
+            MessageRequestCode.QUERY_CONSUMER_OFFSET, req.to_wire(), to_leader=self.client.leader is not None
+        )
         return int(resp.check().body["offset"])
 
     async def max_offset(self, queue_id: int) -> int:
@@ -261,40 +293,49 @@ class AsyncConsumer:
         """Every message of the queue from ``offset`` (default: the group's committed offset, else
         the queue's minimum), waiting for new ones; ends after ``idle_timeout`` seconds without
         one (None: never). With ``auto_commit`` the offset past a batch is committed once the
-        batch has been consumed (at-least-once)."""
+        batch has been consumed, and when the iterator is closed (a ``break``: at once for the
+        blocking ``Consumer``; for this one, use ``contextlib.aclosing``), the offset past the
+        last message the caller came back from. At-least-once: the message a ``break`` left
+        is delivered again."""
         if offset is None:
             offset = await self.committed(queue_id)
             if offset < 0:
                 offset = await self.min_offset(queue_id)
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
-        while True:
-            hold = wait if idle_timeout is None else max(min(wait, idle_timeout - (loop.time() - idle_since)), 0.0)
-            r = await self.pull(queue_id, offset, 32, hold)
-            if r.messages:
-                for m in r.messages:
-                    yield m
-                idle_since = loop.time()
-                offset = r.next_begin_offset
-                if auto_commit:
-                    await self.commit(queue_id, offset)
-                continue
-            if (
-                r.status
-                in (
-                    GetMessageStatus.OFFSET_TOO_SMALL,
-                    GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-                    GetMessageStatus.OFFSET_FOUND_NULL,
-                    GetMessageStatus.MESSAGE_WAS_REMOVING,
-                )
-                and r.next_begin_offset != offset
-            ):
-                offset = r.next_begin_offset
-                continue
-            if idle_timeout is not None and loop.time() - idle_since >= idle_timeout:
-                return
-            if hold <= 0:
-                await asyncio.sleep(0.05)
+        # ``done``: the offset past the last message the caller came back from (consumed, for
+        # at-least-once); ``committed``: what this iterator has committed.
+        done = committed = offset
+        try:
+            while True:
+                hold = wait if idle_timeout is None else max(min(wait, idle_timeout - (loop.time() - idle_since)), 0.0)
+                r = await self.pull(queue_id, offset, 32, hold)
+                if r.messages:
+                    for m in r.messages:
+                        yield m
+                        done = m.queue_offset + 1
+                    idle_since = loop.time()
+                    offset = r.next_begin_offset
+                    if auto_commit:
+                        await self.commit(queue_id, offset)
+                        committed = done = offset
+                    continue
+                if r.status in _OFFSET_MOVED and r.next_begin_offset != offset:
+                    # The member says where the queue's messages are (PULL_OFFSET_MOVED).
+                    offset = r.next_begin_offset
+                    continue
+                if idle_timeout is not None and loop.time() - idle_since >= idle_timeout:
+                    return
+                if hold <= 0:
+                    await asyncio.sleep(0.05)
+        finally:
+            # Left mid-batch (a break): what the caller came back from is consumed; the message
+            # it left on is not, and comes again.
+            if auto_commit and done > committed and not self.client._rpc.closed:
+                try:
+                    await self.commit(queue_id, done)
+                except DLedgerError:
+                    pass  # at-least-once: those messages come again
 
 
 class Consumer(Blocking):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
+import operator
 import ssl as ssl_module
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -286,10 +287,10 @@ class AsyncProducer:
 
     async def _select(self, msg: Message, queue_id: int | None) -> int:
         if queue_id is not None:
-            return queue_id
+            return _queue_index(queue_id)
         n = await self.queue_nums(msg.topic)
         if self.selector is not None:
-            return self.selector(msg.topic, n, msg)
+            return _queue_index(self.selector(msg.topic, n, msg))
         return next(self._round_robin) % n
 
     def _properties(self, msg: Message) -> tuple[str, bytes]:
@@ -436,7 +437,7 @@ class AsyncProducer:
             why = _unbatchable(topic, [Message(topic, properties=properties or {})])
             if why is not None:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
-        qid = queue_id if queue_id is not None else await self._select(Message(topic, bodies[0]), None)
+        qid = await self._select(Message(topic, bodies[0]), queue_id)
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         return await self._send_columns(topic, body_list, qid, tags, keys, dict(properties or {}), flag, 0)
 
@@ -573,8 +574,14 @@ class AsyncProducer:
                     phys_add=r.phys_add,
                 )
             return SendResults(_status_name(r.status), req.topic, req.queue_id, uniqs, reason=r.reason)
-        # No leader took it in time: what the last member said.
-        status = _status_name(int(body["status"])) if "status" in body else PutMessageStatus.SERVICE_NOT_AVAILABLE.name
+        # No leader took it in time: what the last member said. A request that cannot be
+        # encoded, or that a member calls malformed, is no reason to retry: MESSAGE_ILLEGAL.
+        if "status" in body:
+            status = _status_name(int(body["status"]))
+        elif resp.code == ResponseCode.UNEXPECTED_ARGUMENT:
+            status = PutMessageStatus.MESSAGE_ILLEGAL.name
+        else:
+            status = PutMessageStatus.SERVICE_NOT_AVAILABLE.name
         return SendResults(status, req.topic, req.queue_id, uniqs, reason=resp.message or _code_name(resp.code))
 
 
@@ -661,6 +668,17 @@ def _wait_store_msg_ok(properties: dict[str, str]) -> bool:
     """Message.isWaitStoreMsgOK(): true unless WAIT says otherwise (Boolean.parseBoolean)."""
     text = properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK)
     return text is None or text.lower() == "true"
+
+
+def _queue_index(queue_id: Any) -> Any:
+    """A queue id as an int when it is one in all but type (a numpy integer); anything else as
+    it is, for the member to refuse, naming it."""
+    if isinstance(queue_id, int):  # bools too: the member refuses those
+        return queue_id
+    try:
+        return operator.index(queue_id)
+    except TypeError:
+        return queue_id
 
 
 def _refused(topic: str, queue_id: int, n: int, reason: str) -> SendResults:

@@ -66,7 +66,7 @@ from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, forma
 from dledger.rocketmq.schedule_service import ScheduleMessageService
 from dledger.rocketmq.service_metrics import MessageStats
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.topic_validator import validate_send_topic
+from dledger.rocketmq.topic_validator import validate_send_topic, validate_topic
 from dledger.rocketmq.wire import (
     MESSAGE_REQUEST_CODES,
     ConsumerOffsetRequest,
@@ -92,8 +92,10 @@ log = logging.getLogger(__name__)
 OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSET"
 NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"
 SYSTEM_TOPICS = frozenset({OFFSET_TOPIC, NOOP_TOPIC})
+# Consumer groups of the service itself (the delay service's DELAY_OFFSET_GROUP): no client commits.
+SYSTEM_GROUP_PREFIX = "RMQ_SYS_"
 # A pull holds at most this long, whatever it asks.
-MAX_SUSPEND_MS = 30_000
+MAX_SUSPEND_MS = 30_000  # consumer.MAX_HOLD_S
 MAX_PULL_COUNT = 1024
 # A held pull woken by an arrival reads on the loop when at most this many messages are new.
 INLINE_PULL_MAX = 16
@@ -307,6 +309,17 @@ class _PackedSend:
         return FramedBodies(buf, starts)
 
 
+def _reserved_offset(req: ConsumerOffsetRequest) -> str | None:
+    """Why a client may not commit this offset: the delay service's progress (which RocketMQ
+    keeps apart, in delayOffset.json; moved, acknowledged delayed messages are never delivered)
+    and the member's own topics are the service's alone."""
+    if req.group.startswith(SYSTEM_GROUP_PREFIX):
+        return f"consumer group {req.group!r} is reserved for the message service ({SYSTEM_GROUP_PREFIX}*)"
+    if req.topic in SYSTEM_TOPICS:
+        return f"topic {req.topic!r} is a system topic of the message service"
+    return None
+
+
 def _heavy_dispatch_pause(role: Role) -> float:
     """The pause after a dispatch round of a heavy stream: a leader's queues serve long polls
     and its readiness to take puts, a follower's only follower reads."""
@@ -418,7 +431,7 @@ class MessageService:
             if c == MessageRequestCode.PULL_MESSAGE:
                 return await self._pull(PullRequest.from_wire(body))
             if c == MessageRequestCode.UPDATE_CONSUMER_OFFSET:
-                return await self._update_offset(ConsumerOffsetRequest.from_wire(body))
+                return await self._client_commit(ConsumerOffsetRequest.from_wire(body))
             if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
                 req = ConsumerOffsetRequest.from_wire(body)
                 self._apply_offsets()
@@ -792,12 +805,9 @@ class MessageService:
         # refuses a queueId past readQueueNums, rather than held until the wait runs out. A
         # queue with records stays readable (the schedule topic's, or one from a larger
         # --default-topic-queue-nums before a restart).
-        if not 0 <= req.queue_id < self.queue_nums and self.store.consume_queues.get(req.topic, req.queue_id) is None:
-            return Response(
-                ResponseCode.UNEXPECTED_ARGUMENT,
-                {},
-                f"queue id {req.queue_id} of topic {req.topic!r} is unknown (topics have {self.queue_nums} queues)",
-            )
+        why = self._queue_problem(req.topic, req.queue_id)
+        if why is not None:
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(req.suspend_ms, MAX_SUSPEND_MS) / 1000.0
         woken = False
@@ -825,6 +835,16 @@ class MessageService:
             finally:
                 if not fut.done():
                     fut.cancel()
+
+    def _queue_problem(self, topic: str, queue_id: int) -> str | None:
+        """Why a read or a commit names no queue: a topic name the broker never takes
+        (validateTopic), or a queue id the topics do not have and the store never had."""
+        why = validate_topic(topic)
+        if why is not None:
+            return why
+        if not 0 <= queue_id < self.queue_nums and self.store.consume_queues.get(topic, queue_id) is None:
+            return f"queue id {queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} queues)"
+        return None
 
     def _pull_inline(self, req: PullRequest) -> PullResponse | None:
         """A held pull's look after an arrival, on the loop: the few records just dispatched are
@@ -893,6 +913,13 @@ class MessageService:
             elif res.next_begin_offset <= self._offsets_next:
                 break
             self._offsets_next = max(res.next_begin_offset, self._offsets_next + (res.status == GetMessageStatus.FOUND))
+
+    async def _client_commit(self, req: ConsumerOffsetRequest) -> Response:
+        """A consumer's commit: checked (``_update_offset`` is the service's own path too)."""
+        why = _reserved_offset(req) or self._queue_problem(req.topic, req.queue_id)
+        if why is not None:
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
+        return await self._update_offset(req)
 
     async def _update_offset(self, req: ConsumerOffsetRequest) -> Response:
         if req.offset < 0:
