@@ -226,8 +226,11 @@ class AsyncClient:
         self._leader: str | None = None
         self._order = list(self.peers)
         self._rng = random.Random()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its connections live on
 
     async def close(self) -> None:
+        if self._loop is not None and self._loop is not asyncio.get_running_loop() and self._loop.is_closed():
+            return  # its connections went with their loop
         await self._rpc.close()
 
     async def __aenter__(self) -> AsyncClient:
@@ -245,6 +248,7 @@ class AsyncClient:
         """The one group every answering member serves (asked without a group name, a member
         that serves exactly one group answers for it). Raises DLedgerError when members serve
         several or different groups, or when none answers (saying why for each)."""
+        self.check_open()
         if self.group is not None:
             return self.group
         # Members that do not answer yet may be starting (a group restarting): asked again
@@ -284,9 +288,15 @@ class AsyncClient:
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the members serve different groups ({shown}): name one")
 
     def check_open(self) -> None:
-        """Raises at once after ``close``: no retry until the timeout can help a closed client."""
+        """Raises at once after ``close`` (no retry until the timeout can help a closed client),
+        and in another event loop than the first (its connections belong to that one)."""
         if self._rpc.closed:
             raise DLedgerError(ResponseCode.NETWORK_ERROR, "the client is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("this client was first used in another event loop: make one client per loop")
 
     def all_refuse_authentication(self) -> bool:
         """Every member refused our shared secret (or asked for one we lack): no retry helps,
@@ -446,6 +456,7 @@ class AsyncClient:
 
     async def status(self) -> list[NodeStatus]:
         """Every member's own view; a member that does not answer has ``role`` None."""
+        self.check_open()
 
         async def one(member: str, addr: str) -> NodeStatus:
             resp = await self._metadata_of(addr, self.group)

@@ -264,6 +264,7 @@ class AsyncConsumer:
         positions, queues with their min and max offsets; ``{"error": ...}`` for a member that
         did not answer."""
         c = self.client
+        c.check_open()
         if c.group is None:
             await c.discover_group()
 

@@ -134,3 +134,11 @@ def test_a_queue_id_that_is_an_integer_in_all_but_type_is_taken(cluster: TestClu
         assert p.send_bodies(topic, [b"c"], queue_id=np.int32(1)).ok
         # Not a queue: refused as such, not SERVICE_NOT_AVAILABLE (which says: retry).
         assert p.send(Message(topic, b"d"), queue_id=2**70).status == "MESSAGE_ILLEGAL"
+
+
+def test_an_async_client_says_so_when_used_in_a_second_event_loop(cluster: TestCluster) -> None:
+    p = AsyncProducer(cluster.peers)
+    assert asyncio.run(p.send(Message("Loops", b"a"), queue_id=0)).ok
+    with pytest.raises(RuntimeError, match="another event loop"):
+        asyncio.run(p.send(Message("Loops", b"b"), queue_id=0))
+    asyncio.run(p.close())  # no error: its connections went with the first loop
