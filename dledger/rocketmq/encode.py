@@ -277,9 +277,9 @@ class BatchPreparer:
         advances: list[bool] = []
         store_raw = self.store_host_raw
         wait_store = True
-        uniq_head, counter, _now = self.uniq.reserve(n)
-        if not cfg.create_uniq_key:
-            uniq_head = ""
+        # Each piece of at most IDS_PER_HEAD ids under a head of its own.
+        pieces = iter(self.uniq.reserve_chunks(n) if cfg.create_uniq_key else ())
+        uniq_head, counter, left = "", 0, 0
         topic_bytes = self._topic_cache.get
         not_type, commit_type = MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE
         for m in messages:
@@ -288,9 +288,12 @@ class BatchPreparer:
             if type(queue_id) is not int or queue_id < 0 or queue_id > MAX_QUEUE_ID or cfg.topic_queue_nums:
                 self._check_queue(topic, queue_id)
             p = m.store_properties()
-            if uniq_head and UNIQ_KEY not in p:
+            if cfg.create_uniq_key and UNIQ_KEY not in p:
+                if not left:
+                    uniq_head, counter, left = next(pieces)
                 p[UNIQ_KEY] = f"{uniq_head}{counter & 0xFFFF:04X}"
                 counter += 1
+                left -= 1
             check_message_ints(m)
             tran = m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
             if PROPERTY_DELAY in p:
@@ -543,8 +546,11 @@ class BatchPreparer:
         if why is not None:
             raise IllegalMessage(why)
         if tpl.create_uniq:
-            head, first, _now = self.uniq.reserve(n)
-            props = _keyed_properties(tpl, keys, head, first)
+            props = []
+            at = 0
+            for head, first, k in self.uniq.reserve_chunks(n):
+                props += _keyed_properties(tpl, keys[at : at + k], head, first)
+                at += k
         else:
             props = _keyed_properties(tpl, keys, None, 0)
         body_list = bodies if isinstance(bodies, list) else list(bodies)

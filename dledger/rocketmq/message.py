@@ -358,6 +358,10 @@ def local_host_address() -> str:
     return str(ipaddress.ip_address(ip)) if ip is not None else "127.0.0.1"
 
 
+# Ids one UNIQ_KEY head can name: its counter is 4 hex digits.
+IDS_PER_HEAD = 0x10000
+
+
 class UniqIdGenerator:
     """MessageClientIDSetter.createUniqID: hex of ip + pid (short) + a per-process int, then the
     milliseconds since the start of this month (int) and a counter (short)."""
@@ -371,6 +375,10 @@ class UniqIdGenerator:
         self._start_ms = 0
         self._next_start_ms = 0
         self._head: tuple[int, str, bytes] = (-1, "", b"")
+        # The millisecond the last ids' head named, and the counter value it began at: ids are
+        # unique while one head covers at most IDS_PER_HEAD counter values (see _take_at).
+        self._ms = -1
+        self._ms_first = 0
         self._set_start(int(time.time() * 1000))
 
     def _set_start(self, now_ms: int) -> None:
@@ -393,29 +401,64 @@ class UniqIdGenerator:
         return diff & 0xFFFFFFFF
 
     def create(self) -> str:
-        return f"{self.prefix}{self._diff():08X}{self.take(1) & 0xFFFF:04X}"
+        first, ms = self._take_at(1, int(_time() * 1000))
+        return f"{self._heads(ms)[1]}{first & 0xFFFF:04X}"
 
     def create_many(self, n: int) -> list[str]:
-        head, first, _now = self.reserve(n)
-        return [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(n)]
+        return [f"{head}{(first + i) & 0xFFFF:04X}" for head, first, k in self.reserve_chunks(n) for i in range(k)]
+
+    def reserve_chunks(self, n: int) -> list[tuple[str, int, int]]:
+        """``n`` ids as ``(head, first, count)`` pieces of at most IDS_PER_HEAD, each under a head
+        of its own where needed: a batch bigger than the 4-digit counter."""
+        out = []
+        while n > 0:
+            k = min(n, IDS_PER_HEAD)
+            head, first, _now = self.reserve(k)
+            out.append((head, first, k))
+            n -= k
+        return out
 
     def head(self) -> str:
         """Everything but the counter: the ids made within one millisecond share it."""
         return self._heads(int(time.time() * 1000))[1]
 
     def reserve(self, n: int) -> tuple[str, int, int]:
-        """``head()`` and ``take(n)`` from one reading of the clock: ``(head, first, now_ms)``,
-        what a batch's ids need (``now_ms`` serves as its born time)."""
+        """``n`` (at most IDS_PER_HEAD) ids from one reading of the clock: ``(head, first,
+        now_ms)``, what a batch's ids need (``now_ms`` serves as its born time)."""
         now = int(_time() * 1000)
-        return self._heads(now)[1], self.take(n), now
+        first, ms = self._take_at(n, now)
+        return self._heads(ms)[1], first, now
 
     def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
         """``reserve`` with the head as ASCII bytes (what a single put's encoder takes)."""
         now = int(_time() * 1000)
+        first, ms = self._take_at(n, now)
         cached = self._head  # _heads' cache, looked at here: a call costs a single put ~0.1 us
-        if cached[0] != now:
-            cached = self._heads(now)
-        return cached[2], self.take(n), now
+        if cached[0] != ms:
+            cached = self._heads(ms)
+        return cached[2], first, now
+
+    def _take_at(self, n: int, now: int) -> tuple[int, int]:
+        """Reserve ``n`` counter values at ``now``: ``(first, the millisecond the head names)``.
+        The counter has 4 hex digits, so ids made under one head repeat past 65,536 of them,
+        which batches reach within a millisecond: the head then names the next millisecond
+        (a logical clock; it never goes back either, should the wall clock)."""
+        if n > IDS_PER_HEAD:
+            raise ValueError(f"{n} ids under one head: at most {IDS_PER_HEAD} (reserve_chunks)")
+        lock = self._lock
+        lock.acquire()  # not ``with``: its protocol calls cost a single put ~0.1 us
+        try:
+            first = next(self._counter)
+            if n > 1:
+                self._counter = itertools.count(first + n)
+            if now > self._ms:
+                self._ms, self._ms_first = now, first
+            elif first + n - self._ms_first > IDS_PER_HEAD:
+                self._ms += 1
+                self._ms_first = first
+            return first, self._ms
+        finally:
+            lock.release()
 
     def _heads(self, now: int) -> tuple[int, str, bytes]:
         """``(now, head, head as bytes)`` for the millisecond ``now``, made once per millisecond."""
@@ -432,15 +475,7 @@ class UniqIdGenerator:
 
     def take(self, n: int) -> int:
         """Reserve ``n`` consecutive counter values; returns the first."""
-        lock = self._lock
-        lock.acquire()  # not ``with``: its protocol calls cost a single put ~0.1 us
-        try:
-            first = next(self._counter)
-            if n > 1:
-                self._counter = itertools.count(first + n)
-        finally:
-            lock.release()
-        return first
+        return self._take_at(n, int(_time() * 1000))[0]
 
 
 _uniq: UniqIdGenerator | None = None

@@ -46,6 +46,7 @@ from dledger.rocketmq.encode import (
 )
 from dledger.rocketmq.index_file import IndexService
 from dledger.rocketmq.message import (
+    IDS_PER_HEAD,
     UNIQ_KEY,
     Message,
     MessageExt,
@@ -467,13 +468,23 @@ class MessageStore:
         prep = self.preparer
         batch: PreparedBatch | UniformBatch
         try:
-            if keys is None:
+            if keys is None and len(bodies) <= IDS_PER_HEAD:
                 batch = prep.prepare_uniform(
                     topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
                 )
             else:
+                # (More messages than one UNIQ_KEY head names: their properties one by one.)
                 batch = prep.prepare_columns_at(
-                    topic, bodies, queue_id, tags, keys, properties, flag, sys_flag, born_host, born_timestamp
+                    topic,
+                    bodies,
+                    queue_id,
+                    tags,
+                    keys if keys is not None else [None] * len(bodies),
+                    properties,
+                    flag,
+                    sys_flag,
+                    born_host,
+                    born_timestamp,
                 )
         except IllegalMessage as exc:
             log.info("put refused: %s", exc)

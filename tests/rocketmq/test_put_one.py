@@ -48,6 +48,9 @@ class FixedUniq:
     def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
         return self.head_raw(), self.take(n), int(time.time() * 1000)
 
+    def reserve_chunks(self, n: int) -> list[tuple[str, int, int]]:
+        return [(self._head, self.take(n), n)] if n else []
+
 
 # property names and values cannot hold the separators \x01 and \x02
 text = st.text(

@@ -785,3 +785,22 @@ def test_a_reader_opens_a_store_whose_consumer_offsets_cannot_be_read(tmp_path: 
         assert reader.query_offset("g", "T", 0) == -1
     with pytest.raises(ValueError, match="consumer offsets"):
         MessageStore(root, small_config(mode))
+
+
+def test_message_ids_stay_unique_past_what_one_uniq_key_head_names(tmp_path: Path, mode: str) -> None:
+    # The counter of a UNIQ_KEY is 4 hex digits: a batch (or batches within a millisecond) of
+    # more than 65,536 messages needs more than one head, or ids repeat and consumers that
+    # de-duplicate by msg_id drop real messages.
+    with MessageStore(tmp_path / "s", small_config(mode, mapped_file_size_commit_log=16 << 20)) as store:
+        assert store.put_batch("U", [b"x"] * 70_000).ok
+        assert store.put_batch("U", [b"y"] * 70_000, keys=["k"] * 70_000).ok
+        assert store.put_messages([Message("U", b"z") for _ in range(70_000)]).ok
+        for _ in range(2):
+            assert store.put_batch("U", [b"w"] * 40_000).ok
+        store.wait_dispatched()
+        ids = [
+            m.properties[UNIQ_KEY]
+            for off in range(0, store.max_offset_in_queue("U", 0), 4096)
+            for m in store.get_messages("U", 0, off, 4096, 1 << 30).messages
+        ]
+    assert len(ids) == 290_000 and len(set(ids)) == len(ids)
