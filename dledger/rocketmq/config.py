@@ -43,6 +43,7 @@ _POSITIVE = (
     "sync_flush_timeout",
     "flush_interval_commit_log",
     "flush_interval_consume_queue",
+    "flush_consumer_offset_interval",
     "clean_resource_interval",
     "max_message_size",
     "max_transfer_bytes_on_message_in_memory",
@@ -72,6 +73,9 @@ class MessageStoreConfig:
     flush_interval_consume_queue: int = 1000
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000
+    # BrokerConfig.flushConsumerOffsetInterval: config/consumerOffset.json is written this often
+    # (ms) when offsets changed, and before retention deletes commit-log files.
+    flush_consumer_offset_interval: int = 5000
 
     # retention
     clean_resource_interval: int = 10_000

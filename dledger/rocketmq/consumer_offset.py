@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import threading
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ class ConsumerOffsetManager:
         self.path = self.dir / FILE_NAME
         self.readonly = readonly
         self.offset_table: dict[str, dict[int, int]] = {}
+        # Commits come from the owner's thread, persists from the store's service thread.
+        self._lock = threading.Lock()
+        self._changes = 0  # commits since the last persist
 
     def load(self) -> bool:
         """ConfigManager.load: the file, else its ``.bak``; True when either was read, False when
@@ -143,7 +147,19 @@ class ConsumerOffsetManager:
         return False
 
     def encode(self) -> str:
-        return encode_offset_table(self.offset_table)
+        with self._lock:
+            return encode_offset_table(self.offset_table)
+
+    def persist_if_changed(self) -> bool:
+        """``persist`` when offsets were committed since the last one (RocketMQ's
+        flushConsumerOffsetInterval task); True when it wrote."""
+        changes = self._changes
+        if not changes:
+            return False
+        self.persist()
+        with self._lock:
+            self._changes -= changes
+        return True
 
     def persist(self) -> None:
         """MixAll.string2File: write ``.tmp``, keep the previous content as ``.bak``, rename."""
@@ -169,8 +185,11 @@ class ConsumerOffsetManager:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = topic + TOPIC_GROUP_SEPARATOR + group
-        queues = self.offset_table.setdefault(key, {})
-        stored = queues.get(queue_id)
+        with self._lock:
+            queues = self.offset_table.setdefault(key, {})
+            stored = queues.get(queue_id)
+            queues[queue_id] = offset
+            self._changes += 1
         if stored is not None and offset < stored:
             log.warning(
                 "[NOTIFYME]update consumer offset less than store. key=%s, queueId=%d, requestOffset=%d, "
@@ -180,7 +199,6 @@ class ConsumerOffsetManager:
                 offset,
                 stored,
             )
-        queues[queue_id] = offset
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when there is none."""
@@ -206,10 +224,12 @@ class ConsumerOffsetManager:
         return out
 
     def remove_offset(self, group: str) -> None:
-        for key in [
-            k for k in self.offset_table if (p := k.split(TOPIC_GROUP_SEPARATOR)) and len(p) == 2 and p[1] == group
-        ]:
-            del self.offset_table[key]
+        with self._lock:
+            for key in [
+                k for k in self.offset_table if (p := k.split(TOPIC_GROUP_SEPARATOR)) and len(p) == 2 and p[1] == group
+            ]:
+                del self.offset_table[key]
+            self._changes += 1
 
 
 def _write_synced(path: Path, data: str | bytes) -> None:

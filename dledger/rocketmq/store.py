@@ -253,6 +253,8 @@ class MessageStore:
             # behind (catching up, a slow follower) would read it back from disk.
             reput = self.reput
             self.commitlog.store.cache_keep_from = lambda: reput.reput_from
+            # The DLedger store deletes its files on its own thread: the offsets first.
+            self.commitlog.store.before_retention = self.consumer_offsets.persist_if_changed
             self.commitlog.on_role_ready = self.recover_topic_queue_table
         if not ro:
             # start(): finish what dispatch lacks before taking writes.
@@ -337,10 +339,15 @@ class MessageStore:
         """FlushConsumeQueueService and CleanCommitLogService/CleanConsumeQueueService."""
         cfg = self.config
         interval = max(cfg.flush_interval_consume_queue, 10) / 1000.0
-        last_clean = time.monotonic()
+        last_clean = last_offsets = time.monotonic()
         while not self._services_stop.wait(interval):
             try:
                 self.flush_logics()
+                if time.monotonic() - last_offsets >= cfg.flush_consumer_offset_interval / 1000.0:
+                    # Offsets applied from the log live in memory until written: a member that
+                    # crashes replays the offset records its log still holds, not older ones.
+                    last_offsets = time.monotonic()
+                    self.consumer_offsets.persist_if_changed()
                 if time.monotonic() - last_clean >= cfg.clean_resource_interval / 1000.0:
                     last_clean = time.monotonic()
                     self.delete_expired()
@@ -914,6 +921,9 @@ class MessageStore:
         space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
         clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
         deleted = 0
+        # Offsets first: the offset records in the files about to go are then in the file a
+        # restart loads (after a crash it replays only what the log still holds).
+        self.consumer_offsets.persist_if_changed()
         if self.mode == DLEDGER:
             # DLedger's own retention decides (fileReservedTime + 1 hours, its disk ratios).
             deleted = self.commitlog.delete_expired(0.0, now * 1000.0, clean_now, 10, used_ratio=ratio)

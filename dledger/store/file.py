@@ -93,6 +93,9 @@ class MmapFileStore:
         # drop-behind (``data_cache_window``), since it is about to be read, nor deleted by
         # retention. None: no such reader.
         self.cache_keep_from: Callable[[], int] | None = None
+        # Called before retention deletes a data file (the message store writes the consumer
+        # offsets that files' offset records hold). None: nothing to do.
+        self.before_retention: Callable[[], object] | None = None
         self.sync = self.config.sync if sync is None else sync
         self._lock = threading.RLock()
         # Held by readers of the mapped files from outside the store (DLedgerCommitLog's) and,

@@ -215,16 +215,24 @@ class CleanSpaceService:
         # dispatch): its records would be gone before their consume-queue units were made.
         keep = store.cache_keep_from
         keep_from = int(keep()) if keep is not None else -1
+        clean_now = force and cfg.enable_disk_force_clean
+        if store.before_retention is not None and _first_goes(store, expired_ms, now, clean_now, keep_from):
+            store.before_retention()
         with store._lock, store._unmap_lock:
-            deleted = int(
-                store._log.data.delete_expired_by_time(
-                    expired_ms, now * 1000.0, force and cfg.enable_disk_force_clean, 10, keep_from
-                )
-            )
+            deleted = int(store._log.data.delete_expired_by_time(expired_ms, now * 1000.0, clean_now, 10, keep_from))
             if deleted:
                 revise_begin(store._log)
                 log.info("retention deleted %d data file(s); ledger begins at %d", deleted, store.ledger_begin_index)
         return deleted
+
+
+def _first_goes(store: MmapFileStore, expired_ms: float, now: float, clean_now: bool, keep_from: int) -> bool:
+    """Whether ``delete_expired_by_time`` will delete the first data file (its own test)."""
+    data = store._log.data
+    first = data.find(data.min_offset) if len(data) > 1 else None
+    if first is None or (keep_from >= 0 and first.file_from_offset + first.file_size > keep_from):
+        return False
+    return clean_now or now * 1000.0 >= first.last_modified() * 1000.0 + expired_ms
 
 
 class StoreService:

@@ -202,3 +202,48 @@ def test_dispatch_goes_on_once_descriptors_are_free_again(tmp_path: Path) -> Non
         [sys.executable, "-c", OUT_OF_FDS, str(tmp_path / "s")], env=env, timeout=120, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+OFFSETS_THEN_KILL = textwrap.dedent("""
+    import os, signal, sys, time
+    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.store import MessageStore
+    root, mode, how = sys.argv[1], sys.argv[2], sys.argv[3]
+    cfg = MessageStoreConfig(
+        mapped_file_size_commit_log=64 * 1024,
+        enable_dledger_commit_log=mode == "dledger",
+        flush_consumer_offset_interval=200 if how == "interval" else 3_600_000,
+        clean_resource_interval=3_600_000,
+    )
+    s = MessageStore(root, cfg)
+    for i in range(20):
+        assert s.put_batch("T", [b"x" * 1000] * 10).ok
+    s.commit_offset("readers", "T", 0, 42)
+    if how == "interval":
+        time.sleep(1.0)  # a few flushConsumerOffsetInterval periods
+    else:
+        s.wait_dispatched()
+        if mode == "dledger":
+            s.commitlog.store.delete_expired(used_ratio=1.0)  # the DLedger store's own retention
+        else:
+            s.delete_expired(used_ratio=0.1, force=True)
+        assert s.min_phys_offset > 0
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("how", ["interval", "retention"])
+@pytest.mark.parametrize("mode", MODES)
+def test_consumer_offsets_outlive_a_crash(tmp_path: Path, mode: str, how: str) -> None:
+    # They lived in memory until close: a member killed after retention had deleted the log's
+    # offset records came back without them (and could become leader so). Now they are written
+    # every flush_consumer_offset_interval, and before retention deletes commit-log files.
+    root = tmp_path / "s"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-c", OFFSETS_THEN_KILL, str(root), mode, how], env=env, timeout=120, capture_output=True
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=64 * 1024, enable_dledger_commit_log=mode == "dledger")
+    with MessageStore(root, cfg) as store:
+        assert store.query_offset("readers", "T", 0) == 42
