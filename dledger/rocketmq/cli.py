@@ -16,10 +16,13 @@ runs it on its own (``python -m dledger.rocketmq.cli produce ...``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
+import queue
 import re
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -138,12 +141,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     remote = _where(args)
     # (input line number, body); None with --data. A line ends at \n or \r\n; empty lines
     # are no messages but keep their numbers, which refusals name.
-    lines: list[tuple[int | None, bytes]]
+    # Read as they come (a `tail -f` upstream is sent as it writes), not all before the first.
+    lines: Iterator[tuple[int | None, bytes]]
     if args.stdin:
-        lines = [(n, _line_body(line)) for n, line in enumerate(sys.stdin.buffer, 1)]
-        lines = [(n, b) for n, b in lines if b]
+        lines = _LineReader((n, b) for n, line in enumerate(sys.stdin.buffer, 1) if (b := _line_body(line)))
     else:
-        lines = [(None, args.data.encode("utf-8"))]
+        lines = iter([(None, args.data.encode("utf-8"))])
     if remote:
         return _produce_remote(args, lines)
     if args.delay_level:
@@ -164,7 +167,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 failed += 1
                 _refusal(line, status, getattr(result, "reason", ""))
                 continue
-            print(f"{status}\t{result.msg_id}\t{args.queue}\t{result.queue_offset}\t{result.phys_offset}")
+            print(f"{status}\t{result.msg_id}\t{args.queue}\t{result.queue_offset}\t{result.phys_offset}", flush=True)
         store.flush()
     return 1 if failed else 0
 
@@ -180,16 +183,18 @@ def _refusal(line: int | None, status: str, reason: str) -> None:
     print(f"dledger mq produce: {where}{status}" + (f" ({reason})" if reason else ""), file=sys.stderr)
 
 
-def _produce_remote(args: argparse.Namespace, lines: list[tuple[int | None, bytes]]) -> int:
+def _produce_remote(args: argparse.Namespace, lines: Iterator[tuple[int | None, bytes]]) -> int:
     """One line per acknowledged message (status, msg id, queue id, queue offset, offset msg id);
-    lines go in batches of ``--batch``, each batch to one queue (``--queue``, else round-robin).
-    A batch refused as MESSAGE_ILLEGAL is sent again line by line, so that only the lines at
-    fault are left out (and named); delayed messages go one by one (no batch carries a delay)."""
+    lines go in batches of ``--batch``, each batch to one queue (``--queue``, else round-robin),
+    as they are read. A batch refused as MESSAGE_ILLEGAL is sent again line by line, so that
+    only the lines at fault are left out (and named); delayed messages, and those to a retry
+    topic, go one by one (MessageBatch carries neither)."""
     from dledger.rocketmq.message import Message
-    from dledger.rocketmq.producer import Producer
+    from dledger.rocketmq.producer import RETRY_GROUP_TOPIC_PREFIX, Producer
 
     failed = 0
-    step = 1 if args.delay_level else max(args.batch, 1)
+    one_by_one = args.delay_level or args.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+    step = 1 if one_by_one else max(args.batch, 1)
 
     def message(body: bytes) -> Message:
         return Message(
@@ -197,8 +202,7 @@ def _produce_remote(args: argparse.Namespace, lines: list[tuple[int | None, byte
         )
 
     with Producer(args.peers, args.group, **_remote_kwargs(args)) as producer:
-        for start in range(0, len(lines), step):
-            chunk = lines[start : start + step]
+        while chunk := _next_lines(lines, step):
             msgs = [message(b) for _n, b in chunk]
             if len(msgs) > 1:
                 results = list(producer.send_batch(msgs, args.queue))
@@ -212,8 +216,62 @@ def _produce_remote(args: argparse.Namespace, lines: list[tuple[int | None, byte
                     _refusal(line, r.status, r.reason)
                     continue
                 print(f"{r.status}\t{r.msg_id}\t{r.queue_id}\t{r.queue_offset}\t{r.offset_msg_id}", flush=False)
-    sys.stdout.flush()
+            sys.stdout.flush()  # each batch's lines as it is acknowledged
     return 1 if failed else 0
+
+
+def _next_lines(lines: Iterator[tuple[int | None, bytes]], most: int) -> list[tuple[int | None, bytes]]:
+    """The next line, waited for, and whatever lines are read already, up to ``most`` in all
+    (none at the end): a batch is what the input has given so far, so lines that come slowly
+    (`tail -f`) are each sent as they come, and a file goes in full batches."""
+    if isinstance(lines, _LineReader):
+        return lines.take(most)
+    return list(itertools.islice(lines, most))
+
+
+class _LineReader:
+    """Lines of a stream read on a thread of their own, so that the sender can take what has
+    arrived without waiting for a whole batch."""
+
+    _END = (None, b"")
+
+    def __init__(self, lines: Iterator[tuple[int | None, bytes]]) -> None:
+        self._queue: queue.Queue[tuple[int | None, bytes]] = queue.Queue(maxsize=4096)
+        self._done = False
+        threading.Thread(target=self._read, args=(lines,), daemon=True, name="stdin-lines").start()
+
+    def _read(self, lines: Iterator[tuple[int | None, bytes]]) -> None:
+        try:
+            for item in lines:
+                self._queue.put(item)
+        finally:
+            self._queue.put(self._END)
+
+    def __iter__(self) -> _LineReader:
+        return self
+
+    def __next__(self) -> tuple[int | None, bytes]:
+        got = self.take(1)
+        if not got:
+            raise StopIteration
+        return got[0]
+
+    def take(self, most: int) -> list[tuple[int | None, bytes]]:
+        out: list[tuple[int | None, bytes]] = []
+        if self._done:
+            return out
+        item = self._queue.get()
+        while True:
+            if item is self._END:
+                self._done = True
+                return out
+            out.append(item)
+            if len(out) >= most:
+                return out
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return out
 
 
 def _queue_or_fail(store: Any, topic: str, queue_id: int) -> Any:

@@ -3,6 +3,7 @@ RocketMQ's option names, and `dledger cluster --message-store`."""
 
 from __future__ import annotations
 
+import select
 import socket
 import subprocess
 import sys
@@ -287,3 +288,31 @@ def test_mq_commands_reach_a_group_that_wants_a_shared_secret(tmp_path: Path):
         assert out.returncode == 1 and "--secret-file" in out.stderr
     finally:
         c.close()
+
+
+def test_produce_sends_lines_as_they_come_and_a_retry_topic_line_by_line(cluster: TestCluster) -> None:
+    # A producer fed by `tail -f`: each line acknowledged while the input is still open.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dledger.cli", "mq", "produce", "--peers", cluster.peers, "--topic", "Live", "--stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("first\n")
+        proc.stdin.flush()
+        # Before, nothing came until the end of the input.
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "no line acknowledged while the input stays open"
+        assert proc.stdout.readline().startswith("SEND_OK\t")
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # MessageBatch carries no retry topic: a batch of lines to one would be refused whole.
+    res = mq("produce", "--peers", cluster.peers, "--topic", "%RETRY%readers", "--stdin", stdin="a\nb\n")
+    assert res.returncode == 0, res.stderr
+    assert [line.split("\t")[0] for line in res.stdout.splitlines()] == ["SEND_OK", "SEND_OK"]
