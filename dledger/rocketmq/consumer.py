@@ -27,7 +27,7 @@ from dledger.net.transport import Response
 from dledger.rocketmq.message import MessageExt
 from dledger.rocketmq.records import decode_record, messages_from_columns
 from dledger.rocketmq.status import GetMessageStatus
-from dledger.rocketmq.topic_validator import validate_topic
+from dledger.rocketmq.topic_validator import validate_group, validate_topic
 from dledger.rocketmq.wire import (
     ConsumerOffsetRequest,
     MessageRequestCode,
@@ -108,8 +108,9 @@ class AsyncConsumer:
     ) -> None:
         if read_from not in (LEADER, FOLLOWER):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"read_from {read_from!r}: want leader or follower")
-        # A name no producer could have written to; "" for what reads no topic (stats, view).
-        why = validate_topic(topic) if topic else None
+        # A name no producer could have written to ("" for what reads no topic: stats, view),
+        # or a group name RocketMQ's client refuses (Validators.checkGroup).
+        why = (validate_topic(topic) if topic else None) or validate_group(group)
         if why is not None:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         self.client = AsyncClient(

@@ -64,9 +64,9 @@ from dledger.rocketmq.encode import (
 )
 from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
 from dledger.rocketmq.schedule_service import ScheduleMessageService
-from dledger.rocketmq.service_metrics import MessageStats
+from dledger.rocketmq.service_metrics import SYSTEM_GROUP_PREFIX, MessageStats
 from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.topic_validator import validate_send_topic, validate_topic
+from dledger.rocketmq.topic_validator import validate_group, validate_send_topic, validate_topic
 from dledger.rocketmq.wire import (
     MESSAGE_REQUEST_CODES,
     ConsumerOffsetRequest,
@@ -92,8 +92,6 @@ log = logging.getLogger(__name__)
 OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSET"
 NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"
 SYSTEM_TOPICS = frozenset({OFFSET_TOPIC, NOOP_TOPIC})
-# Consumer groups of the service itself (the delay service's DELAY_OFFSET_GROUP): no client commits.
-SYSTEM_GROUP_PREFIX = "RMQ_SYS_"
 # A pull holds at most this long, whatever it asks.
 MAX_SUSPEND_MS = 30_000  # consumer.MAX_HOLD_S
 MAX_PULL_COUNT = 1024
@@ -369,6 +367,7 @@ class MessageService:
         self.schedule = ScheduleMessageService(self.store, self._put, self._update_offset, self._takes_puts)
         self._schedule_task: asyncio.Task[None] | None = None
         self.metric_stats = MessageStats()
+        self._holding = 0  # pulls waiting for a message now (not those still reading)
         self._apply_offsets()
 
     # -- GroupApplication ------------------------------------------------------------------
@@ -690,10 +689,14 @@ class MessageService:
     async def _send(self, body: dict[str, Any], peer: str) -> Response:
         started = time.perf_counter()
         resp = await self._send_checked(body, peer)
-        raw = body.get("raw")  # the bodies, back to back
-        self.metric_stats.sent(
-            str(body.get("topic")), resp.body, len(raw) if isinstance(raw, bytes) else 0, time.perf_counter() - started
-        )
+        if self._group_is_leader():  # a follower's redirects are no sends of its own
+            raw = body.get("raw")  # the bodies, back to back
+            self.metric_stats.sent(
+                str(body.get("topic")),
+                resp.body,
+                len(raw) if isinstance(raw, bytes) else 0,
+                time.perf_counter() - started,
+            )
         return resp
 
     async def _send_checked(self, body: dict[str, Any], peer: str) -> Response:
@@ -828,10 +831,13 @@ class MessageService:
                     if resp.phys_offsets:
                         self.metric_stats.pulled_messages[req.topic] += len(resp.phys_offsets)
                     return Response(ResponseCode.SUCCESS, {**resp.to_wire(), **self._role_body()})
+                self._holding += 1
                 try:
                     await asyncio.wait_for(fut, left)
                 except asyncio.TimeoutError:
                     pass
+                finally:
+                    self._holding -= 1
             finally:
                 if not fut.done():
                     fut.cancel()
@@ -916,7 +922,7 @@ class MessageService:
 
     async def _client_commit(self, req: ConsumerOffsetRequest) -> Response:
         """A consumer's commit: checked (``_update_offset`` is the service's own path too)."""
-        why = _reserved_offset(req) or self._queue_problem(req.topic, req.queue_id)
+        why = validate_group(req.group) or _reserved_offset(req) or self._queue_problem(req.topic, req.queue_id)
         if why is not None:
             return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
         return await self._update_offset(req)
@@ -970,7 +976,7 @@ class MessageService:
 
     def metrics(self) -> list[AppMetric]:
         """The message service's metrics for ``--metrics-port`` (on the loop)."""
-        held = sum(1 for waiting in self._pulls.values() for _, fut in waiting if not fut.done())
+        held = self._holding
         writable = bool(self.commitlog.writable) and not self.node_store.disk_full
         return self.metric_stats.metrics(self.store, held, writable)
 

@@ -13,6 +13,8 @@ from dledger.metrics import APPEND_BUCKETS, AppMetric, LatencyHistogram
 from dledger.rocketmq.consumer_offset import TOPIC_GROUP_SEPARATOR
 from dledger.rocketmq.status import PutMessageStatus
 
+SYSTEM_GROUP_PREFIX = "RMQ_SYS_"  # consumer groups of the service itself
+
 if TYPE_CHECKING:
     from dledger.rocketmq.store import MessageStore
 
@@ -30,10 +32,11 @@ class MessageStats:
         self.send_latency = LatencyHistogram(APPEND_BUCKETS)
 
     def sent(self, topic: str, body: dict[str, Any], body_bytes: int, seconds: float) -> None:
-        """A send request answered with ``body`` (a SendResponse on the wire, or none)."""
-        self.send_latency.observe(seconds)
+        """A send request answered with ``body`` (a SendResponse on the wire, or none); the
+        latency of stored ones only (a refusal's is no send's)."""
         status = body.get("status")
         if status == PutMessageStatus.PUT_OK:
+            self.send_latency.observe(seconds)
             phys = body.get("phys")
             self.put_messages[topic] += max(len(phys) // _PHYS_ITEM, 1) if isinstance(phys, bytes) else 1
             self.put_bytes[topic] += body_bytes
@@ -88,16 +91,24 @@ class MessageStats:
 
 
 def _consumer_lag(store: MessageStore) -> AppMetric:
-    """Messages each consumer group has yet to commit, by topic: the sum over the queues it has
-    committed in of (queue max offset - committed offset), as RocketMQ's group diff."""
+    """Messages each consumer group has yet to consume, by topic: the sum over the queues it has
+    committed in of (max offset - the committed one, or the queue's minimum when retention
+    deleted what lay between), RocketMQ's group diff less what no consumer can read any more.
+    The service's own groups (RMQ_SYS_*: the delay service's, whose lag is messages not yet
+    due) are left out."""
     lag = AppMetric(
         "dledger_mq_consumer_lag_messages",
-        "messages a consumer group has not committed yet, by topic (its queues with a commit)",
+        "messages a consumer group has still to consume, by topic (its queues with a commit)",
         "gauge",
         ("consumer_group", "topic"),
     )
     for key, queues in sorted(store.consumer_offsets.offset_table.items()):
         topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
-        behind = sum(max(store.max_offset_in_queue(topic, q) - off, 0) for q, off in list(queues.items()))
+        if group.startswith(SYSTEM_GROUP_PREFIX):
+            continue
+        behind = 0
+        for q, off in list(queues.items()):
+            top = store.max_offset_in_queue(topic, q)
+            behind += max(top - max(off, store.min_offset_in_queue(topic, q)), 0)
         lag.points.append(((group, topic), behind))
     return lag

@@ -44,6 +44,20 @@ def validate_topic(topic: object) -> str | None:
     return None
 
 
+GROUP_MAX_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
+
+
+def validate_group(group: object) -> str | None:
+    """Validators.checkGroup: None for a consumer group name RocketMQ's client takes, else why not."""
+    if not isinstance(group, str) or not group.strip():
+        return "the specified group is blank"
+    if len(group) > GROUP_MAX_LENGTH:
+        return f"the specified group is longer than group max length {GROUP_MAX_LENGTH}."
+    if is_topic_or_group_illegal(group):
+        return f"the specified group[{group!r}] contains illegal characters, allowing only {VALID_PATTERN_STR}"
+    return None
+
+
 def validate_send_topic(topic: object) -> str | None:
     """What SendMessageProcessor checks of a send's topic: validateTopic, then
     isNotAllowedSendTopic. None when a producer may send to it."""

@@ -112,6 +112,10 @@ def test_what_names_no_queue_is_refused(cluster: TestCluster) -> None:
         with pytest.raises(DLedgerError) as err:
             Consumer(cluster.peers, "g", topic)
         assert err.value.code == ResponseCode.UNEXPECTED_ARGUMENT
+    for group in ("", "g" * 256, "tab\tx", 'a"b', "grp\nnl"):  # Validators.checkGroup
+        with pytest.raises(DLedgerError, match="group") as err:
+            Consumer(cluster.peers, group, "Named")
+        assert err.value.code == ResponseCode.UNEXPECTED_ARGUMENT
     with Consumer(cluster.peers, "g", "Named") as con:
         with pytest.raises(DLedgerError, match="queue id 999"):
             con.commit(999, 5)

@@ -3,6 +3,7 @@ HTTP, as Prometheus would, while a producer sends and a consumer pulls and commi
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,8 +72,30 @@ def test_sends_pulls_and_consumer_lag_show_on_the_metrics_endpoint(member: tuple
     assert v(after, "dledger_mq_put_body_bytes_total", topic="Orders") == 750
     assert v(after, "dledger_mq_send_refused_total", status="MESSAGE_ILLEGAL") == 1
     assert v(after, "dledger_mq_pulled_messages_total", topic="Orders") == 7
-    assert v(after, "dledger_mq_send_latency_seconds_count") == 4
+    assert v(after, "dledger_mq_send_latency_seconds_count") == 3  # the stored ones
     assert v(after, "dledger_mq_dispatch_behind_bytes") == 0
+    assert v(after, "dledger_mq_held_pulls") == 0
     assert v(after, "dledger_mq_commitlog_committed_offset") > v(before, "dledger_mq_commitlog_committed_offset")
     # The member's own series are still there beside them.
     assert v(after, "dledger_role", role="LEADER") == 1
+
+
+def test_held_pulls_count_long_polls_and_the_delay_service_is_no_consumer(member: tuple[TestCluster, int]) -> None:
+    c, port = member
+    me = {"group": c.group, "member": "n0"}
+
+    def held() -> float:
+        return scrape(port)[0][("dledger_mq_held_pulls", frozenset(me.items()))]
+
+    with Producer(c.peers) as p, Consumer(c.peers, "pollers", "Held") as con:
+        assert p.send(Message("Held", b"later", delay_level=3), queue_id=0).ok  # 10 s: pending
+        polling = threading.Thread(target=con.pull, args=(1, 0, 32, 3.0))
+        polling.start()
+        deadline = time.monotonic() + 10
+        while held() != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert held() == 1
+        polling.join()
+        assert held() == 0
+        lag = [labels for name, labels in scrape(port)[0] if name == "dledger_mq_consumer_lag_messages"]
+        assert not any(dict(labels)["consumer_group"].startswith("RMQ_SYS_") for labels in lag), lag
