@@ -21,6 +21,7 @@ from dledger._ext import load as _load_ext
 from dledger.rocketmq.config import MessageStoreConfig
 from dledger.rocketmq.message import (
     PROPERTY_DELAY,
+    PROPERTY_KEYS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -540,19 +541,24 @@ class BatchPreparer:
                 topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
             ).prepared()
         n = len(bodies)
+        shared = properties.get(PROPERTY_KEYS) if properties else None
+        if shared is not None:  # one KEYS a message: its own, else the shared one
+            properties = {k: v for k, v in properties.items() if k != PROPERTY_KEYS}  # type: ignore[union-attr]
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
-        keys = batch_keys(keys, n)
-        why = keys_problem(keys)
+        each = batch_keys(keys, n)
+        if shared:
+            each = [k or shared for k in each]
+        why = keys_problem(each)
         if why is not None:
             raise IllegalMessage(why)
         if tpl.create_uniq:
             props = []
             at = 0
             for head, first, k in self.uniq.reserve_chunks(n):
-                props += _keyed_properties(tpl, keys[at : at + k], head, first)
+                props += _keyed_properties(tpl, each[at : at + k], head, first)
                 at += k
         else:
-            props = _keyed_properties(tpl, keys, None, 0)
+            props = _keyed_properties(tpl, each, None, 0)
         body_list = bodies if isinstance(bodies, list) else list(bodies)
         _longest(body_list)  # the bodies' type: len() of a str would pass
         lengths = _keyed_lengths(body_list, props, tpl.fixed_len)
@@ -620,7 +626,12 @@ class BatchPreparer:
         is not empty."""
         if len(bodies) == 0:
             raise IllegalMessage("no messages")
-        if not (-(1 << 31) <= flag < 1 << 31 and -(1 << 31) <= sys_flag < 1 << 31):  # the quick test
+        if not (  # the quick test (a float or bool would compare, and be stored truncated)
+            type(flag) is int
+            and type(sys_flag) is int
+            and -(1 << 31) <= flag < 1 << 31
+            and -(1 << 31) <= sys_flag < 1 << 31
+        ):
             check_java_ints(("flag", flag, 32), ("sys flag", sys_flag, 32))
         tkey = (topic, queue_id, tags, tuple(properties.items()) if properties else (), flag, sys_flag, born_host)
         tpl = self._templates.get(tkey)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import operator
 import os
 import socket
 import struct
@@ -175,8 +176,14 @@ STR_BODY_PROBLEM = "a message body is a str: give bytes (text.encode())"
 def java_ranges_ok(m: Message) -> bool:
     """Every number of ``m`` fits its record field's Java type (the quick test;
     ``java_int_problem`` says which does not)."""
+    # Types first: a float or a bool compares as a number and would be stored truncated.
     return (
-        _I32_MIN <= m.flag <= _I32_MAX
+        type(m.flag) is int
+        and type(m.sys_flag) is int
+        and type(m.reconsume_times) is int
+        and type(m.born_timestamp) is int
+        and type(m.prepared_offset) is int
+        and _I32_MIN <= m.flag <= _I32_MAX
         and _I32_MIN <= m.sys_flag <= _I32_MAX
         and _I32_MIN <= m.reconsume_times <= _I32_MAX
         and -_I63 <= m.born_timestamp <= _I63
@@ -189,7 +196,9 @@ def java_int_problem(*fields: tuple[str, Any, int]) -> str | None:
     ``bits`` (None: they all fit)."""
     for name, value, bits in fields:
         half = 1 << (bits - 1)
-        if not isinstance(value, int) or not -half <= value < half:
+        # An integer (a numpy one too), not a bool or a float, which would be stored truncated.
+        whole = not isinstance(value, bool) and hasattr(type(value), "__index__")
+        if not whole or not -half <= operator.index(value) < half:
             return f"{name} {value!r} is not a Java {'int' if bits == 32 else 'long'} (int{bits})"
     return None
 
@@ -204,7 +213,9 @@ def keys_text(keys: object, what: str = "Message.keys") -> str | None:
     if keys is None or type(keys) is str:
         return keys
     if isinstance(keys, (list, tuple)) and all(type(k) is str for k in keys):
-        return KEY_SEPARATOR.join(keys)
+        # Java 4.9's setKeys(Collection): each key and a space, then String.trim(); here only the
+        # spaces go, so that a separator character is still refused rather than trimmed away.
+        return KEY_SEPARATOR.join(keys).strip(KEY_SEPARATOR)
     raise IllegalMessage(f"{what}: a str, a list of str or None, not {keys!r}")
 
 

@@ -26,6 +26,7 @@ from dledger.client import AsyncClient, Blocking
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
+from dledger.rocketmq.encode import MAX_PROPERTIES_BYTES
 from dledger.rocketmq.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -34,6 +35,7 @@ from dledger.rocketmq.message import (
     IllegalMessage,
     Message,
     MessageConst,
+    MessageSysFlag,
     UniqIdGenerator,
     batch_keys,
     create_message_id,
@@ -307,7 +309,10 @@ class AsyncProducer:
         why = joined_properties_problem(props, text)
         if why is not None:
             raise _Illegal(why)
-        return uniq, text.encode("utf-8", "surrogatepass")
+        raw = text.encode("utf-8", "surrogatepass")
+        if len(raw) > MAX_PROPERTIES_BYTES:  # the member refuses it; a batch's other pieces would go
+            raise _Illegal(f"properties are {len(raw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
+        return uniq, raw
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
         """Send one message (to ``queue_id``, else the selector's queue); returns once the
@@ -368,7 +373,12 @@ class AsyncProducer:
         qid = await self._select(first, queue_id)
         if columnar:
             try:
-                keys = None if all(m.keys is None for m in msgs) else [m.keys_string or None for m in msgs]
+                # As store_properties takes them: empty keys leave the properties' KEYS.
+                keys = (
+                    None
+                    if all(m.keys is None for m in msgs)
+                    else [m.keys_string or m.properties.get(PROPERTY_KEYS) or None for m in msgs]
+                )
             except IllegalMessage as exc:
                 return _refused(topic, qid, len(msgs), str(exc))
             if keys is not None:
@@ -390,14 +400,15 @@ class AsyncProducer:
         props: list[tuple[str, bytes]] = []
         records = np.empty(n, dtype=np.int64)
         extra = RECORD_OVERHEAD + len(topic.encode("utf-8", "surrogatepass"))
-        try:
-            for i, m in enumerate(msgs):
+        for i, m in enumerate(msgs):
+            try:
                 _check_message(m, i if n > 1 else None)
                 prepared = self._properties(m)
-                props.append(prepared)
-                records[i] = len(m.body) + len(prepared[1]) + extra
-        except _Illegal as exc:
-            return _refused(topic, qid, n, str(exc))
+            except _Illegal as exc:
+                text = str(exc)
+                return _refused(topic, qid, n, text if n == 1 or text.startswith("message ") else f"{_nth(i)}{text}")
+            props.append(prepared)
+            records[i] = len(m.body) + len(prepared[1]) + extra
         limit = await self._batch_limit(topic) if n > 1 else BATCH_MAX_BYTES
         # A request carries one flag, sys flag and born time: where they change, a new one
         # starts, so that every message keeps its own (Java's batch body carries each one's).
@@ -410,6 +421,9 @@ class AsyncProducer:
                 return _refused(topic, qid, n, why)
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
+            if parts and not parts[-1].ok:
+                parts.append(_not_sent(parts[-1], topic, qid, end - start))
+                continue
             parts.append(await self._send_chunk(msgs[start:end], props[start:end], qid))
         return SendResults.join(parts)
 
@@ -429,8 +443,6 @@ class AsyncProducer:
         send many messages, no object per message on either side. Split and refused as
         ``send_batch`` (a DELAY property or a retry topic raises for two bodies or more; an
         empty body, a flag outside Java's int, bad properties or keys are MESSAGE_ILLEGAL)."""
-        if keys is not None and len(keys) != len(bodies):
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{len(keys)} keys for {len(bodies)} bodies")
         if not bodies:
             return SendResults(SEND_OK, topic, -1, [])
         if len(bodies) > 1:
@@ -456,12 +468,15 @@ class AsyncProducer:
         if tags:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
-        why, keys = _columns_problem(base, keys, len(bodies), flag, sys_flag, born_timestamp)
+        why, each = _columns_problem(base, keys, len(bodies), flag, sys_flag, born_timestamp)
         if why is not None:
             return _refused(topic, qid, len(bodies), why)
         prefix = encode_properties(base)
         joint = f"{prefix}\x02UNIQ_KEY\x01" if prefix else "UNIQ_KEY\x01"
         n = len(bodies)
+        why = _properties_too_long(joint, self._uniq.head_len, each)
+        if why is not None:
+            return _refused(topic, qid, n, why)
         try:
             raw: bytes | None
             raw, usizes = K.pack_bodies(bodies)
@@ -482,9 +497,9 @@ class AsyncProducer:
             + UNIQ_KEY_CHARS
         )
         slack: int | np.ndarray = RECORD_OVERHEAD - RECORD_OVERHEAD_V4
-        if keys is not None:
+        if each is not None:
             # "\x02KEYS\x01" and a little, and the key at up to 4 bytes a character.
-            klen = np.fromiter((len(k or "") for k in keys), dtype=np.int64, count=n)
+            klen = np.fromiter((len(k or "") for k in each), dtype=np.int64, count=n)
             sizes_rec = sizes + (extra + 8) + 4 * klen
             slack = slack + 8 + 3 * klen
         else:
@@ -498,6 +513,9 @@ class AsyncProducer:
         ends = np.cumsum(sizes) if raw is not None and len(cuts) > 2 else None
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
+            if parts and not parts[-1].ok:
+                parts.append(_not_sent(parts[-1], topic, qid, end - start))
+                continue
             head, first, _now = self._uniq.reserve(end - start)
             packed: tuple[bytes, np.ndarray] | None = None
             if raw is not None:
@@ -507,7 +525,7 @@ class AsyncProducer:
                     lo = int(ends[start - 1]) if start else 0
                     packed = (raw[lo : int(ends[end - 1])], usizes[start:end])
             piece = [] if packed is not None else bodies[start:end]
-            if keys is None:
+            if each is None:
                 # One stem for all: the member appends each message's 4 counter digits.
                 uniqs: Sequence[str] = _Uniqs(head, first, end - start)
                 req = SendRequest(
@@ -527,7 +545,7 @@ class AsyncProducer:
                 uniqs = [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(end - start)]
                 props = [
                     (joint + u + (f"\x02KEYS\x01{k}" if k else "")).encode("utf-8", "surrogatepass")
-                    for u, k in zip(uniqs, keys[start:end], strict=True)
+                    for u, k in zip(uniqs, each[start:end], strict=True)
                 ]
                 req = SendRequest(
                     topic,
@@ -620,7 +638,7 @@ def _columns_problem(
     born_timestamp: int,
 ) -> tuple[str | None, list[str | None] | None]:
     """Why ``send_bodies``' shared fields or keys would be refused (None: they would not), and
-    each body's KEYS value."""
+    each body's KEYS value (a KEYS in ``base`` for those without their own)."""
     why = _numbers_problem(flag, sys_flag, born_timestamp) or properties_problem(base)
     if why is not None or keys is None:
         return why, None
@@ -628,6 +646,9 @@ def _columns_problem(
         each = batch_keys(keys, n)
     except IllegalMessage as exc:
         return str(exc), None
+    shared = base.pop(PROPERTY_KEYS, None)
+    if shared:  # one KEYS a message (``base`` loses it): its own, else the shared one
+        each = [k or shared for k in each]
     return keys_problem(each), each
 
 
@@ -638,15 +659,40 @@ def _numbers_problem(flag: int, sys_flag: int, born_timestamp: int) -> str | Non
     return java_int_problem(("flag", flag, 32), ("sys_flag", sys_flag, 32), ("born_timestamp", born_timestamp, 64))
 
 
+def _properties_too_long(joint: str, head_len: int, keys: Sequence[str | None] | None) -> str | None:
+    """Why a message of ``send_bodies`` would have properties over the limit (None: none
+    would): the member refuses it, and the batch's other pieces would go."""
+    fixed = len(joint.encode("utf-8", "surrogatepass")) + head_len + 4
+    sizes = [len(k.encode("utf-8", "surrogatepass")) + 6 if k else 0 for k in keys] if keys is not None else [0]
+    i = max(range(len(sizes)), key=sizes.__getitem__)
+    if fixed + sizes[i] <= MAX_PROPERTIES_BYTES:
+        return None
+    which = _nth(i if keys is not None and len(keys) > 1 else None)
+    return f"{which}properties are {fixed + sizes[i]} bytes, over the limit of {MAX_PROPERTIES_BYTES}"
+
+
+def _not_sent(failed: SendResults, topic: str, qid: int, n: int) -> SendResults:
+    """The result of a batch's piece left unsent because an earlier one failed: sent after it,
+    it would leave a hole in the queue (and its messages out of order when that one is sent
+    again)."""
+    reason = f"not sent: an earlier piece of the batch failed ({failed.status}: {failed.reason})"
+    return SendResults(failed.status, topic, qid, [""] * n, reason=reason)
+
+
 def _unbatchable(topic: str, msgs: Sequence[Message]) -> str | None:
     """Why MessageBatch.generateFromList refuses to make a batch of ``msgs`` (their topic
-    ``topic``), in its words."""
+    ``topic``), in its words; and why a member's putMessages would (a transaction message)."""
     if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return "Retry Group is not supported for batching"
     wait = _wait_store_msg_ok(msgs[0].properties)
     for m in msgs:
         if m.delay_level > 0 or _delayed(m.properties):
             return "TimeDelayLevel is not supported for batching"
+        if m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE not in (
+            MessageSysFlag.TRANSACTION_NOT_TYPE,
+            MessageSysFlag.TRANSACTION_COMMIT_TYPE,
+        ):
+            return "a batch cannot hold transaction messages (prepared or rolled back)"
         if _wait_store_msg_ok(m.properties) != wait:
             return "The waitStoreMsgOK of the messages in one batch should the same"
     return None

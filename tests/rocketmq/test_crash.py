@@ -213,6 +213,7 @@ OFFSETS_THEN_KILL = textwrap.dedent("""
         mapped_file_size_commit_log=64 * 1024,
         enable_dledger_commit_log=mode == "dledger",
         flush_consumer_offset_interval=200 if how == "interval" else 3_600_000,
+        flush_interval_consume_queue=50,  # the service's tick, at which it looks
         clean_resource_interval=3_600_000,
     )
     s = MessageStore(root, cfg)

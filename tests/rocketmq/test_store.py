@@ -209,10 +209,16 @@ def test_numbers_java_cannot_hold_are_refused(store: MessageStore) -> None:
         Message("T", b"x", reconsume_times=1 << 31),
         Message("T", b"x", born_timestamp=1 << 70),
         Message("T", b"x", prepared_offset=1 << 63),
+        # Not integers: a float or a bool compared as a number and was stored truncated, a str
+        # raised TypeError.
+        Message("T", b"x", reconsume_times=2.5),  # type: ignore[arg-type]
+        Message("T", b"x", flag=True),
+        Message("T", b"x", reconsume_times="3"),  # type: ignore[arg-type]
     ]:
         for res in (store.put_message(m), store.put_messages([m]), store.put_messages([m, Message("T", b"ok")])):
             assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "int" in res.reason, m
     assert store.put_batch("T", [b"a", b"b"], flag=1 << 40).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.put_batch("T", [b"a", b"b"], flag=2.5).status == PutMessageStatus.MESSAGE_ILLEGAL  # type: ignore[arg-type]
     assert store.max_phys_offset == before
     # Java's edges are fine.
     assert store.put_messages([Message("T", b"x", flag=(1 << 31) - 1), Message("T", b"y", flag=-(1 << 31))]).ok
@@ -565,6 +571,17 @@ def test_put_batch_keys_take_what_message_keys_take(store: MessageStore) -> None
     for keys in ("ab", [1, None], [["k", 2], None], ["k"]):
         res = store.put_batch("K", [b"x", b"y"], keys=keys)  # type: ignore[arg-type]
         assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "keys" in res.reason, keys
+    # A shared KEYS property and each body's own: one KEYS a message, its own else the shared.
+    assert store.put_batch("K", [b"own", b"shared"], keys=["mine", None], properties={"KEYS": "all"}).ok
+    store.wait_dispatched()
+    got = store.get_messages("K", 0, 3, 8).messages
+    assert [m.keys for m in got] == ["mine", "all"]
+    assert all(m.properties_string.count("KEYS\x01") == 1 for m in got)
+    # A list is joined as Java's setKeys(Collection) joins it: a space after each, then trim().
+    assert store.put_message(Message("K", b"t", keys=["", "x", ""])).ok
+    store.wait_dispatched()
+    assert store.get_messages("K", 0, 5, 1).messages[0].keys == "x"
+    end = store.max_phys_offset
     for bad in (5, [["k"]], {"k"}, [None], b"k"):
         res = store.put_message(Message("K", b"x", keys=bad))  # type: ignore[arg-type]
         assert res.status == PutMessageStatus.MESSAGE_ILLEGAL and "keys" in res.reason, bad

@@ -139,6 +139,31 @@ def test_a_message_keeps_its_reconsume_count(cluster: TestCluster) -> None:
         assert con.max_offset(0) == 4
 
 
+def test_a_batch_that_would_go_in_pieces_is_refused_whole_for_one_bad_message(cluster: TestCluster) -> None:
+    # Three records of ~30 KB go as three requests (64 KiB a request): the middle message's
+    # properties are over 32767 bytes. Sent piece by piece, the first and last were stored and
+    # the queue had a hole where the middle one was to be.
+    topic = "RulesPieces"
+    with Producer(cluster.peers) as p, Consumer(cluster.peers, "rules", topic) as con:
+        assert p.send(Message(topic, b"first"), queue_id=3).ok
+        before = con.max_offset(3)
+        batch = [Message(topic, b"A" * 30000), Message(topic, b"B" * 30000, keys="k" * 33000), Message(topic, b"C")]
+        assert all_refused(p.send_batch(batch, queue_id=3), "message 1", "properties")
+        long_keys = [None, "k" * 33000, None]
+        assert all_refused(p.send_bodies(topic, [b"A" * 30000, b"B" * 30000, b"C"], 3, keys=long_keys), "message 1")
+        prepared = Message(topic, b"p", sys_flag=4)  # TRANSACTION_PREPARED_TYPE
+        with pytest.raises(DLedgerError, match="transaction"):
+            p.send_batch([Message(topic, b"a"), prepared], queue_id=3)
+        assert con.max_offset(3) == before
+        # A shared KEYS and each body's own: one KEYS a message, its own else the shared one.
+        assert p.send_bodies(topic, [b"own", b"shared"], 3, keys=["mine", None], properties={"KEYS": "all"}).ok
+        shared = [Message(topic, b"x", keys="", properties={"KEYS": "all"}) for _ in range(2)]
+        assert p.send_batch(shared, queue_id=3).ok
+        got = pull_all(con, 3, before + 4)[before:]
+        assert [m.keys for m in got] == ["mine", "all", "all", "all"]
+        assert all(m.properties_string.count("KEYS\x01") == 1 for m in got)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
