@@ -16,7 +16,6 @@ runs it on its own (``python -m dledger.rocketmq.cli produce ...``).
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import os
 import queue
@@ -142,11 +141,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     # (input line number, body); None with --data. A line ends at \n or \r\n; empty lines
     # are no messages but keep their numbers, which refusals name.
     # Read as they come (a `tail -f` upstream is sent as it writes), not all before the first.
-    lines: Iterator[tuple[int | None, bytes]]
+    source: Iterator[tuple[int | None, bytes]]
     if args.stdin:
-        lines = _LineReader((n, b) for n, line in enumerate(sys.stdin.buffer, 1) if (b := _line_body(line)))
+        source = ((n, b) for n, line in enumerate(sys.stdin.buffer, 1) if (b := _line_body(line)))
     else:
-        lines = iter([(None, args.data.encode("utf-8"))])
+        source = iter([(None, args.data.encode("utf-8"))])
+    lines = _LineReader(source)
     if remote:
         return _produce_remote(args, lines)
     if args.delay_level:
@@ -183,7 +183,7 @@ def _refusal(line: int | None, status: str, reason: str) -> None:
     print(f"dledger mq produce: {where}{status}" + (f" ({reason})" if reason else ""), file=sys.stderr)
 
 
-def _produce_remote(args: argparse.Namespace, lines: Iterator[tuple[int | None, bytes]]) -> int:
+def _produce_remote(args: argparse.Namespace, lines: _LineReader) -> int:
     """One line per acknowledged message (status, msg id, queue id, queue offset, offset msg id);
     lines go in batches of ``--batch``, each batch to one queue (``--queue``, else round-robin),
     as they are read. A batch refused as MESSAGE_ILLEGAL is sent again line by line, so that
@@ -202,7 +202,7 @@ def _produce_remote(args: argparse.Namespace, lines: Iterator[tuple[int | None, 
         )
 
     with Producer(args.peers, args.group, **_remote_kwargs(args)) as producer:
-        while chunk := _next_lines(lines, step):
+        while chunk := lines.take(step):
             msgs = [message(b) for _n, b in chunk]
             if len(msgs) > 1:
                 results = list(producer.send_batch(msgs, args.queue))
@@ -220,18 +220,10 @@ def _produce_remote(args: argparse.Namespace, lines: Iterator[tuple[int | None, 
     return 1 if failed else 0
 
 
-def _next_lines(lines: Iterator[tuple[int | None, bytes]], most: int) -> list[tuple[int | None, bytes]]:
-    """The next line, waited for, and whatever lines are read already, up to ``most`` in all
-    (none at the end): a batch is what the input has given so far, so lines that come slowly
-    (`tail -f`) are each sent as they come, and a file goes in full batches."""
-    if isinstance(lines, _LineReader):
-        return lines.take(most)
-    return list(itertools.islice(lines, most))
-
-
 class _LineReader:
     """Lines of a stream read on a thread of their own, so that the sender can take what has
-    arrived without waiting for a whole batch."""
+    arrived without waiting for a whole batch: lines that come slowly (`tail -f`) are each sent
+    as they come, and a file goes in full batches."""
 
     _END = (None, b"")
 

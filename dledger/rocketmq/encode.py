@@ -541,9 +541,10 @@ class BatchPreparer:
                 topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
             ).prepared()
         n = len(bodies)
-        shared = properties.get(PROPERTY_KEYS) if properties else None
-        if shared is not None:  # one KEYS a message: its own, else the shared one
-            properties = {k: v for k, v in properties.items() if k != PROPERTY_KEYS}  # type: ignore[union-attr]
+        shared = None
+        if properties and PROPERTY_KEYS in properties:  # one KEYS a message: its own, else the shared one
+            properties = dict(properties)
+            shared = properties.pop(PROPERTY_KEYS)
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
         each = batch_keys(keys, n)
         if shared:

@@ -921,13 +921,14 @@ class MessageStore:
         space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
         clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
         deleted = 0
-        # Offsets first: the offset records in the files about to go are then in the file a
-        # restart loads (after a crash it replays only what the log still holds).
-        self.consumer_offsets.persist_if_changed()
         if self.mode == DLEDGER:
             # DLedger's own retention decides (fileReservedTime + 1 hours, its disk ratios).
             deleted = self.commitlog.delete_expired(0.0, now * 1000.0, clean_now, 10, used_ratio=ratio)
         elif time_up or space_full or force:
+            # Offsets first: the offset records in the files about to go are then in the file a
+            # restart loads (after a crash it replays only what the log still holds). The
+            # DLedger store does this itself (before_retention), when a file will go.
+            self.consumer_offsets.persist_if_changed()
             expired_ms = cfg.file_reserved_time * 3600 * 1000.0
             # Never past what dispatch has read: those records would never reach a queue.
             keep_from = int(self.reput.reput_from)
