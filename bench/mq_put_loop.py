@@ -28,9 +28,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.thread_cpu import thread_times
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
 
 BATCH = 32
 

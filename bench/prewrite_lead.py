@@ -23,8 +23,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.mq_put_loop import BATCH, loop_config, loop_parser
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
 
 
 def main() -> None:

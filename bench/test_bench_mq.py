@@ -25,10 +25,11 @@ import pytest
 
 from dledger._ext import load as _load_ext
 from dledger.config import DLedgerConfig
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import BatchPreparer, encode_batch
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.batch_preparer import BatchPreparer
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.encode import encode_batch
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
 from dledger.store.file import MmapFileStore
 
 K = _load_ext("message")

@@ -32,9 +32,9 @@ import pytest
 
 from bench import cluster_bench as cb
 from dledger._ext import message as K
-from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import UNIQ_KEY, Message, UniqIdGenerator, encode_properties
-from dledger.rocketmq.producer import AsyncProducer, Producer
+from dledger.rocketmq.client.consumer import Consumer
+from dledger.rocketmq.client.producer import AsyncProducer, Producer
+from dledger.rocketmq.store.message import UNIQ_KEY, Message, UniqIdGenerator, encode_properties
 from dledger.testing import TestCluster
 
 FULL = os.environ.get("DLEDGER_BENCH_FULL") == "1"

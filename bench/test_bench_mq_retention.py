@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message_store import MessageStore
 
 QUEUES = int(os.environ.get("DLEDGER_BENCH_RETENTION_QUEUES", 2000))
 ROUNDS = 6  # puts of 10 messages a queue; a 20-unit consume-queue file holds two of them

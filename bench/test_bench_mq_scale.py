@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message_store import MessageStore
 
 FULL = os.environ.get("DLEDGER_BENCH_FULL") == "1"
 N = int(os.environ.get("DLEDGER_BENCH_SCALE_N", 10_000_000 if FULL else 1_000_000))

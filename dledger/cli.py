@@ -261,8 +261,18 @@ def cmd_server(args: argparse.Namespace) -> int:
         from dledger.net.tls import make_server_context
 
         server_ssl = make_server_context(args.tls_cert, args.tls_key, args.tls_ca)
+    factory = None
+    if config.message_store:
+        from dledger.rocketmq.broker.message_service import message_service_factory
+
+        factory = message_service_factory
     server = NodeServer(
-        config, host=args.host, secret=kwargs.get("secret"), server_ssl=server_ssl, client_ssl=kwargs.get("ssl")
+        config,
+        host=args.host,
+        secret=kwargs.get("secret"),
+        server_ssl=server_ssl,
+        client_ssl=kwargs.get("ssl"),
+        application_factory=factory,
     )
 
     def ready(s: NodeServer) -> None:

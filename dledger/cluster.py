@@ -176,9 +176,9 @@ def run_local_cluster(
 
 def _show_messages(peers: str, group: str, count: int) -> None:
     """Produce ``count`` messages to TopicTest queue 0 and consume them back."""
-    from dledger.rocketmq.consumer import Consumer
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.producer import Producer
+    from dledger.rocketmq.client.consumer import Consumer
+    from dledger.rocketmq.client.producer import Producer
+    from dledger.rocketmq.store.message import Message
 
     with Producer(peers, group, timeout=30.0) as producer:
         first = None

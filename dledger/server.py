@@ -31,7 +31,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from dledger.api import (
     AppendRequest,
@@ -44,6 +44,7 @@ from dledger.api import (
     TransferResponse,
     UnknownGroupResponse,
 )
+from dledger.application import ApplicationFactory, GroupApplication, GroupHandle
 from dledger.codes import RequestCode, ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.errors import DLedgerError
@@ -96,44 +97,6 @@ GET_MAX_ENTRIES = 1024
 GET_MAX_BYTES = 16 * 1024 * 1024
 
 
-class GroupApplication(Protocol):
-    """An application that rides on one group (the RocketMQ message store is one): it sees the
-    member's role changes and committed-index moves, answers request codes of its own, and may
-    bring the store the node keeps its log in.
-
-    Everything is called on the server's event loop, after the consensus call whose outputs
-    carried the change; ``handle`` may await.
-    """
-
-    # Request codes the application answers (they must not collide with DLedger's).
-    request_codes: frozenset[int]
-
-    @property
-    def node_store(self) -> DLedgerStore | None:
-        """The store the group's node must use (the application reads it too); None: the node's own."""
-
-    def bind(self, group: GroupHandle) -> None:
-        """Called once, on the loop, when the server starts."""
-
-    def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None: ...
-
-    def on_committed(self, committed_index: int) -> None: ...
-
-    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
-        """A request with one of ``request_codes``; ``peer`` is the sender's address as this
-        member's connection sees it (``host:port``; ``?`` when unknown)."""
-
-    def close(self) -> None:
-        """Called once, off the loop, before the node's store is closed."""
-
-    def metrics(self) -> list[AppMetric]:
-        """The application's metrics now, added to the member's (``--metrics-port``); on the loop."""
-
-
-# Builds the application of a group (or None for a plain group): (config, the member's address).
-ApplicationFactory = Callable[[DLedgerConfig, str], "GroupApplication | None"]
-
-
 @dataclass(slots=True)
 class _Group:
     config: DLedgerConfig
@@ -147,8 +110,8 @@ class _Group:
     app_committed: int = -2
 
 
-class GroupHandle:
-    """What a ``GroupApplication`` may do with its group: look at the member and propose entries."""
+class _GroupHandle:
+    """The server's ``GroupHandle``: what a ``GroupApplication`` may do with its group."""
 
     def __init__(self, server: NodeServer, group: _Group) -> None:
         self._server = server
@@ -241,8 +204,8 @@ class NodeServer:
         application_factory: ApplicationFactory | None = None,
     ) -> None:
         """``application_factory(config, address)`` gives each group its ``GroupApplication``
-        (or None); without one, a group whose config has ``message_store`` gets the RocketMQ
-        message service (``dledger.rocketmq.service``)."""
+        (or None); a group whose config has ``message_store`` needs one that gives it the
+        RocketMQ message service (``dledger.rocketmq.broker.message_service_factory``)."""
         configs = [configs] if isinstance(configs, DLedgerConfig) else list(configs)
         if not configs:
             raise ValueError("no group to serve")
@@ -321,9 +284,12 @@ class NodeServer:
         if factory is not None:
             return factory(cfg, address)
         if cfg.message_store:
-            from dledger.rocketmq.service import MessageService
-
-            return MessageService(cfg, address)
+            # The server imports no application: whoever builds it hands it the message service.
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"group {cfg.group!r} has message_store set: build the server with "
+                "application_factory=dledger.rocketmq.broker.message_service_factory",
+            )
         return None
 
     @staticmethod
@@ -343,7 +309,7 @@ class NodeServer:
         self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-ticker"))
         for g in self.groups.values():
             if g.app is not None:
-                g.app.bind(GroupHandle(self, g))
+                g.app.bind(_GroupHandle(self, g))
         if self.metrics is not None:
             self.metrics.collector.bind(self._loop)
             await asyncio.to_thread(self.metrics.start)

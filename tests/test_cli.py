@@ -498,7 +498,7 @@ def test_the_cli_parser_does_not_load_numpy_or_the_message_store() -> None:
         "import sys, dledger.cli\n"
         "dledger.cli.build_parser()\n"
         "from dledger.rocketmq import Message\n"
-        "heavy = {'numpy', 'dledger.rocketmq.store', 'dledger._ext.message'}\n"
+        "heavy = {'numpy', 'dledger.rocketmq.store.message_store', 'dledger._ext.message'}\n"
         "loaded = sorted(heavy & set(sys.modules))\n"
         "assert not loaded, loaded\n"
     )

@@ -11,7 +11,7 @@ import pytest
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.config_check import ConfigError, is_it_time_to_do
-from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.store.config import MessageStoreConfig
 
 
 def test_camel_and_snake_case_keys(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_import_without_extension_says_how_to_build(tmp_path: Path):
 
     # Every store needs the kernels, the memory store too: the entry layout (sizes, magic
     # numbers) comes from them, so the consensus layer above it does as well.
-    for module in ("dledger.store.file", "dledger.store.memory", "dledger.rocketmq.store"):
+    for module in ("dledger.store.file", "dledger.store.memory", "dledger.rocketmq.store.message_store"):
         res = run(f"import {module}")
         assert res.returncode != 0, module
         assert "ImportError" in res.stderr and "pip install" in res.stderr and "build_ext --inplace" in res.stderr

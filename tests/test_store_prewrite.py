@@ -17,9 +17,9 @@ import pytest
 
 from dledger._ext import segment as _segment
 from dledger.config import DLedgerConfig
-from dledger.rocketmq import commitlog
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store import commitlog
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message_store import MessageStore
 from dledger.store.file import MmapFileStore
 from tests.test_store_framed import frame
 

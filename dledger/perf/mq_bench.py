@@ -22,9 +22,10 @@ import numpy as np
 
 from dledger.config import DLedgerConfig
 from dledger.perf.store_bench import BenchResult, _tmpdir, result
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import BatchPreparer, encode_batch
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.batch_preparer import BatchPreparer
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.encode import encode_batch
+from dledger.rocketmq.store.message_store import MessageStore
 from dledger.store.file import MmapFileStore
 
 BATCH = 32

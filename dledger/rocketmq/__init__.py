@@ -1,26 +1,32 @@
-"""RocketMQ 4.9.4's message store (DefaultMessageStore) over the classic and the DLedger commit log.
+"""RocketMQ 4.9.4's message store, its members and its clients, in RocketMQ's module split.
 
-``from dledger.rocketmq import MessageStore, Message`` is the usual entry point; the parts
-(commit logs, dispatch, consume queues, index) are in their own modules with RocketMQ's names.
+``from dledger.rocketmq import MessageStore, Message, Producer, Consumer`` is the usual entry
+point. The packages mirror RocketMQ's modules: ``store`` (rocketmq-store: DefaultMessageStore,
+the commit logs, consume queues, index, dispatch), ``broker`` (rocketmq-broker: what a member
+runs on a store) and ``client`` (rocketmq-client: producers and consumers); ``wire`` is the
+request and response types the broker and the client share (RocketMQ's protocol headers).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dledger.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.consumer import AsyncConsumer, Consumer, PullResult
-    from dledger.rocketmq.message import Message, MessageConst, MessageExt, MessageSysFlag
-    from dledger.rocketmq.producer import AsyncProducer, Producer, SendResult
-    from dledger.rocketmq.status import (
+    from dledger.rocketmq.client.consumer import AsyncConsumer, Consumer, PullResult
+    from dledger.rocketmq.client.producer import AsyncProducer, Producer
+    from dledger.rocketmq.client.send_result import SendResult
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import Message, MessageConst, MessageExt, MessageSysFlag
+    from dledger.rocketmq.store.message_store import MessageStore
+    from dledger.rocketmq.store.status import (
         AppendMessageStatus,
         GetMessageResult,
         GetMessageStatus,
         PutMessageResult,
         PutMessageStatus,
     )
-    from dledger.rocketmq.store import MessageStore
 
 __all__ = [
     "AppendMessageStatus",
@@ -46,34 +52,24 @@ __all__ = [
 # package for its argument definitions and must not pay for numpy and the kernels (the store needs
 # the compiled kernels; the message types and statuses do not).
 _MODULE_OF = {
-    "MessageStoreConfig": "config",
-    "Message": "message",
-    "MessageConst": "message",
-    "MessageExt": "message",
-    "MessageSysFlag": "message",
-    "AppendMessageStatus": "status",
-    "GetMessageResult": "status",
-    "GetMessageStatus": "status",
-    "PutMessageResult": "status",
-    "PutMessageStatus": "status",
-    "MessageStore": "store",
-    "Producer": "producer",
-    "AsyncProducer": "producer",
-    "SendResult": "producer",
-    "Consumer": "consumer",
-    "AsyncConsumer": "consumer",
-    "PullResult": "consumer",
+    "MessageStoreConfig": "store.config",
+    "Message": "store.message",
+    "MessageConst": "store.message",
+    "MessageExt": "store.message",
+    "MessageSysFlag": "store.message",
+    "AppendMessageStatus": "store.status",
+    "GetMessageResult": "store.status",
+    "GetMessageStatus": "store.status",
+    "PutMessageResult": "store.status",
+    "PutMessageStatus": "store.status",
+    "MessageStore": "store.message_store",
+    "Producer": "client.producer",
+    "AsyncProducer": "client.producer",
+    "SendResult": "client.send_result",
+    "Consumer": "client.consumer",
+    "AsyncConsumer": "client.consumer",
+    "PullResult": "client.consumer",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dledger.rocketmq' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"dledger.rocketmq.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)

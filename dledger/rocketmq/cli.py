@@ -68,8 +68,8 @@ def _file_size(directory: Path) -> int | None:
 
 def store_config(root: Path, mode: str, self_id: str | None) -> Any:
     """A MessageStoreConfig for ``root`` whose sizes are those of the files already there."""
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.index_file import geometry_of_size, index_file_size
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.index_file import geometry_of_size, index_file_size
 
     values: dict[str, Any] = {"store_path_root_dir": str(root)}
     if mode == "dledger":
@@ -104,7 +104,7 @@ def store_config(root: Path, mode: str, self_id: str | None) -> Any:
 def open_store(root: Path, *, readonly: bool = True, create_mode: str | None = None) -> Iterator[Any]:
     """The MessageStore at ``root`` (read-only unless asked). ``create_mode`` lets ``produce``
     start a new store in a missing or empty directory."""
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.message_store import MessageStore
 
     if create_mode is not None and (not root.exists() or (root.is_dir() and not any(root.iterdir()))):
         mode, self_id = create_mode, ("n0" if create_mode == "dledger" else None)
@@ -135,7 +135,7 @@ def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from dledger.rocketmq.message import Message
+    from dledger.rocketmq.store.message import Message
 
     remote = _where(args)
     # (input line number, body); None with --data. A line ends at \n or \r\n; empty lines
@@ -189,8 +189,9 @@ def _produce_remote(args: argparse.Namespace, lines: _LineReader) -> int:
     as they are read. A batch refused as MESSAGE_ILLEGAL is sent again line by line, so that
     only the lines at fault are left out (and named); delayed messages, and those to a retry
     topic, go one by one (MessageBatch carries neither)."""
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.producer import RETRY_GROUP_TOPIC_PREFIX, Producer
+    from dledger.rocketmq.client.producer import Producer
+    from dledger.rocketmq.client.validators import RETRY_GROUP_TOPIC_PREFIX
+    from dledger.rocketmq.store.message import Message
 
     failed = 0
     one_by_one = args.delay_level or args.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
@@ -278,7 +279,7 @@ def _queue_or_fail(store: Any, topic: str, queue_id: int) -> Any:
 
 
 def _body_text(m: Any) -> str:
-    from dledger.rocketmq.listing import escape
+    from dledger.rocketmq.store.listing import escape
 
     body = bytes(m.body or b"")
     if m.sys_flag & 1:  # COMPRESSED_FLAG: the producer zlib-compressed it
@@ -295,7 +296,7 @@ _UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 def _print_message(m: Any) -> None:
-    from dledger.rocketmq.listing import escape
+    from dledger.rocketmq.store.listing import escape
 
     print(
         f"{m.queue_offset}\t{m.phys_offset}\t{m.msg_id}\t{escape(m.tags)}\t"
@@ -304,7 +305,7 @@ def _print_message(m: Any) -> None:
 
 
 def _consume_remote(args: argparse.Namespace) -> int:
-    from dledger.rocketmq.consumer import Consumer
+    from dledger.rocketmq.client.consumer import Consumer
 
     with Consumer(
         args.peers,
@@ -370,7 +371,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def query_offsets(root: Path, topic: str, key: str, max_num: int) -> list[int]:
     """The physical offsets a key query returns (IndexService.queryOffset over [0, Long.MAX_VALUE]),
     newest first, read straight from ``index/``."""
-    from dledger.rocketmq.index_file import IndexService
+    from dledger.rocketmq.store.index_file import IndexService
 
     detect_mode(root)
     svc = IndexService(root / "index", readonly=True, max_msgs_num_batch=max(max_num, 0))
@@ -382,10 +383,10 @@ def query_offsets(root: Path, topic: str, key: str, max_num: int) -> list[int]:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from dledger.rocketmq.listing import sorted_offsets
+    from dledger.rocketmq.store.listing import sorted_offsets
 
     if _where(args):
-        from dledger.rocketmq.consumer import Consumer
+        from dledger.rocketmq.client.consumer import Consumer
 
         with Consumer(args.peers, "dledger-cli", args.topic, dledger_group=args.group, **_remote_kwargs(args)) as con:
             offsets = [m.phys_offset for m in con.query(args.key, args.max)]
@@ -400,8 +401,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def _stats_remote(args: argparse.Namespace) -> int:
-    from dledger.rocketmq.consumer import Consumer
-    from dledger.rocketmq.listing import escape
+    from dledger.rocketmq.client.consumer import Consumer
+    from dledger.rocketmq.store.listing import escape
 
     with Consumer(args.peers, "dledger-cli", "", dledger_group=args.group, **_remote_kwargs(args)) as con:
         members = con.stats()
@@ -426,7 +427,7 @@ def _stats_remote(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from dledger.rocketmq.listing import escape
+    from dledger.rocketmq.store.listing import escape
 
     if _where(args):
         return _stats_remote(args)
@@ -447,7 +448,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from dledger.rocketmq.listing import consume_queue_lines, message_lines, write_lines
+    from dledger.rocketmq.store.listing import consume_queue_lines, message_lines, write_lines
 
     # Through the store, so each queue starts at the minimum the commit log leaves it (as the
     # Java listing read them after load).

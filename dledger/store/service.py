@@ -12,13 +12,16 @@ import logging
 import shutil
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+from dledger.config import DLedgerConfig
 from dledger.config_check import is_it_time_to_do
 from dledger.store.recovery import revise_begin
 
 if TYPE_CHECKING:
-    from dledger.store.file import MmapFileStore
+    from dledger._ext.segment import EntryLog
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +56,46 @@ CLEAN_INTERVAL_S = 0.1
 SERVICE_REPORT_S = 10.0
 
 
+class ServicedStore(Protocol):
+    """What the services need of the file store (``MmapFileStore``): its state and its lock.
+
+    A protocol, not the class, so that the store module imports this one and not the reverse.
+    """
+
+    config: DLedgerConfig
+    path: Path
+    readonly: bool
+    populate_after_batches: bool
+    before_retention: Callable[[], object] | None
+    cache_keep_from: Callable[[], int] | None
+    _log: EntryLog
+    _lock: threading.RLock
+    _unmap_lock: threading.RLock
+    _closed: bool
+    _last_checkpoint: float
+    _entries_flushed_at: float
+
+    @property
+    def ledger_begin_index(self) -> int: ...
+
+    @property
+    def disk_full(self) -> bool: ...
+
+    @disk_full.setter
+    def disk_full(self, value: bool) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def _writable(self) -> None: ...
+
+
 class FlushDataService:
     """Flush and checkpoint on their intervals; keep the pages ahead of the writer faulted in
     and hand back the page cache far behind the flushed position."""
 
-    def __init__(self, store: MmapFileStore) -> None:
+    def __init__(self, store: ServicedStore) -> None:
         self.store = store
         self._prefault_ok = True
         self._dropped_to = 0  # data before this absolute offset was handed back (see opened_at)
@@ -167,7 +205,7 @@ class FlushDataService:
 class CleanSpaceService:
     """The disk-full flag and retention of expired data files."""
 
-    def __init__(self, store: MmapFileStore) -> None:
+    def __init__(self, store: ServicedStore) -> None:
         self.store = store
 
     def tick(self) -> None:
@@ -226,7 +264,7 @@ class CleanSpaceService:
         return deleted
 
 
-def _first_goes(store: MmapFileStore, expired_ms: float, now: float, clean_now: bool, keep_from: int) -> bool:
+def _first_goes(store: ServicedStore, expired_ms: float, now: float, clean_now: bool, keep_from: int) -> bool:
     """Whether ``delete_expired_by_time`` will delete the first data file (its own test)."""
     data = store._log.data
     first = data.find(data.min_offset) if len(data) > 1 else None
@@ -238,7 +276,7 @@ def _first_goes(store: MmapFileStore, expired_ms: float, now: float, clean_now: 
 class StoreService:
     """The thread that runs both services every ``flush_file_interval`` ms."""
 
-    def __init__(self, store: MmapFileStore) -> None:
+    def __init__(self, store: ServicedStore) -> None:
         self.store = store
         self.flush = FlushDataService(store)
         self.clean = CleanSpaceService(store)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import record_oracle as oracle
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.message import Message, MessageSysFlag
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message import Message, MessageSysFlag
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 
 FILE = 64 * 1024
 CQ_FILE = 300 * 20

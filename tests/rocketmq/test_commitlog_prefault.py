@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq import commitlog as cl_mod
-from dledger.rocketmq.checkpoint import StoreCheckpoint
-from dledger.rocketmq.commitlog import CommitLog
-from dledger.rocketmq.config import MessageStoreConfig
+from dledger.rocketmq.store import commitlog as cl_mod
+from dledger.rocketmq.store.checkpoint import StoreCheckpoint
+from dledger.rocketmq.store.commitlog import CommitLog
+from dledger.rocketmq.store.config import MessageStoreConfig
 
 
 def test_prefault_runs_ahead_of_the_writes_and_keeps_the_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,12 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dledger.rocketmq.consume_queue import (
-    CQ_STORE_UNIT_SIZE,
-    INT_MAX,
-    ConsumeQueue,
-    ConsumeQueueTable,
-)
+from dledger.rocketmq.store.consume_queue import INT_MAX, ConsumeQueue
+from dledger.rocketmq.store.consume_queue_table import ConsumeQueueTable
+from dledger.rocketmq.store.mapped_file import CQ_STORE_UNIT_SIZE
 
 UNITS_PER_FILE = 10
 FILE_SIZE = UNITS_PER_FILE * CQ_STORE_UNIT_SIZE

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.consumer_offset import (
+from dledger.rocketmq.store.consumer_offset import (
     ConsumerOffsetManager,
     OffsetFileError,
     decode_fastjson,

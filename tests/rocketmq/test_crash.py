@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.store.file import MmapFileStore
 
 HAVE_HOOK = "body_pos_patch" in inspect.signature(MmapFileStore.__init__).parameters
@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 PRODUCER = textwrap.dedent("""
     import sys
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import Message
+    from dledger.rocketmq.store.message_store import MessageStore
     root, flush, mode, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     cfg = MessageStoreConfig(mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=6000,
                              max_hash_slot_num=64, max_index_num=256, flush_disk_type=flush,
@@ -131,9 +131,9 @@ def test_kill_twice(tmp_path: Path, mode: str) -> None:
 
 SPLIT_INDEX = textwrap.dedent("""
     import os, signal, sys, time
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import Message
+    from dledger.rocketmq.store.message_store import MessageStore
     cfg = MessageStoreConfig(max_hash_slot_num=64, max_index_num=256, mapped_file_size_commit_log=1 << 20,
                              enable_dledger_commit_log=sys.argv[2] == "dledger")
     store = MessageStore(sys.argv[1], cfg)
@@ -175,9 +175,9 @@ def test_a_message_whose_index_items_span_two_files_keeps_every_key_after_a_cras
 
 OUT_OF_FDS = textwrap.dedent("""
     import resource, sys
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import Message
+    from dledger.rocketmq.store.message_store import MessageStore
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))  # each consume-queue file holds one
     cfg = MessageStoreConfig(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=1000, max_index_num=4000)
@@ -206,8 +206,8 @@ def test_dispatch_goes_on_once_descriptors_are_free_again(tmp_path: Path) -> Non
 
 OFFSETS_THEN_KILL = textwrap.dedent("""
     import os, signal, sys, time
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message_store import MessageStore
     root, mode, how = sys.argv[1], sys.argv[2], sys.argv[3]
     cfg = MessageStoreConfig(
         mapped_file_size_commit_log=64 * 1024,

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dledger._ext import load
-from dledger.rocketmq import consume_queue, index_file
-from dledger.rocketmq.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
-from dledger.rocketmq.index_file import IndexFile
+from dledger.rocketmq.store import index_file, mapped_file
+from dledger.rocketmq.store.consume_queue import ConsumeQueue
+from dledger.rocketmq.store.index_file import IndexFile
+from dledger.rocketmq.store.mapped_file import CQ_STORE_UNIT_SIZE
 
 K = load("message")
 HOWS = [K.PREFAULT_READ, K.PREFAULT_WRITE, K.PREFAULT_WILLNEED]
@@ -77,7 +78,7 @@ def test_index_file_puts_with_pages_faulted_ahead_give_the_same_bytes(
 
 def _queue_bytes(root: Path, prefault: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
     with monkeypatch.context() as m:
-        m.setattr(consume_queue, "PREFAULT_MIN_WRITE", 1 if prefault else 1 << 40)
+        m.setattr(mapped_file, "PREFAULT_MIN_WRITE", 1 if prefault else 1 << 40)
         q = ConsumeQueue(root, "T", 0, file_size=CQ_STORE_UNIT_SIZE * 3000)
         rng = np.random.default_rng(3)
         off = 0
@@ -148,8 +149,8 @@ def test_dispatch_faults_pages_ahead_in_without_starting_threads(tmp_path: Path,
     """Dispatch keeps the pages ahead of a busy queue's units and of the index's items faulted
     in through its own kernel calls: a prefault thread started from a round costs the round GIL
     hand-overs with the putting thread."""
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message_store import MessageStore
 
     cfg = MessageStoreConfig(enable_dledger_commit_log=True, mapped_file_size_commit_log=64 << 20)
     with MessageStore(tmp_path, cfg) as s:

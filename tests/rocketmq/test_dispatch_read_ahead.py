@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dledger.rocketmq import dispatch
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.index_file import INDEX_HEADER_SIZE, ITEM_DTYPE
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store import dispatch
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.index_file import INDEX_HEADER_SIZE, ITEM_DTYPE
+from dledger.rocketmq.store.message_store import MessageStore
 from tests.test_store_writes import resident_pages
 
 FILE = 256 * 1024

@@ -16,12 +16,12 @@ import record_oracle as oracle
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.dispatch import IDLE_WAIT
-from dledger.rocketmq.dledger_commitlog import LEADER, status_of_dledger_code
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.dispatch import IDLE_WAIT
+from dledger.rocketmq.store.dledger_commitlog import LEADER, status_of_dledger_code
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.store.file import MmapFileStore
 
 pytestmark = pytest.mark.skipif(

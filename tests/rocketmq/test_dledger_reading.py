@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message_store import MessageStore
 from dledger.testing import store_held
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dledger.rocketmq.cli import main as mq_main
-from dledger.rocketmq.listing import (
+from dledger.rocketmq.store.listing import (
     CONSUME_QUEUE_HEADER,
     INDEX_HEADER,
     MESSAGES_HEADER,
@@ -81,7 +81,7 @@ def fixture_root(request: pytest.FixtureRequest) -> object:
 
 
 def test_store_api_lists_what_java_listed(fixture_root: Path) -> None:
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.message_store import MessageStore
 
     name = fixture_root.name
     with MessageStore(fixture_root, readonly=True) as store:
@@ -179,7 +179,7 @@ def test_escaping_of_text_columns() -> None:
 
 
 def test_message_line_formats_hosts_and_ids_as_java() -> None:
-    from dledger.rocketmq.message import MessageExt
+    from dledger.rocketmq.store.message import MessageExt
 
     m = MessageExt(
         topic="T\tx",

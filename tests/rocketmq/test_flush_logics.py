@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message_store import MessageStore
 
 
 @pytest.mark.parametrize("dledger", [False, True])

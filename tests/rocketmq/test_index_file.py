@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dledger.rocketmq.index_file import (
+from dledger.rocketmq.store.index_file import (
     INDEX_HEADER_SIZE,
     IndexFile,
     IndexService,
@@ -23,8 +23,8 @@ from dledger.rocketmq.index_file import (
     java_string_hash,
     time_millis_to_human_string,
 )
-from dledger.rocketmq.listing import unescape
-from dledger.rocketmq.message import decode_properties
+from dledger.rocketmq.store.listing import unescape
+from dledger.rocketmq.store.message import decode_properties
 from tests.test_flush_unmap import rss_kib
 
 FIXTURES_MQ = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9"

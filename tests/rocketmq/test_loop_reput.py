@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq import dispatch
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.dispatch import LoopReput
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store import dispatch
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.dispatch import LoopReput
+from dledger.rocketmq.store.message_store import MessageStore
 
 BODY = b"m" * 40
 CFG = MessageStoreConfig(enable_dledger_commit_log=True, max_hash_slot_num=1024, max_index_num=200_000)

@@ -21,8 +21,8 @@ from record_oracle import (
 )
 
 from dledger._ext import message as mk
-from dledger.rocketmq.message import MessageExt
-from dledger.rocketmq.records import decode_record, messages_from_columns
+from dledger.rocketmq.store.message import MessageExt
+from dledger.rocketmq.store.records import decode_record, messages_from_columns
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)

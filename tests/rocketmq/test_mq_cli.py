@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dledger.rocketmq.cli import main as mq_main
-from dledger.rocketmq.listing import CONSUME_QUEUE_HEADER, MESSAGES_HEADER
+from dledger.rocketmq.store.listing import CONSUME_QUEUE_HEADER, MESSAGES_HEADER
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from dledger._ext import load
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
 
 K = load("message")
 
@@ -59,7 +59,8 @@ def test_pull_arrow_matches_get_messages(tmp_path: Path, mode: str) -> None:
 
 def test_pull_records_stops_at_a_damaged_record() -> None:
     s_buf = bytearray()
-    from dledger.rocketmq.encode import BatchPreparer, encode_batch
+    from dledger.rocketmq.store.batch_preparer import BatchPreparer
+    from dledger.rocketmq.store.encode import encode_batch
 
     cfg = MessageStoreConfig(store_host="10.0.0.1:10911")
     b = BatchPreparer(cfg, ("10.0.0.1", 10911)).prepare_columns("T", [b"a" * 10, b"bb", b"c" * 30])
@@ -89,7 +90,7 @@ def test_an_empty_pull_has_the_schema_of_a_pull_with_rows(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("born", [("10.1.2.3", 77), ("2001:db8::7", 99)])
 def test_lookup_decodes_one_record_as_a_scan_does(tmp_path: Path, born: tuple[str, int]) -> None:
-    from dledger.rocketmq.records import decode_record, messages_from_columns
+    from dledger.rocketmq.store.records import decode_record, messages_from_columns
 
     s = _store(tmp_path / "s", "classic")
     try:

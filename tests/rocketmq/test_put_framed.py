@@ -145,9 +145,9 @@ def _records(bodies: list[bytes]) -> list[bytes]:
 
 
 def test_dledger_batch_result_offsets(tmp_path: Path) -> None:
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.message import MessageSysFlag
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import MessageSysFlag
+    from dledger.rocketmq.store.message_store import MessageStore
 
     s = MessageStore(tmp_path, MessageStoreConfig(enable_dledger_commit_log=True, store_host="10.0.0.1:10911"))
     try:

@@ -130,9 +130,9 @@ def test_uniform_batches_across_files_read_back(tmp_path, mode: str, uniq: bool)
     """Batches of one queue (the fused encode) that fill several small files: every record is
     whole (the oracle checks its CRC), holds its own physical offset and queue offset, and the
     put results, the consume queue and the log agree."""
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.message import UNIQ_KEY, MessageSysFlag
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import UNIQ_KEY, MessageSysFlag
+    from dledger.rocketmq.store.message_store import MessageStore
 
     cfg = MessageStoreConfig(
         enable_dledger_commit_log=mode == "dledger",

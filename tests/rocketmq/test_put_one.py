@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dledger._ext import message as K
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import BatchPreparer, IllegalMessage, encode_one
-from dledger.rocketmq.message import Message, MessageSysFlag
-from dledger.rocketmq.status import PutMessageStatus
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.batch_preparer import BatchPreparer
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.encode import IllegalMessage, encode_one
+from dledger.rocketmq.store.message import Message, MessageSysFlag
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import PutMessageStatus
 
 
 class FixedUniq:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.message import (
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message import (
     RMQ_SYS_SCHEDULE_TOPIC,
     UNIQ_KEY,
     Message,
@@ -23,9 +23,9 @@ from dledger.rocketmq.message import (
     encode_properties,
     format_host,
 )
-from dledger.rocketmq.records import messages_from_columns
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.records import messages_from_columns
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.store.file import MmapFileStore
 
 HAVE_HOOK = "body_pos_patch" in inspect.signature(MmapFileStore.__init__).parameters
@@ -615,7 +615,7 @@ def test_pull_columns_and_arrow(store: MessageStore) -> None:
 
 
 def test_iter_messages_in_small_windows(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dledger.rocketmq.store as store_module
+    import dledger.rocketmq.store.columnar_reads as store_module
 
     bodies = [os.urandom(100 + i * 7) for i in range(400)]  # > 64 KiB: crosses files too
     for k in range(0, 400, 40):

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dledger._ext import message as K
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import BatchPreparer, encode_batch, encode_one
-from dledger.rocketmq.message import Message, MessageSysFlag, decode_properties, encode_host
+from dledger.rocketmq.store.batch_preparer import BatchPreparer
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.encode import encode_batch, encode_one
+from dledger.rocketmq.store.message import Message, MessageSysFlag, decode_properties, encode_host
 
 # property names and values cannot hold the separators \x01 and \x02
 text = st.text(

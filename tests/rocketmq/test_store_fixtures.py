@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.message import format_host
-from dledger.rocketmq.status import GetMessageStatus
-from dledger.rocketmq.store import MessageStore
+from dledger.rocketmq.store.message import format_host
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import GetMessageStatus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "rocketmq-4.9"
 NAMES = ["classic-3topics", "dledger-1node"]
@@ -169,8 +169,8 @@ def test_query_by_key_as_java(opened) -> None:
 
 
 def test_readonly_refuses_writes(opened) -> None:
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.status import PutMessageStatus
+    from dledger.rocketmq.store.message import Message
+    from dledger.rocketmq.store.status import PutMessageStatus
 
     _root, store = opened
     res = store.put_message(Message("TopicA", b"x"))
@@ -200,7 +200,7 @@ def test_dispatch_rebuilds_java_queues_and_index_byte_for_byte(tmp_path: Path, n
     the Java store wrote (index file names aside: they are creation times)."""
     import shutil
 
-    from dledger.rocketmq.config import MessageStoreConfig
+    from dledger.rocketmq.store.config import MessageStoreConfig
 
     src = FIXTURES / name
     root = tmp_path / name

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dledger.rocketmq import Message, MessageStore
 
-PRINT_HOST = "from dledger.rocketmq.message import local_host_address; print(local_host_address())"
+PRINT_HOST = "from dledger.rocketmq.store.message import local_host_address; print(local_host_address())"
 
 
 def test_default_store_host_is_stable_across_processes():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dledger._ext import load
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.wire import (
     ConsumerOffsetRequest,
     MessageRequestCode,
@@ -133,8 +133,8 @@ def test_pull_and_offset_requests_check_their_values():
 
 def test_the_clients_are_exported_by_the_package():
     import dledger.rocketmq as mq
-    from dledger.rocketmq.consumer import Consumer
-    from dledger.rocketmq.producer import Producer
+    from dledger.rocketmq.client.consumer import Consumer
+    from dledger.rocketmq.client.producer import Producer
 
     assert mq.Producer is Producer and mq.Consumer is Consumer
 

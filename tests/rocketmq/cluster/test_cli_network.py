@@ -14,8 +14,8 @@ import pytest
 
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
-from dledger.rocketmq.dledger_commitlog import dledger_config_for
-from dledger.rocketmq.service import message_store_config
+from dledger.rocketmq.broker.message_service import message_store_config
+from dledger.rocketmq.store.dledger_commitlog import dledger_config_for
 from dledger.testing import FAST, TestCluster, free_ports
 
 pytestmark = pytest.mark.timeout(240)

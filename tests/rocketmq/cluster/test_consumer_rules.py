@@ -15,9 +15,9 @@ from small_group import running_small_group
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-from dledger.rocketmq.consumer import AsyncConsumer, Consumer, PullResult
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.producer import AsyncProducer, Producer
+from dledger.rocketmq.client.consumer import AsyncConsumer, Consumer, PullResult
+from dledger.rocketmq.client.producer import AsyncProducer, Producer
+from dledger.rocketmq.store.message import Message
 from dledger.testing import TestCluster
 
 pytestmark = pytest.mark.timeout(240)

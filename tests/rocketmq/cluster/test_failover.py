@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC, UNIQ_KEY, Message, MessageExt
-from dledger.rocketmq.producer import Producer, SendResult
-from dledger.rocketmq.schedule_service import DELAY_OFFSET_GROUP
-from dledger.rocketmq.service import OFFSET_TOPIC
+from dledger.rocketmq.broker.message_service import OFFSET_TOPIC
+from dledger.rocketmq.broker.schedule_service import DELAY_OFFSET_GROUP
+from dledger.rocketmq.client.consumer import Consumer
+from dledger.rocketmq.client.producer import Producer
+from dledger.rocketmq.client.send_result import SendResult
+from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, UNIQ_KEY, Message, MessageExt
 from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(300)

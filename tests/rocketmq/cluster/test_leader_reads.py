@@ -14,10 +14,10 @@ import pytest
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
-from dledger.rocketmq.consumer import AsyncConsumer
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.producer import AsyncProducer
-from dledger.rocketmq.service import MessageService
+from dledger.rocketmq.broker.message_service import MessageService, message_service_factory
+from dledger.rocketmq.client.consumer import AsyncConsumer
+from dledger.rocketmq.client.producer import AsyncProducer
+from dledger.rocketmq.store.message import Message
 from dledger.server import NodeServer
 from dledger.testing import free_ports
 
@@ -36,7 +36,7 @@ def test_a_leader_still_catching_up_answers_reads_not_ready_until_it_is(tmp_path
     )
 
     async def run() -> None:
-        server = NodeServer(cfg)
+        server = NodeServer(cfg, application_factory=message_service_factory)
         await server.start()
         try:
             svc = server.groups["g"].app

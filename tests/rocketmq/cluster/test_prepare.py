@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from dledger._ext import load
 from dledger.config import DLedgerConfig
-from dledger.rocketmq.encode import IllegalMessage, PreparedBatch, encode_batch
-from dledger.rocketmq.message import MessageSysFlag
-from dledger.rocketmq.records import decode_record
-from dledger.rocketmq.service import MessageService, _check_properties, _PackedSend
+from dledger.rocketmq.broker.message_service import MessageService
+from dledger.rocketmq.broker.send_message_processor import _check_properties, _PackedSend
+from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch, encode_batch
+from dledger.rocketmq.store.message import MessageSysFlag
+from dledger.rocketmq.store.records import decode_record
 from dledger.rocketmq.wire import SendRequest
 
 K = load("message")
@@ -56,7 +57,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageService
 def accepted(svc: MessageService, props: list[bytes], topic: str = "T", queue_id: int = 0) -> bool:
     req, bodies, packed = SendRequest.from_wire(SendRequest(topic, queue_id, [b"x"] * len(props), props).to_wire())
     try:
-        svc._prepare(req, bodies, packed, PEER)
+        svc.sends.prepare(req, bodies, packed, PEER)
     except IllegalMessage:
         return False
     return True
@@ -84,7 +85,7 @@ def test_queue_and_topic_checks_hold_for_batches(service: MessageService):
 
 def _records(svc: MessageService, req: SendRequest, peer: str = PEER) -> bytes:
     got, bodies, props = SendRequest.from_wire(req.to_wire())
-    batch = svc._prepare(got, bodies, props, peer)
+    batch = svc.sends.prepare(got, bodies, props, peer)
     if isinstance(batch, _PackedSend):
         return b"".join(batch.encode(7, 1234))  # the records, without the room for entry headers
     offsets = np.arange(7, 7 + batch.n, dtype=np.int64)
@@ -147,15 +148,15 @@ def test_a_batch_stem_with_a_delay_is_refused_and_a_delay_of_0_goes_the_message_
     req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"DELAY\x012\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
     with pytest.raises(IllegalMessage, match="delay level"):
-        service._prepare(got, bodies, props, PEER)
+        service.sends.prepare(got, bodies, props, PEER)
     req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"DELAY\x010\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
-    batch = service._prepare(got, bodies, props, PEER)
+    batch = service.sends.prepare(got, bodies, props, PEER)
     assert isinstance(batch, PreparedBatch) and batch.topics[0] == b"T"
     # One message with a delay goes to the schedule topic, as a single send does.
     req = SendRequest("T", 0, [b"a"], [], props_stem=b"DELAY\x012\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
-    batch = service._prepare(got, bodies, props, PEER)
+    batch = service.sends.prepare(got, bodies, props, PEER)
     assert isinstance(batch, PreparedBatch) and batch.topics[0] == b"SCHEDULE_TOPIC_XXXX"
 
 
@@ -163,7 +164,7 @@ def test_a_bad_stem_is_refused(service: MessageService):
     req = SendRequest("T", 0, [b"a", b"b"], [], props_stem=b"\x01x\x02UNIQ_KEY\x01AB", uniq_first=0)
     got, bodies, props = SendRequest.from_wire(req.to_wire())
     with pytest.raises(IllegalMessage):
-        service._prepare(got, bodies, props, PEER)
+        service.sends.prepare(got, bodies, props, PEER)
 
 
 _ALPHABET = [b"\x01", b"\x02", b"a", b"DELAY", b"\xc3", b"\xa9", b"\xed\xa0\x80", b"\xf0\x9f\x98\x80", b"\xe2\x82\xac"]

@@ -16,9 +16,10 @@ from small_group import MAX_MESSAGE, running_small_group
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
-from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import Message, MessageExt
-from dledger.rocketmq.producer import Producer, SendResults
+from dledger.rocketmq.client.consumer import Consumer
+from dledger.rocketmq.client.producer import Producer
+from dledger.rocketmq.client.send_result import SendResults
+from dledger.rocketmq.store.message import Message, MessageExt
 from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(240)

@@ -115,9 +115,9 @@ class _Follower:
 def test_a_member_reads_only_what_its_group_committed(tmp_path: Path):
     """A member's log whose checkpoint records nothing committed (killed before its first
     checkpoint) holds a tail the next leader may cut: dispatch must not read it until it commits."""
-    from dledger.rocketmq.config import MessageStoreConfig
-    from dledger.rocketmq.message import Message
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.config import MessageStoreConfig
+    from dledger.rocketmq.store.message import Message
+    from dledger.rocketmq.store.message_store import MessageStore
 
     cfg = MessageStoreConfig(enable_dledger_commit_log=True, mapped_file_size_commit_log=1 << 20)
     with MessageStore(tmp_path / "a", cfg) as s:
@@ -146,8 +146,8 @@ def test_a_message_member_dispatches_at_its_roles_pace(tmp_path: Path):
     """A member that is not the leader dispatches a heavy stream at FOLLOWER_HEAVY_PAUSE (its
     queues serve follower reads only); a leader at HEAVY_PAUSE, the pace long polls and its
     readiness to take puts were measured with."""
-    from dledger.rocketmq.dispatch import FOLLOWER_HEAVY_PAUSE, HEAVY_PAUSE
-    from dledger.rocketmq.service import MessageService
+    from dledger.rocketmq.broker.message_service import MessageService
+    from dledger.rocketmq.store.dispatch import FOLLOWER_HEAVY_PAUSE, HEAVY_PAUSE
 
     async def member(name: str, peers: int) -> tuple[Role, float]:
         """The role and the pace of n0 of a group of ``peers`` members of which only n0 runs,

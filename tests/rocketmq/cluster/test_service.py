@@ -17,11 +17,11 @@ from dledger.client import AsyncClient, Client
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response, RpcClient
-from dledger.rocketmq.consumer import Consumer, PullResult
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.producer import Producer
-from dledger.rocketmq.service import OFFSET_TOPIC
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.broker.message_service import OFFSET_TOPIC
+from dledger.rocketmq.client.consumer import Consumer, PullResult
+from dledger.rocketmq.client.producer import Producer
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 from dledger.testing import TestCluster
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.consumer import Consumer
-from dledger.rocketmq.message import Message
-from dledger.rocketmq.producer import Producer
+from dledger.rocketmq.client.consumer import Consumer
+from dledger.rocketmq.client.producer import Producer
+from dledger.rocketmq.store.message import Message
 from dledger.testing import FAST, MetricSamples, TestCluster, free_ports
 from dledger.testing import scrape_metrics as scrape
 

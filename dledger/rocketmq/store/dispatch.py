@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from dledger._ext import load as _load_ext
-from dledger.rocketmq.checkpoint import StoreCheckpoint
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.consume_queue import ConsumeQueue, ConsumeQueueTable
-from dledger.rocketmq.index_file import IndexService
-from dledger.rocketmq.message import RMQ_SYS_SCHEDULE_TOPIC
-from dledger.rocketmq.topic_validator import store_topic_problem
+from dledger.rocketmq.store.checkpoint import StoreCheckpoint
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.consume_queue import ConsumeQueue
+from dledger.rocketmq.store.consume_queue_table import ConsumeQueueTable
+from dledger.rocketmq.store.index_file import IndexService
+from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC
+from dledger.rocketmq.store.topic_validator import store_topic_problem
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")

@@ -10,13 +10,11 @@ at-least-once, and a duplicate is recognisable by its ``msg_id``.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import itertools
 import operator
 import ssl as ssl_module
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,34 +24,32 @@ from dledger.client import AsyncClient, Blocking
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
-from dledger.rocketmq.encode import MAX_PROPERTIES_BYTES
-from dledger.rocketmq.message import (
-    PROPERTY_DELAY,
+from dledger.rocketmq.client.send_result import SEND_OK, SendResult, SendResults, UniqKeys, not_sent, status_name
+from dledger.rocketmq.client.validators import (
+    IllegalMessageError,
+    check_message,
+    columns_problem,
+    nth,
+    properties_too_long,
+    unbatchable,
+)
+from dledger.rocketmq.store.encode import MAX_PROPERTIES_BYTES
+from dledger.rocketmq.store.message import (
     PROPERTY_KEYS,
     STR_BODY_PROBLEM,
     UNIQ_KEY,
     IllegalMessage,
     Message,
-    MessageConst,
-    MessageSysFlag,
     UniqIdGenerator,
-    batch_keys,
-    create_message_id,
     encode_properties,
-    java_int_problem,
-    java_ranges_ok,
     joined_properties_problem,
-    keys_problem,
-    properties_problem,
 )
-from dledger.rocketmq.status import PutMessageStatus
+from dledger.rocketmq.store.status import PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
-from dledger.sequences import LazySequence
 
 T = TypeVar("T")
 K = _load_ext("message")
 
-SEND_OK = "SEND_OK"
 # One batch request carries at most the group's max_message_size of records (the member refuses
 # a bigger batch whole), learnt with the route info before the first batch; this many until
 # then (the route info could not be had). Bigger batches go as several requests, in order, to
@@ -66,155 +62,9 @@ RECORD_OVERHEAD = 91 + 24
 RECORD_OVERHEAD_V4 = 91
 # UNIQ_KEY's length: MessageClientIDSetter's 16 bytes in hex.
 UNIQ_KEY_CHARS = 32
-# MixAll.RETRY_GROUP_TOPIC_PREFIX: a consumer group's retry topic.
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
 # (topic, number of write queues, message) -> queue id
 QueueSelector = Callable[[str, int, Message], int]
-
-
-@dataclass(slots=True, frozen=True)
-class SendResult:
-    """RocketMQ's SendResult: ``status`` is ``"SEND_OK"`` or, when the group refused the message
-    or no leader could be reached in time, the PutMessageStatus name (MESSAGE_ILLEGAL,
-    SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY, UNKNOWN_ERROR...) with ``reason``.
-    ``msg_id`` is the UNIQ_KEY, ``offset_msg_id`` the id of the stored record (store host and
-    commit-log offset, what ``view_by_msg_id`` takes)."""
-
-    status: str
-    msg_id: str
-    queue_id: int
-    queue_offset: int
-    offset_msg_id: str = ""
-    topic: str = ""
-    reason: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == SEND_OK
-
-
-class _Uniqs(LazySequence[str]):
-    """The UNIQ_KEYs of a batch from one producer: a head and a counter's 4 hex digits, made
-    when asked for."""
-
-    __slots__ = ("first", "head", "n")
-
-    def __init__(self, head: str, first: int, n: int) -> None:
-        self.head, self.first, self.n = head, first, n
-
-    _what = "UNIQ_KEY"
-
-    def __len__(self) -> int:
-        return self.n
-
-    def _item(self, i: int) -> str:
-        return f"{self.head}{(self.first + i) & 0xFFFF:04X}"
-
-
-class SendResults(LazySequence[SendResult]):
-    """The SendResult of each message of a batch, made when asked for (a batch of thousands
-    would otherwise spend more of the producer's time making results than sending)."""
-
-    __slots__ = ("_phys", "_phys_add", "_uniqs", "first_offset", "queue_id", "reason", "status", "store_host", "topic")
-
-    def __init__(
-        self,
-        status: str,
-        topic: str,
-        queue_id: int,
-        uniqs: Sequence[str],
-        first_offset: int = -1,
-        phys: Sequence[int] | np.ndarray | None = None,
-        store_host: str = "",
-        reason: str = "",
-        phys_add: int = 0,
-    ) -> None:
-        self.status = status
-        self.topic = topic
-        self.queue_id = queue_id
-        self.first_offset = first_offset
-        self.store_host = store_host
-        self.reason = reason
-        self._uniqs = uniqs
-        # The records' positions as the member sent them (an int64 array read in place).
-        self._phys: Sequence[int] | np.ndarray = [] if phys is None else phys
-        # Added to each of ``_phys`` (the member answers entry positions and the 48 to add).
-        self._phys_add = phys_add
-
-    @property
-    def ok(self) -> bool:
-        return self.status == SEND_OK
-
-    def __len__(self) -> int:
-        return len(self._uniqs)
-
-    _what = "send result"
-
-    def _item(self, i: int) -> SendResult:
-        if self.ok:
-            return SendResult(
-                SEND_OK,
-                self._uniqs[i],
-                self.queue_id,
-                self.first_offset + i,
-                _offset_msg_id(self.store_host, int(self._phys[i]) + self._phys_add),
-                self.topic,
-            )
-        return SendResult(self.status, self._uniqs[i], self.queue_id, -1, "", self.topic, self.reason)
-
-    def __repr__(self) -> str:
-        return f"SendResults({self.status}, {len(self)} messages, queue {self.queue_id}, from {self.first_offset})"
-
-    @staticmethod
-    def join(parts: list[SendResults]) -> SendResults:
-        """Results of a batch sent as several requests (each all-or-nothing): the first failed
-        request's status, else SEND_OK with the offsets of each piece."""
-        if len(parts) == 1:
-            return parts[0]
-        bad = next((p for p in parts if not p.ok), None)
-        uniqs = [u for p in parts for u in p._uniqs]
-        if bad is not None:
-            out = _Mixed(parts)
-            return out
-        first = parts[0]
-        contiguous = all(
-            parts[k].first_offset == parts[k - 1].first_offset + len(parts[k - 1]) for k in range(1, len(parts))
-        )
-        if contiguous and all(p.store_host == first.store_host for p in parts):
-            return SendResults(
-                SEND_OK,
-                first.topic,
-                first.queue_id,
-                uniqs,
-                first.first_offset,
-                np.concatenate([np.asarray(p._phys, dtype=np.int64) + p._phys_add for p in parts]),
-                first.store_host,
-            )
-        return _Mixed(parts)
-
-
-class _Mixed(SendResults):
-    """A batch whose pieces answered differently: each message's result from its piece."""
-
-    __slots__ = ("_parts", "_starts")
-
-    def __init__(self, parts: list[SendResults]) -> None:
-        bad = next((p for p in parts if not p.ok), parts[0])
-        super().__init__(bad.status, bad.topic, bad.queue_id, [u for p in parts for u in p._uniqs], reason=bad.reason)
-        self._parts = parts
-        self._starts = list(itertools.accumulate((len(p) for p in parts), initial=0))
-
-    def _item(self, i: int) -> SendResult:
-        k = bisect.bisect_right(self._starts, i) - 1
-        return self._parts[k][i - self._starts[k]]
-
-
-def _status_name(code: int) -> str:
-    try:
-        return PutMessageStatus(code).name
-    except ValueError:
-        return f"status {code}"
 
 
 class AsyncProducer:
@@ -296,22 +146,22 @@ class AsyncProducer:
         return next(self._round_robin) % n
 
     def _properties(self, msg: Message) -> tuple[str, bytes]:
-        """The message's UNIQ_KEY and stored properties; _Illegal for ones that would not
+        """The message's UNIQ_KEY and stored properties; IllegalMessageError for ones that would not
         read back as they are (an empty value, a separator in a name or value)."""
         try:
             props = msg.store_properties()
         except IllegalMessage as exc:
-            raise _Illegal(str(exc)) from None
+            raise IllegalMessageError(str(exc)) from None
         uniq = props.get(UNIQ_KEY)
         if not uniq:
             uniq = props[UNIQ_KEY] = self._uniq.create()
         text = encode_properties(props)
         why = joined_properties_problem(props, text)
         if why is not None:
-            raise _Illegal(why)
+            raise IllegalMessageError(why)
         raw = text.encode("utf-8", "surrogatepass")
         if len(raw) > MAX_PROPERTIES_BYTES:  # the member refuses it; a batch's other pieces would go
-            raise _Illegal(f"properties are {len(raw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
+            raise IllegalMessageError(f"properties are {len(raw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
         return uniq, raw
 
     async def send(self, msg: Message, queue_id: int | None = None) -> SendResult:
@@ -321,9 +171,9 @@ class AsyncProducer:
         Java's int, a born_timestamp outside its long, properties that would not read back."""
         qid = await self._select(msg, queue_id)
         try:
-            _check_message(msg)
+            check_message(msg)
             uniq, props = self._properties(msg)
-        except _Illegal as exc:
+        except IllegalMessageError as exc:
             return _refused(msg.topic, qid, 1, str(exc))[0]
         req = SendRequest(msg.topic, qid, [bytes(msg.body)], [props], msg.flag, msg.sys_flag, msg.born_timestamp)
         req.reconsume_times = msg.reconsume_times
@@ -367,7 +217,7 @@ class AsyncProducer:
         )
         if len(msgs) > 1:
             # Shared properties: the first message speaks for all.
-            why = _unbatchable(topic, msgs[:1] if columnar else msgs)
+            why = unbatchable(topic, msgs[:1] if columnar else msgs)
             if why is not None:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         qid = await self._select(first, queue_id)
@@ -402,11 +252,11 @@ class AsyncProducer:
         extra = RECORD_OVERHEAD + len(topic.encode("utf-8", "surrogatepass"))
         for i, m in enumerate(msgs):
             try:
-                _check_message(m, i if n > 1 else None)
+                check_message(m, i if n > 1 else None)
                 prepared = self._properties(m)
-            except _Illegal as exc:
+            except IllegalMessageError as exc:
                 text = str(exc)
-                return _refused(topic, qid, n, text if n == 1 or text.startswith("message ") else f"{_nth(i)}{text}")
+                return _refused(topic, qid, n, text if n == 1 or text.startswith("message ") else f"{nth(i)}{text}")
             props.append(prepared)
             records[i] = len(m.body) + len(prepared[1]) + extra
         limit = await self._batch_limit(topic) if n > 1 else BATCH_MAX_BYTES
@@ -422,7 +272,7 @@ class AsyncProducer:
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
             if parts and not parts[-1].ok:
-                parts.append(_not_sent(parts[-1], topic, qid, end - start))
+                parts.append(not_sent(parts[-1], topic, qid, end - start))
                 continue
             parts.append(await self._send_chunk(msgs[start:end], props[start:end], qid))
         return SendResults.join(parts)
@@ -446,7 +296,7 @@ class AsyncProducer:
         if not bodies:
             return SendResults(SEND_OK, topic, -1, [])
         if len(bodies) > 1:
-            why = _unbatchable(topic, [Message(topic, properties=properties or {})])
+            why = unbatchable(topic, [Message(topic, properties=properties or {})])
             if why is not None:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         qid = await self._select(Message(topic, bodies[0]), queue_id)
@@ -468,13 +318,13 @@ class AsyncProducer:
         if tags:
             base["TAGS"] = tags
         base.pop(UNIQ_KEY, None)
-        why, each = _columns_problem(base, keys, len(bodies), flag, sys_flag, born_timestamp)
+        why, each = columns_problem(base, keys, len(bodies), flag, sys_flag, born_timestamp)
         if why is not None:
             return _refused(topic, qid, len(bodies), why)
         prefix = encode_properties(base)
         joint = f"{prefix}\x02UNIQ_KEY\x01" if prefix else "UNIQ_KEY\x01"
         n = len(bodies)
-        why = _properties_too_long(joint, self._uniq.head_len, each)
+        why = properties_too_long(joint, self._uniq.head_len, each)
         if why is not None:
             return _refused(topic, qid, n, why)
         try:
@@ -486,7 +336,7 @@ class AsyncProducer:
             raw, usizes = None, np.fromiter(map(len, bodies), dtype=np.uint32, count=n)
         if not usizes.all():
             i = int(np.argmin(usizes))
-            return _refused(topic, qid, n, f"{_nth(i if n > 1 else None)}the message body length is zero")
+            return _refused(topic, qid, n, f"{nth(i if n > 1 else None)}the message body length is zero")
         sizes = usizes.astype(np.int64)
         # Each record's bytes beyond its body, at most, as the member counts them (IPv6 hosts);
         # ``slack``: what the least (IPv4 hosts, one byte a key character) counts less.
@@ -514,7 +364,7 @@ class AsyncProducer:
         parts: list[SendResults] = []
         for start, end in itertools.pairwise(cuts):
             if parts and not parts[-1].ok:
-                parts.append(_not_sent(parts[-1], topic, qid, end - start))
+                parts.append(not_sent(parts[-1], topic, qid, end - start))
                 continue
             head, first, _now = self._uniq.reserve(end - start)
             packed: tuple[bytes, np.ndarray] | None = None
@@ -527,7 +377,7 @@ class AsyncProducer:
             piece = [] if packed is not None else bodies[start:end]
             if each is None:
                 # One stem for all: the member appends each message's 4 counter digits.
-                uniqs: Sequence[str] = _Uniqs(head, first, end - start)
+                uniqs: Sequence[str] = UniqKeys(head, first, end - start)
                 req = SendRequest(
                     topic,
                     qid,
@@ -591,129 +441,16 @@ class AsyncProducer:
                     r.store_host,
                     phys_add=r.phys_add,
                 )
-            return SendResults(_status_name(r.status), req.topic, req.queue_id, uniqs, reason=r.reason)
+            return SendResults(status_name(r.status), req.topic, req.queue_id, uniqs, reason=r.reason)
         # No leader took it in time: what the last member said. A request that cannot be
         # encoded, or that a member calls malformed, is no reason to retry: MESSAGE_ILLEGAL.
         if "status" in body:
-            status = _status_name(int(body["status"]))
+            status = status_name(int(body["status"]))
         elif resp.code == ResponseCode.UNEXPECTED_ARGUMENT:
             status = PutMessageStatus.MESSAGE_ILLEGAL.name
         else:
             status = PutMessageStatus.SERVICE_NOT_AVAILABLE.name
         return SendResults(status, req.topic, req.queue_id, uniqs, reason=resp.message or _code_name(resp.code))
-
-
-class _Illegal(ValueError):
-    """A message the producer refuses to send, as MESSAGE_ILLEGAL (the reason in its message):
-    properties that would not read back as they are, an empty body, a number Java cannot hold."""
-
-
-def _nth(i: int | None) -> str:
-    """The prefix naming message ``i`` of a batch in a reason (None: a message alone)."""
-    return "" if i is None else f"message {i}: "
-
-
-def _check_message(msg: Message, i: int | None = None) -> None:
-    """Raises _Illegal for what the producer refuses in a message (properties aside): an empty
-    body (Validators.checkMessage), numbers Java cannot hold. ``i``: its place in a batch."""
-    if len(msg.body) and type(msg.body) is not str and java_ranges_ok(msg):
-        return  # the usual case, without a loop a message
-    if isinstance(msg.body, str):
-        raise _Illegal(f"{_nth(i)}{STR_BODY_PROBLEM}")
-    if not len(msg.body):
-        raise _Illegal(f"{_nth(i)}the message body length is zero")
-    why = _numbers_problem(msg.flag, msg.sys_flag, msg.born_timestamp) or java_int_problem(
-        ("reconsume_times", msg.reconsume_times, 32)
-    )
-    if why is not None:
-        raise _Illegal(f"{_nth(i)}{why}")
-
-
-def _columns_problem(
-    base: dict[str, str],
-    keys: Sequence[str | Sequence[str] | None] | None,
-    n: int,
-    flag: int,
-    sys_flag: int,
-    born_timestamp: int,
-) -> tuple[str | None, list[str | None] | None]:
-    """Why ``send_bodies``' shared fields or keys would be refused (None: they would not), and
-    each body's KEYS value (a KEYS in ``base`` for those without their own)."""
-    why = _numbers_problem(flag, sys_flag, born_timestamp) or properties_problem(base)
-    if why is not None or keys is None:
-        return why, None
-    try:
-        each = batch_keys(keys, n)
-    except IllegalMessage as exc:
-        return str(exc), None
-    shared = base.pop(PROPERTY_KEYS, None)
-    if shared:  # one KEYS a message (``base`` loses it): its own, else the shared one
-        each = [k or shared for k in each]
-    return keys_problem(each), each
-
-
-def _numbers_problem(flag: int, sys_flag: int, born_timestamp: int) -> str | None:
-    """Why a number sent in a request has no room in its record field. Sent, it would fail to
-    encode or come back as SERVICE_NOT_AVAILABLE (a malformed request), which tells the caller
-    to retry."""
-    return java_int_problem(("flag", flag, 32), ("sys_flag", sys_flag, 32), ("born_timestamp", born_timestamp, 64))
-
-
-def _properties_too_long(joint: str, head_len: int, keys: Sequence[str | None] | None) -> str | None:
-    """Why a message of ``send_bodies`` would have properties over the limit (None: none
-    would): the member refuses it, and the batch's other pieces would go."""
-    fixed = len(joint.encode("utf-8", "surrogatepass")) + head_len + 4
-    sizes = [len(k.encode("utf-8", "surrogatepass")) + 6 if k else 0 for k in keys] if keys is not None else [0]
-    i = max(range(len(sizes)), key=sizes.__getitem__)
-    if fixed + sizes[i] <= MAX_PROPERTIES_BYTES:
-        return None
-    which = _nth(i if keys is not None and len(keys) > 1 else None)
-    return f"{which}properties are {fixed + sizes[i]} bytes, over the limit of {MAX_PROPERTIES_BYTES}"
-
-
-def _not_sent(failed: SendResults, topic: str, qid: int, n: int) -> SendResults:
-    """The result of a batch's piece left unsent because an earlier one failed: sent after it,
-    it would leave a hole in the queue (and its messages out of order when that one is sent
-    again)."""
-    reason = f"not sent: an earlier piece of the batch failed ({failed.status}: {failed.reason})"
-    return SendResults(failed.status, topic, qid, [""] * n, reason=reason)
-
-
-def _unbatchable(topic: str, msgs: Sequence[Message]) -> str | None:
-    """Why MessageBatch.generateFromList refuses to make a batch of ``msgs`` (their topic
-    ``topic``), in its words; and why a member's putMessages would (a transaction message)."""
-    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return "Retry Group is not supported for batching"
-    wait = _wait_store_msg_ok(msgs[0].properties)
-    for m in msgs:
-        if m.delay_level > 0 or _delayed(m.properties):
-            return "TimeDelayLevel is not supported for batching"
-        if m.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE not in (
-            MessageSysFlag.TRANSACTION_NOT_TYPE,
-            MessageSysFlag.TRANSACTION_COMMIT_TYPE,
-        ):
-            return "a batch cannot hold transaction messages (prepared or rolled back)"
-        if _wait_store_msg_ok(m.properties) != wait:
-            return "The waitStoreMsgOK of the messages in one batch should the same"
-    return None
-
-
-def _delayed(properties: dict[str, str]) -> bool:
-    """Message.getDelayTimeLevel() > 0 (a DELAY that is not a number: no batch either, as Java's
-    parseInt fails it)."""
-    text = properties.get(PROPERTY_DELAY)
-    if not text:
-        return False
-    try:
-        return int(text) > 0
-    except ValueError:
-        return True
-
-
-def _wait_store_msg_ok(properties: dict[str, str]) -> bool:
-    """Message.isWaitStoreMsgOK(): true unless WAIT says otherwise (Boolean.parseBoolean)."""
-    text = properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK)
-    return text is None or text.lower() == "true"
 
 
 def _queue_index(queue_id: Any) -> Any:
@@ -769,11 +506,6 @@ def _code_name(code: int) -> str:
         return ResponseCode(code).name
     except ValueError:
         return f"code {code}"
-
-
-def _offset_msg_id(store_host: str, phys: int) -> str:
-    host, _, port = store_host.rpartition(":")
-    return create_message_id((host.strip("[]"), int(port)), phys)
 
 
 class Producer(Blocking):

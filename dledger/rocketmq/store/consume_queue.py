@@ -13,10 +13,9 @@ deletes anything.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,34 +23,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
-from dledger.files import CREATING_SUFFIX, create_sized
-from dledger.rocketmq.topic_validator import store_topic_problem
+from dledger.files import CREATING_SUFFIX
+from dledger.rocketmq.store.mapped_file import CQ_STORE_UNIT_SIZE, MappedFile, fsync_dir
 
 log = logging.getLogger(__name__)
 
-CQ_STORE_UNIT_SIZE = 20
 DEFAULT_FILE_SIZE = 300000 * CQ_STORE_UNIT_SIZE
 INT_MAX = 2**31 - 1
-# commitLogOffset, size, tagsCode: RocketMQ's 20-byte unit, read in place over a file's bytes.
-UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 # Suffix of a file being created; such files are whole-or-nothing leftovers of a crash.
 TMP_SUFFIX = CREATING_SUFFIX
 
 _mk = _load_ext("message")
-
-# A write this big (a dispatch round of a busy queue) has the pages of PREFAULT_WRITES more like
-# it faulted in, in a thread of their own without the GIL, so the next rounds write to mapped
-# pages instead of taking a fault per page; smaller writes are left alone: a quiet queue's file
-# should not grow page-cache and disk use for units it may never get.
-PREFAULT_MIN_WRITE = 16 << 10
-PREFAULT_WRITES = 8
-
-
-def _prefault(mm: mmap.mmap, start: int, end: int) -> None:
-    try:
-        _mk.prefault(mm, start, end, _mk.PREFAULT_WRITE)
-    except (ValueError, BufferError):  # pragma: no cover - the file was closed under us
-        pass
 
 
 def encode_units(phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLike) -> bytes:
@@ -65,158 +47,6 @@ def encode_units(phys_offsets: ArrayLike, sizes: ArrayLike, tags_codes: ArrayLik
 def offset_to_file_name(offset: int) -> str:
     """UtilAll.offset2FileName: the start offset zero-padded to 20 digits."""
     return f"{offset:020d}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class MappedFile:
-    """One consume-queue file, mapped in full. Positions are relative to the file."""
-
-    __slots__ = (
-        "_prefaulted_to",
-        "_prefaulter",
-        "dirty_from",
-        "dirty_to",
-        "file_from_offset",
-        "file_size",
-        "first_create_in_queue",
-        "mm",
-        "path",
-        "readonly",
-        "wrote_position",
-    )
-
-    def __init__(self, path: Path, file_size: int, *, create: bool = False, readonly: bool = False) -> None:
-        self.path = path
-        self.file_size = file_size
-        self.file_from_offset = int(path.name)
-        self.readonly = readonly
-        self.wrote_position = 0
-        self.first_create_in_queue = False
-        self.dirty_from = file_size
-        self.dirty_to = 0
-        self._prefaulter: threading.Thread | None = None
-        self._prefaulted_to = 0
-        if create:
-            if readonly:
-                raise PermissionError(f"read-only consume queue: cannot create {path}")
-            fd = create_sized(path, file_size)
-        else:
-            fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
-        try:
-            access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
-            self.mm: mmap.mmap | None = mmap.mmap(fd, file_size, access=access)
-        except BaseException:
-            if create:
-                # Nothing is in it yet: gone, the next try makes it again (left, every retry
-                # failed on it with FileExistsError, e.g. after one EMFILE).
-                path.unlink(missing_ok=True)
-            raise
-        finally:
-            os.close(fd)
-        if create and hasattr(mmap, "MADV_RANDOM"):
-            # A new file is one hole. A fault in it would read ahead as for a read of the file:
-            # read_ahead_kb of zero-filled page cache (8 MB on a virtio disk, so the whole 6 MB
-            # file and 3 ms for a queue's first unit), where units fill it 20 bytes at a time and
-            # a quiet queue may never need more than a page. Its pages come in as they are
-            # written or prefaulted ahead of a busy queue's writes instead.
-            self.mm.madvise(mmap.MADV_RANDOM)
-
-    @property
-    def view(self) -> memoryview:
-        assert self.mm is not None, "closed"
-        return memoryview(self.mm)
-
-    def is_full(self) -> bool:
-        return self.wrote_position >= self.file_size
-
-    def write(self, pos: int, data: bytes | memoryview, prefault: bool = True) -> None:
-        assert self.mm is not None and not self.readonly
-        end = pos + len(data)
-        _mk.copy_into(self.mm, pos, data)
-        self.written(pos, end, prefault)
-
-    def written(self, pos: int, end: int, prefault: bool = True) -> None:
-        """Bookkeeping of bytes ``pos``..``end`` written into the mapping (by ``write``, or by a
-        kernel: dispatch's ``dispatch_round``): what the next flush covers, and, with
-        ``prefault``, the pages ahead in a thread (dispatch has its next kernel call fault them
-        in instead: a thread started from its round costs the round GIL hand-overs)."""
-        self.dirty_from = min(self.dirty_from, pos)
-        self.dirty_to = max(self.dirty_to, end)
-        n = end - pos
-        if prefault and n >= PREFAULT_MIN_WRITE and end + n > self._prefaulted_to and end < self.file_size:
-            self._prefault_ahead(end, n * PREFAULT_WRITES)
-
-    def _prefault_ahead(self, start: int, length: int) -> None:
-        if self._prefaulter is not None and self._prefaulter.is_alive():
-            return
-        start = max(start, self._prefaulted_to)
-        end = min(start + length, self.file_size)
-        if start >= end:
-            return
-        self._prefaulted_to = end
-        t = threading.Thread(target=_prefault, args=(self.mm, start, end), name="CQPrefault", daemon=True)
-        self._prefaulter = t
-        t.start()
-
-    def units(self, start: int = 0, end: int | None = None) -> NDArray[Any]:
-        """The units between byte ``start`` and ``end`` (default: the wrote position), in place."""
-        end = self.wrote_position if end is None else end
-        count = max(end - start, 0) // CQ_STORE_UNIT_SIZE
-        return np.frombuffer(self.view, dtype=UNIT_DTYPE, count=count, offset=start)
-
-    def flush(self) -> None:
-        for job in self.flush_jobs():
-            job()
-
-    def flush_jobs(self) -> list[Callable[[], None]]:
-        """What a flush of this file has to write, taken now (the dirty range is reset): the
-        msync to run later, outside the lock that excludes dispatch (see MessageStore.flush_logics)."""
-        if self.mm is None or self.readonly or self.dirty_to <= self.dirty_from:
-            return []
-        page = mmap.PAGESIZE
-        lo = self.dirty_from - self.dirty_from % page
-        hi = self.dirty_to
-        self.dirty_from, self.dirty_to = self.file_size, 0
-
-        def sync() -> None:
-            if self.mm is None:
-                return
-            try:
-                # mmap.flush would hold the GIL through the msync; the units are appended through
-                # the mapping, so the pages below the last are done with (see sync_mapped).
-                _mk.sync_mapped(self.mm, lo, hi - lo, True)
-            except BaseException:
-                self.dirty_from, self.dirty_to = min(self.dirty_from, lo), max(self.dirty_to, hi)
-                raise
-
-        return [sync]
-
-    def close(self) -> None:
-        if self._prefaulter is not None:
-            self._prefaulter.join()  # it holds the mapping while it runs
-            self._prefaulter = None
-        if self.mm is not None:
-            self.flush()
-            try:
-                self.mm.close()
-            except BufferError:  # a caller still holds a view of it: the mapping goes with it
-                log.debug("consume queue file %s still viewed at close", self.path)
-            self.mm = None
-
-    def destroy(self) -> None:
-        self.close()
-        if not self.readonly:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
 
 
 class ConsumeQueue:
@@ -788,7 +618,7 @@ class ConsumeQueue:
         jobs = [job for f in self.files for job in f.flush_jobs()]
         if self._new_file:
             self._new_file = False
-            jobs += [lambda: _fsync_dir(self.dir), lambda: _fsync_dir(self.dir.parent)]
+            jobs += [lambda: fsync_dir(self.dir), lambda: fsync_dir(self.dir.parent)]
         return jobs
 
     def destroy(self) -> None:
@@ -816,130 +646,3 @@ class ConsumeQueue:
             f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset}, max={self.max_offset}, "
             f"max_physic_offset={self.max_physic_offset})"
         )
-
-
-class IllegalTopic(ValueError):
-    """A topic that is not one directory name, where a consume queue would be made for it."""
-
-
-class ConsumeQueueTable:
-    """DefaultMessageStore's consumeQueueTable: topic -> queue id -> ConsumeQueue.
-
-    ``root`` is the store root (queues live under ``root/consumequeue``). Iterating yields
-    ``(topic, queue_id, queue)`` sorted by topic, then queue id.
-    """
-
-    def __init__(
-        self,
-        root: Path | str,
-        file_size: int = DEFAULT_FILE_SIZE,
-        readonly: bool = False,
-        *,
-        store_path: Path | str | None = None,
-    ) -> None:
-        self.root = Path(root)
-        self.dir = Path(store_path) if store_path is not None else self.root / "consumequeue"
-        self.file_size = file_size
-        self.readonly = readonly
-        self.table: dict[str, dict[int, ConsumeQueue]] = {}
-
-    def load(self) -> None:
-        """Open every ``<topic>/<queueId>`` directory (loadConsumeQueue; each queue recovers its end)."""
-        if not self.dir.is_dir():
-            return
-        for topic_dir in sorted(self.dir.iterdir()):
-            if not topic_dir.is_dir() or topic_dir.name.startswith("."):
-                continue
-            for qdir in sorted(topic_dir.iterdir()):
-                if not qdir.is_dir() or not qdir.name.lstrip("-").isdigit():
-                    continue
-                self._open(topic_dir.name, int(qdir.name))
-
-    def _open(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(
-            self.root, topic, queue_id, self.file_size, self.readonly, queue_dir=self.dir / topic / str(queue_id)
-        )
-        self.table.setdefault(topic, {})[queue_id] = cq
-        return cq
-
-    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """findConsumeQueue: the queue, created (no file until its first unit) if unknown.
-        Raises IllegalTopic for a name that is not one directory (``../x``, ``a/b``), which
-        the puts refuse first."""
-        cq = self.table.get(topic, {}).get(queue_id)
-        if cq is not None:
-            return cq
-        why = store_topic_problem(topic)
-        if why is not None:
-            raise IllegalTopic(why)
-        return self._open(topic, queue_id)
-
-    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self.table.get(topic, {}).get(queue_id)
-
-    def topics(self) -> list[str]:
-        return sorted(self.table)
-
-    def queue_ids(self, topic: str) -> list[int]:
-        return sorted(self.table.get(topic, {}))
-
-    def __iter__(self) -> Iterator[tuple[str, int, ConsumeQueue]]:
-        for topic in sorted(self.table):
-            queues = self.table[topic]
-            for qid in sorted(queues):
-                yield topic, qid, queues[qid]
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self.table.values())
-
-    def put_batch(
-        self,
-        topics: Sequence[str],
-        queue_ids: ArrayLike,
-        cq_offsets: ArrayLike,
-        phys_offsets: ArrayLike,
-        sizes: ArrayLike,
-        tags_codes: ArrayLike,
-    ) -> int:
-        """Dispatch units of many queues (in commit-log order); returns how many were written."""
-        qids = np.asarray(queue_ids, dtype=np.int64)
-        cq = np.asarray(cq_offsets, dtype=np.int64)
-        phys = np.asarray(phys_offsets, dtype=np.int64)
-        size = np.asarray(sizes, dtype=np.int32)
-        tags = np.asarray(tags_codes, dtype=np.int64)
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, topic in enumerate(topics):
-            groups.setdefault((topic, int(qids[i])), []).append(i)
-        written = 0
-        for (topic, qid), rows in groups.items():
-            idx = np.asarray(rows, dtype=np.int64)
-            written += self.find_or_create(topic, qid).put_units(cq[idx], phys[idx], size[idx], tags[idx])
-        return written
-
-    def recover(self) -> None:
-        for _, _, cq in self:
-            cq.recover()
-
-    def max_physic_offset(self) -> int:
-        """getMaxPhyOffsetInConsumeQueue: the largest end of a message any queue points at (-1 if none)."""
-        return max((cq.max_physic_offset for _, _, cq in self), default=-1)
-
-    def truncate_dirty(self, phys_offset: int) -> None:
-        for _, _, cq in self:
-            cq.truncate_dirty(phys_offset)
-
-    def correct_min_offset(self, min_phys_offset: int) -> None:
-        for _, _, cq in self:
-            cq.correct_min_offset(min_phys_offset)
-
-    def flush(self) -> None:
-        for job in self.flush_jobs():
-            job()
-
-    def flush_jobs(self) -> list[Callable[[], None]]:
-        return [job for _, _, cq in self for job in cq.flush_jobs()]
-
-    def close(self) -> None:
-        for _, _, cq in self:
-            cq.close()
-        self.table.clear()

@@ -33,10 +33,11 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.packed import PackedBodies
-from dledger.rocketmq.commitlog import LogFiles, Segment
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import PreparedBatch, UniformBatch, assign_queue_offsets, encode_batch, encode_one
-from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
+from dledger.rocketmq.store.batch_preparer import UniformBatch
+from dledger.rocketmq.store.commitlog import LogFiles, Segment
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
+from dledger.rocketmq.store.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
 from dledger.store.file import MmapFileStore
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ from dledger.client import AsyncClient, Blocking
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Response
-from dledger.rocketmq.message import MessageExt
-from dledger.rocketmq.records import decode_record, messages_from_columns
-from dledger.rocketmq.status import GetMessageStatus
-from dledger.rocketmq.topic_validator import validate_group, validate_topic
+from dledger.rocketmq.store.message import MessageExt
+from dledger.rocketmq.store.records import decode_record, messages_from_columns
+from dledger.rocketmq.store.status import GetMessageStatus
+from dledger.rocketmq.store.topic_validator import validate_group, validate_topic
 from dledger.rocketmq.wire import (
     ConsumerOffsetRequest,
     MessageRequestCode,
@@ -54,7 +54,7 @@ _OFFSET_MOVED = (
 )
 # A pull's hold when the iterator waits for messages (RocketMQ's brokerSuspendMaxTimeMillis is 15 s).
 DEFAULT_WAIT_S = 15.0
-# The longest hold a member grants (service.MAX_SUSPEND_MS).
+# The longest hold a member grants (pull_message_processor.MAX_SUSPEND_MS).
 MAX_HOLD_S = 30.0
 
 

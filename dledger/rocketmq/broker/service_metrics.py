@@ -10,13 +10,13 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from dledger.metrics import APPEND_BUCKETS, AppMetric, LatencyHistogram
-from dledger.rocketmq.consumer_offset import TOPIC_GROUP_SEPARATOR
-from dledger.rocketmq.status import PutMessageStatus
+from dledger.rocketmq.store.consumer_offset import TOPIC_GROUP_SEPARATOR
+from dledger.rocketmq.store.status import PutMessageStatus
 
 SYSTEM_GROUP_PREFIX = "RMQ_SYS_"  # consumer groups of the service itself
 
 if TYPE_CHECKING:
-    from dledger.rocketmq.store import MessageStore
+    from dledger.rocketmq.store.message_store import MessageStore
 
 _PHYS_ITEM = 8  # bytes of one phys offset in a SendResponse
 

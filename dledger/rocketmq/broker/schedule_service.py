@@ -25,8 +25,8 @@ from typing import Any
 
 from dledger.codes import ResponseCode
 from dledger.net.transport import Response
-from dledger.rocketmq.encode import IllegalMessage, PreparedBatch
-from dledger.rocketmq.message import (
+from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
+from dledger.rocketmq.store.message import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -35,7 +35,7 @@ from dledger.rocketmq.message import (
     MessageConst,
     MessageExt,
 )
-from dledger.rocketmq.status import GetMessageStatus
+from dledger.rocketmq.store.status import GetMessageStatus
 from dledger.rocketmq.wire import ConsumerOffsetRequest
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from dledger._ext import load as _load_ext
-from dledger.rocketmq.message import MessageExt
+from dledger.rocketmq.store.message import MessageExt
 
 K = _load_ext("message")
 

@@ -27,10 +27,11 @@ import numpy as np
 
 from dledger._ext import load as _load_ext
 from dledger._ext import require_built
-from dledger.rocketmq.checkpoint import StoreCheckpoint
-from dledger.rocketmq.config import MessageStoreConfig
-from dledger.rocketmq.encode import PreparedBatch, UniformBatch, assign_queue_offsets, encode_batch, encode_one
-from dledger.rocketmq.status import AppendMessageResult, AppendMessageStatus
+from dledger.rocketmq.store.batch_preparer import UniformBatch
+from dledger.rocketmq.store.checkpoint import StoreCheckpoint
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
+from dledger.rocketmq.store.status import AppendMessageResult, AppendMessageStatus
 
 require_built()
 from dledger._ext import segment as _segment  # noqa: E402

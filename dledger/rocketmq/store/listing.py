@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from dledger.rocketmq.consume_queue import ConsumeQueueTable
-from dledger.rocketmq.message import (
+from dledger.rocketmq.store.consume_queue_table import ConsumeQueueTable
+from dledger.rocketmq.store.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     create_message_id,

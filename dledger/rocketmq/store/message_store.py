@@ -29,23 +29,18 @@ import numpy as np
 
 from dledger._ext import load as _load_ext
 from dledger.config_check import is_it_time_to_do
-from dledger.rocketmq.checkpoint import FILE_NAME as CHECKPOINT_FILE
-from dledger.rocketmq.checkpoint import StoreCheckpoint
-from dledger.rocketmq.commitlog import CommitLog
-from dledger.rocketmq.config import SLAVE, MessageStoreConfig
-from dledger.rocketmq.consume_queue import ConsumeQueueTable
-from dledger.rocketmq.consumer_offset import ConsumerOffsetManager, OffsetFileError
-from dledger.rocketmq.dispatch import ReputMessageService
-from dledger.rocketmq.encode import (
-    BatchPreparer,
-    IllegalMessage,
-    PreparedBatch,
-    UniformBatch,
-    as_body,
-    check_message_ints,
-)
-from dledger.rocketmq.index_file import IndexService
-from dledger.rocketmq.message import (
+from dledger.rocketmq.store import columnar_reads
+from dledger.rocketmq.store.batch_preparer import BatchPreparer, UniformBatch, as_body
+from dledger.rocketmq.store.checkpoint import FILE_NAME as CHECKPOINT_FILE
+from dledger.rocketmq.store.checkpoint import StoreCheckpoint
+from dledger.rocketmq.store.commitlog import CommitLog
+from dledger.rocketmq.store.config import SLAVE, MessageStoreConfig
+from dledger.rocketmq.store.consume_queue_table import ConsumeQueueTable
+from dledger.rocketmq.store.consumer_offset import ConsumerOffsetManager, OffsetFileError
+from dledger.rocketmq.store.dispatch import ReputMessageService
+from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch, check_message_ints
+from dledger.rocketmq.store.index_file import IndexService
+from dledger.rocketmq.store.message import (
     IDS_PER_HEAD,
     UNIQ_KEY,
     Message,
@@ -54,8 +49,8 @@ from dledger.rocketmq.message import (
     local_host_address,
     split_keys,
 )
-from dledger.rocketmq.records import decode_record, messages_from_columns
-from dledger.rocketmq.status import (
+from dledger.rocketmq.store.records import decode_record, messages_from_columns
+from dledger.rocketmq.store.status import (
     AppendMessageResult,
     AppendMessageStatus,
     GetMessageResult,
@@ -75,9 +70,6 @@ LOCK_FILE = "lock"
 CLASSIC = "classic"
 DLEDGER = "dledger"
 LONG_MAX = (1 << 63) - 1
-_SCAN_BATCH = 4096
-# iter_batches copies the log this much at a time (more than the largest record).
-_WINDOW = 16 << 20
 
 
 def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None]:
@@ -89,24 +81,6 @@ def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None
     if (root / "commitlog").is_dir() or config.store_path_commit_log:
         return CLASSIC, None
     return (DLEDGER, config.dledger_self_id) if config.enable_dledger_commit_log else (CLASSIC, None)
-
-
-def _empty_columns() -> dict[str, np.ndarray]:
-    cols, _stop, _code = K.scan_records(memoryview(b""), 0, 0, -1, False, -1)
-    cols["phys_offset"] = np.empty(0, np.int64)
-    cols["queue_offset"] = np.empty(0, np.int64)
-    for column in cols.values():
-        column.setflags(write=False)  # shared by every answer
-    return cols
-
-
-# Made once: a held pull's every look that finds nothing answers it.
-_EMPTY_COLUMNS = _empty_columns()
-
-
-def _no_rows() -> tuple[memoryview, dict[str, np.ndarray]]:
-    """What pull_columns answers for no message: the columns it answers for some, empty."""
-    return memoryview(b""), dict(_EMPTY_COLUMNS)
 
 
 class MessageStore:
@@ -195,7 +169,7 @@ class MessageStore:
         self._sync_classic = cfg.sync_flush and self.mode == CLASSIC
         self.commitlog: Any
         if self.mode == DLEDGER:
-            from dledger.rocketmq.dledger_commitlog import DLedgerCommitLog, open_dledger_store
+            from dledger.rocketmq.store.dledger_commitlog import DLedgerCommitLog, open_dledger_store
 
             dstore = open_dledger_store(cfg, readonly=ro)
             if appender is not None and not hasattr(appender, "append_batch"):
@@ -624,7 +598,7 @@ class MessageStore:
         if self.config.broker_role == SLAVE:
             return old
         if self.mode == DLEDGER:
-            from dledger.rocketmq.dledger_commitlog import LEADER
+            from dledger.rocketmq.store.dledger_commitlog import LEADER
 
             return new if self.commitlog.role == LEADER else old
         return new
@@ -638,46 +612,7 @@ class MessageStore:
         ``queue_offset`` its queue offset). Stops at the first unit whose record is not readable
         (not yet committed, or deleted). The fast read path: no object per message."""
         self._check_readable()
-        empty = _no_rows()
-        cq = self._cq(topic, queue_id)
-        if cq is None or offset < int(cq.min_offset):
-            return empty
-        phys, sizes, _tags = cq.get_units(offset, max_count)
-        if not len(phys):
-            return empty
-        if max_bytes is not None and len(phys) > 1:
-            fit = max(int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")), 1)
-            phys, sizes = phys[:fit], sizes[:fit]
-        cl = self.commitlog
-        ok = (phys + sizes <= int(cl.readable_end)) & (phys >= int(cl.min_offset))
-        if not ok.all():
-            cut = int(np.argmin(ok))
-            phys, sizes = phys[:cut], sizes[:cut]
-        if not len(phys):
-            return empty
-        fsize = int(cl.file_size)
-        file_no = phys // fsize
-        cuts = np.flatnonzero(np.diff(file_no)) + 1
-        parts = []
-        with cl.reading():
-            for run in np.split(np.arange(len(phys)), cuts):
-                f = cl.files.find(int(phys[run[0]]))
-                if f is None:
-                    break
-                view = f.view()
-                try:
-                    data, _voff = _gather.gather(view, phys[run] - f.file_from_offset, sizes[run])
-                    parts.append(data)
-                finally:
-                    view.release()
-        if not parts:
-            return empty
-        buf = memoryview(np.concatenate(parts) if len(parts) > 1 else parts[0])  # type: ignore[arg-type]
-        cols, _stop, _code = K.scan_records(buf, 0, 0, -1, False, -1)
-        n = len(cols["size"])
-        cols["phys_offset"] = phys[:n].astype(np.int64)
-        cols["queue_offset"] = np.arange(offset, offset + n, dtype=np.int64)
-        return buf, cols
+        return columnar_reads.pull_columns(self.commitlog, self._cq(topic, queue_id), offset, max_count, max_bytes)
 
     def pull_arrow(self, topic: str, queue_id: int, offset: int, max_count: int = 65536) -> Any:
         """Up to ``max_count`` messages of a queue from ``offset`` as a pyarrow Table:
@@ -686,56 +621,7 @@ class MessageStore:
         not readable (not yet committed, or deleted) or not whole, as ``pull_columns``. The
         records are read in place in the log's mapping (one kernel call per log file)."""
         self._check_readable()
-        import pyarrow as pa
-
-        names = ("size", "store_timestamp", "born_timestamp", "sys_flag", "flag", "reconsume_times")
-        tables = []
-        cq = self._cq(topic, queue_id)
-        if cq is not None and offset >= int(cq.min_offset):
-            phys, sizes, _tags = cq.get_units(offset, max_count)
-            cl = self.commitlog
-            ok = (phys + sizes <= int(cl.readable_end)) & (phys >= int(cl.min_offset))
-            if len(phys) and not ok.all():
-                cut = int(np.argmin(ok))
-                phys, sizes = phys[:cut], sizes[:cut]
-            fsize = int(cl.file_size)
-            cuts = np.flatnonzero(np.diff(phys // fsize)) + 1
-            at = 0
-            with cl.reading():
-                for part, part_sizes in zip(np.split(phys, cuts), np.split(sizes, cuts), strict=True):
-                    if not len(part):
-                        break
-                    f = cl.files.find(int(part[0]))
-                    if f is None:
-                        break
-                    view = f.view()
-                    try:
-                        n, cols, body, body_vo, props, props_vo = K.pull_records(
-                            view, part - f.file_from_offset, part_sizes
-                        )
-                    finally:
-                        view.release()
-                    if not n:
-                        break
-                    out: dict[str, Any] = {
-                        "queue_offset": pa.array(np.arange(offset + at, offset + at + n, dtype=np.int64)),
-                        "phys_offset": pa.array(part[:n]),
-                    }
-                    out.update((k, pa.array(cols[k])) for k in names)
-                    for name, data, vo in (("body", body, body_vo), ("properties", props, props_vo)):
-                        out[name] = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(vo), pa.py_buffer(data)])
-                    tables.append(pa.table(out))
-                    at += n
-                    if n < len(part):
-                        break
-        if not tables:
-            # The schema of a table with rows (the kernel's column types).
-            empty: dict[str, Any] = {k: pa.array([], pa.int64()) for k in ("queue_offset", "phys_offset")}
-            for k in names:
-                empty[k] = pa.array([], pa.int64() if k.endswith("timestamp") else pa.int32())
-            empty.update(body=pa.array([], pa.binary()), properties=pa.array([], pa.binary()))
-            return pa.table(empty)
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+        return columnar_reads.pull_arrow(self.commitlog, self._cq(topic, queue_id), offset, max_count)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         self._check_readable()
@@ -846,46 +732,7 @@ class MessageStore:
         ``*_off`` columns point into: a copy of at most ``_WINDOW`` bytes of the log (valid
         after the loop moves on)."""
         self._check_readable()
-        cl = self.commitlog
-        dledger = self.mode == DLEDGER
-        scan = K.scan_dledger_records if dledger else K.scan_records
-        pos = max(int(cl.min_offset), 0)
-        if start_phys is not None:
-            pos = max(start_phys - (48 if dledger else 0), pos)
-        end = int(cl.readable_end)
-        while pos < end:
-            with cl.reading():
-                seg = cl.segment(pos, end)
-                if seg is None:
-                    nxt = cl.roll_next_file(pos)
-                    if nxt >= end:
-                        return
-                    pos = nxt
-                    continue
-                stop_at = min(seg.end, seg.start + _WINDOW)
-                try:
-                    data = bytes(seg.view[seg.start : stop_at])
-                finally:
-                    seg.view.release()
-            base = seg.base + seg.start
-            cur = 0
-            while True:
-                cols, stop, code = scan(data, base, cur, -1, False, _SCAN_BATCH)
-                if len(cols["size"]):
-                    yield memoryview(data), cols
-                cur = stop
-                if code != K.STOP_LIMIT:
-                    break
-            if code == K.STOP_BLANK:
-                pos = cl.roll_next_file(base + stop)
-            elif code == K.STOP_END or (code == K.STOP_BAD and stop_at < seg.end and stop > 0):
-                # The window ended (maybe inside a record): go on from the last whole record.
-                pos = base + stop
-                if seg.start + stop >= cl.file_size:
-                    pos = cl.roll_next_file(base + stop - 1)
-            else:
-                log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], base + stop)
-                return
+        return columnar_reads.iter_batches(self.commitlog, self.mode == DLEDGER, start_phys)
 
     def iter_messages(self, start_phys: int | None = None) -> Iterator[MessageExt]:
         """Every message in commit-log order, as ReputMessageService walks the log."""

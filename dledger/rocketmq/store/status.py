@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from dledger.rocketmq.message import MessageExt
+    from dledger.rocketmq.store.message import MessageExt
 
 
 class PutMessageStatus(IntEnum):
@@ -144,7 +144,7 @@ class AppendMessageResult:
     @property
     def msg_ids(self) -> list[str]:
         if self._msg_ids is None:
-            from dledger.rocketmq.message import create_message_id
+            from dledger.rocketmq.store.message import create_message_id
 
             wrote = self.wrote_offsets
             offsets = wrote.tolist() if wrote is not None else [self.wrote_offset]

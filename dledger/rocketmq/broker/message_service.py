@@ -31,13 +31,10 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import ipaddress
 import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,28 +48,33 @@ from dledger.metrics import AppMetric
 from dledger.net.transport import Response
 from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
-from dledger.rocketmq.config import SYNC_FLUSH, MessageStoreConfig
-from dledger.rocketmq.dispatch import FOLLOWER_HEAVY_PAUSE, HEAVY_PAUSE, LoopReput
-from dledger.rocketmq.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
-from dledger.rocketmq.encode import (
-    MAX_PROPERTIES_BYTES,
+from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
+from dledger.rocketmq.broker.schedule_service import ScheduleMessageService
+from dledger.rocketmq.broker.send_message_processor import (
+    NOOP_TOPIC,
+    OFFSET_TOPIC,
+    SYSTEM_TOPICS,
+    SendMessagePreparer,
+    _PackedSend,
+)
+from dledger.rocketmq.broker.service_metrics import SYSTEM_GROUP_PREFIX, MessageStats
+from dledger.rocketmq.store.config import SYNC_FLUSH, MessageStoreConfig
+from dledger.rocketmq.store.dispatch import FOLLOWER_HEAVY_PAUSE, HEAVY_PAUSE, LoopReput
+from dledger.rocketmq.store.dledger_commitlog import BODY_OFFSET, LEADER, status_of_dledger_code
+from dledger.rocketmq.store.encode import (
     IllegalMessage,
     PreparedBatch,
     assign_queue_offsets,
-    check_java_ints,
     encode_batch,
 )
-from dledger.rocketmq.message import Message, MessageSysFlag, encode_host, format_host, host_v6_bits
-from dledger.rocketmq.schedule_service import ScheduleMessageService
-from dledger.rocketmq.service_metrics import SYSTEM_GROUP_PREFIX, MessageStats
-from dledger.rocketmq.status import GetMessageStatus, PutMessageStatus
-from dledger.rocketmq.topic_validator import validate_group, validate_send_topic, validate_topic
+from dledger.rocketmq.store.message import Message, MessageSysFlag, format_host
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
+from dledger.rocketmq.store.topic_validator import validate_group
 from dledger.rocketmq.wire import (
     MESSAGE_REQUEST_CODES,
     ConsumerOffsetRequest,
     MessageRequestCode,
     PullRequest,
-    PullResponse,
     QueryMessageRequest,
     QueueRequest,
     SendRequest,
@@ -82,32 +84,18 @@ from dledger.rocketmq.wire import (
 K = _load_ext("message")
 
 if TYPE_CHECKING:
-    from dledger.rocketmq.store import MessageStore
-    from dledger.server import GroupHandle
+    from dledger.application import GroupApplication, GroupHandle
+    from dledger.rocketmq.store.message_store import MessageStore
     from dledger.store.file import MmapFileStore
 
 log = logging.getLogger(__name__)
 
-# System topics of this service (RocketMQ's RMQ_SYS_ prefix).
-OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSET"
-NOOP_TOPIC = "RMQ_SYS_DLEDGER_NOOP"
-SYSTEM_TOPICS = frozenset({OFFSET_TOPIC, NOOP_TOPIC})
-# A pull holds at most this long, whatever it asks.
-MAX_SUSPEND_MS = 30_000  # consumer.MAX_HOLD_S
-MAX_PULL_COUNT = 1024
-# A held pull woken by an arrival reads on the loop when at most this many messages are new.
-INLINE_PULL_MAX = 16
 # A new leader whose no-op did not commit tries again after this.
 NOOP_RETRY_S = 1.0
 # Past the quorum-ack wait, how long a put waits for the node's answer before it gives up.
 ANSWER_MARGIN_S = 5.0
 # How long an offset commit waits for its record to be applied here.
 OFFSET_APPLY_WAIT_S = 3.0
-_HOLD = (
-    GetMessageStatus.OFFSET_OVERFLOW_ONE,
-    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
-)
 
 
 # The member's own DLedger store options that the message store's derived config lacks.
@@ -167,146 +155,6 @@ class _NodeAppender:
         return int(self.store.committed_pos)
 
 
-def _delayed(m: Message) -> bool:
-    try:
-        return m.delay_time_level > 0
-    except ValueError:  # not a number: the preparer refuses it
-        return False
-
-
-def _check_properties(raw: bytes) -> str:
-    """A properties string as RocketMQ's producer writes it, or IllegalMessage."""
-    if len(raw) > MAX_PROPERTIES_BYTES:
-        raise IllegalMessage(f"properties are {len(raw)} bytes, over the limit of {MAX_PROPERTIES_BYTES}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise IllegalMessage(f"properties are not UTF-8: {exc}") from None
-    for piece in text.split("\x02"):
-        if piece and piece.find("\x01") <= 0:
-            raise IllegalMessage(f"properties: {piece[:40]!r} is not a name\\x01value pair")
-    return text
-
-
-def _props_dict(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for piece in text.split("\x02"):
-        if piece:
-            k, _, v = piece.partition("\x01")
-            out[k] = v
-    return out
-
-
-def _split_host(text: str) -> tuple[str, int] | None:
-    """``host:port`` (the host may be a bracketed or bare IPv6 address), or None."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-def _parse_host(text: str | None) -> tuple[str, int] | None:
-    if not text:
-        return None
-    hp = _split_host(text)
-    if hp is None:
-        raise IllegalMessage(f"born host {text!r}: want host:port")
-    return hp
-
-
-# A connection sends many requests: its peer string is parsed once (4 us a parse).
-@functools.lru_cache(maxsize=1024)
-def _peer_host(peer: str) -> tuple[str, int] | None:
-    """A connection's ``host:port`` as a BORNHOST (an IPv4-mapped IPv6 address as the IPv4 one,
-    as Java gives it); None when it is not an IP address and port."""
-    hp = _split_host(peer)
-    if hp is None:
-        return None
-    try:
-        ip = ipaddress.ip_address(hp[0])
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return str(ip), hp[1]
-
-
-_PROPS_REASONS = {
-    K.PROPS_TOO_LONG: f"over the limit of {MAX_PROPERTIES_BYTES} bytes",
-    K.PROPS_NOT_UTF8: "not UTF-8 (or a string starts or ends inside a character)",
-    K.PROPS_NOT_PAIRS: "not name\\x01value pairs joined by \\x02",
-}
-
-
-class _OneString(dict[int, np.ndarray]):
-    """The offsets array ``[0, n]`` of one packed string, by n."""
-
-    def __missing__(self, n: int) -> np.ndarray:
-        arr = np.array([0, n], dtype=np.int64)
-        if len(self) < 1024:
-            self[n] = arr
-        return arr
-
-
-_ONE_STRING = _OneString()
-
-
-def _stem_properties(stem: bytes, first: int, n: int) -> list[bytes]:
-    return [stem + f"{(first + k) & 0xFFFF:04X}".encode() for k in range(n)]
-
-
-def _packed(items: list[bytes]) -> PackedBodies:
-    offsets = np.zeros(len(items) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=offsets[1:])
-    return PackedBodies(b"".join(items), offsets)
-
-
-@dataclass(slots=True)
-class _PackedSend:
-    """A checked batch to one topic-queue, kept as the producer packed it; ``encode`` makes its
-    records with one kernel call (RocketMQ's MessageExtBatch through MessageSerializer)."""
-
-    n: int
-    # The records' bytes, all told.
-    total: int
-    queue_id: int
-    queue_key: str
-    advances: bool
-    bodies: PackedBodies
-    # One per message, or the stem that ``uniq_first``'s counter digits complete.
-    properties: PackedBodies | bytes
-    uniq_first: int
-    topic: bytes
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: bytes
-    store_host: bytes
-
-    def encode(self, first_offset: int, store_timestamp: int) -> FramedBodies:
-        """The records, queue offsets from ``first_offset``, each behind room for its entry
-        header, as the file store appends them (in place, one pwrite). Their PHYSICALOFFSET is
-        written by the AppendHook as they are appended."""
-        buf, starts = K.encode_uniform(
-            self.bodies,
-            self.topic,
-            self.properties,
-            self.uniq_first,
-            self.queue_id,
-            self.flag,
-            self.sys_flag,
-            self.born_timestamp,
-            self.born_host,
-            store_timestamp,
-            self.store_host,
-            first_offset,
-            self.advances,
-            0,
-            FramedBodies.GAP,
-        )
-        return FramedBodies(buf, starts)
-
-
 def _reserved_offset(req: ConsumerOffsetRequest) -> str | None:
     """Why a client may not commit this offset: the delay service's progress (which RocketMQ
     keeps apart, in delayOffset.json; moved, acknowledged delayed messages are never delivered)
@@ -330,7 +178,7 @@ class MessageService:
     request_codes = MESSAGE_REQUEST_CODES
 
     def __init__(self, config: DLedgerConfig, address: str) -> None:
-        from dledger.rocketmq.store import MessageStore
+        from dledger.rocketmq.store.message_store import MessageStore
 
         self.config = config
         self.address = address
@@ -355,9 +203,7 @@ class MessageService:
         self._store_host_text = format_host(self.store.store_host)
         self._group: GroupHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Held pulls by (topic, queue id): the offset each waits to see and its future; and
-        # the offset commits waiting for their record to be applied here.
-        self._pulls: dict[tuple[str, int], list[tuple[int, asyncio.Future[None]]]] = {}
+        # The offset commits waiting for their record to be applied here.
         self._waiters: list[asyncio.Future[None]] = []
         self._offsets_next = self.store.min_offset_in_queue(OFFSET_TOPIC, 0)
         self._stop = threading.Event()
@@ -367,7 +213,10 @@ class MessageService:
         self.schedule = ScheduleMessageService(self.store, self._put, self._update_offset, self._takes_puts)
         self._schedule_task: asyncio.Task[None] | None = None
         self.metric_stats = MessageStats()
-        self._holding = 0  # pulls waiting for a message now (not those still reading)
+        self.sends = SendMessagePreparer(self.store, self.store_config, self.queue_nums)
+        self.pulls = PullMessageProcessor(
+            self.store, self.node_store._unmap_lock, self.queue_nums, self.metric_stats, self._role_body
+        )
         self._apply_offsets()
 
     # -- GroupApplication ------------------------------------------------------------------
@@ -428,7 +277,7 @@ class MessageService:
                 if self._catching_up():
                     return self._not_ready(send=False)
             if c == MessageRequestCode.PULL_MESSAGE:
-                return await self._pull(PullRequest.from_wire(body))
+                return await self.pulls.pull(PullRequest.from_wire(body))
             if c == MessageRequestCode.UPDATE_CONSUMER_OFFSET:
                 return await self._client_commit(ConsumerOffsetRequest.from_wire(body))
             if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
@@ -550,142 +399,6 @@ class MessageService:
 
     # -- puts ------------------------------------------------------------------------------
 
-    def _prepare(
-        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, peer: str
-    ) -> PreparedBatch | _PackedSend:
-        """The checked batch: packed, to be encoded by one kernel call (``_PackedSend``), or as
-        ``Message`` objects for one message or a batch with a DELAY property (the store's
-        preparer rewrites those to the schedule topic). Raises IllegalMessage."""
-        topic = req.topic
-        if topic in SYSTEM_TOPICS:
-            raise IllegalMessage(f"topic {topic!r} is a system topic of the message service")
-        # What the Java broker takes from a producer (SendMessageProcessor's checks).
-        why = validate_send_topic(topic)
-        if why is not None:
-            raise IllegalMessage(why)
-        if not isinstance(req.queue_id, int) or not 0 <= req.queue_id < self.queue_nums:
-            raise IllegalMessage(
-                f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
-            )
-        check_java_ints(
-            ("flag", req.flag, 32),
-            ("sys flag", req.sys_flag, 32),
-            ("born timestamp", req.born_timestamp, 64),
-            ("reconsume times", req.reconsume_times, 32),
-        )
-        # The producer's address as the connection sees it, as the Java broker takes BORNHOST
-        # from the channel (SendMessageProcessor), unless the request names one.
-        born_host = _parse_host(req.born_host) if req.born_host else _peer_host(peer)
-        n = len(bodies)
-        tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-        if n > 1 and tran != MessageSysFlag.TRANSACTION_NOT_TYPE:
-            raise IllegalMessage("a batch cannot hold transaction messages (as RocketMQ's putMessages)")
-        stem = req.props_stem
-        if props is None:
-            assert stem is not None
-            # The stem and any 4 hex digits pass or fail alike: check one string.
-            bad, reason, delay = K.check_packed_properties(stem + b"0000", _ONE_STRING[len(stem) + 4])
-            # One by one: one message, a delay, or a reconsume count (which the packed kernel,
-            # for the batches producers send, does not write; retried messages go alone).
-            if bad < 0 and (delay or n == 1 or req.reconsume_times):
-                props = _packed(_stem_properties(stem, req.uniq_first, n))
-        if props is not None:
-            praw, poffs = props.packed
-            bad, reason, delay = K.check_packed_properties(praw, poffs)
-        if bad >= 0:
-            raise IllegalMessage(f"properties of message {bad}: {_PROPS_REASONS.get(reason, reason)}")
-        batch: PreparedBatch | _PackedSend
-        if n == 1 or delay or req.reconsume_times:
-            assert props is not None
-            prepared = self._prepare_messages(req, bodies, props, born_host)
-            total = int(prepared.record_lengths().sum()) if n > 1 else 0
-            batch = prepared
-        else:
-            batch = self._prepare_packed(req, bodies, props, born_host)
-            total = batch.total
-        if total > self.store_config.max_message_size:
-            # RocketMQ caps a whole batch at maxMessageSize (DLedgerCommitLog.MessageSerializer).
-            raise IllegalMessage(
-                f"the batch is {total} bytes as records, over max_message_size {self.store_config.max_message_size}"
-            )
-        return batch
-
-    def _prepare_messages(
-        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies, born_host: tuple[str, int] | None
-    ) -> PreparedBatch:
-        topic = req.topic
-        msgs = []
-        n = len(bodies)
-        for k in range(n):
-            text = _check_properties(props[k])
-            m = Message(
-                topic,
-                bodies[k],
-                queue_id=req.queue_id,
-                flag=req.flag,
-                properties=_props_dict(text),
-                sys_flag=req.sys_flag,
-                born_timestamp=req.born_timestamp,
-                born_host=born_host,
-                reconsume_times=req.reconsume_times,
-            )
-            if n > 1 and _delayed(m):
-                # putMessages refuses it: each delayed message would take an offset in a schedule
-                # queue while the answer numbers the batch's messages in its own queue.
-                raise IllegalMessage("a batch cannot carry a delay level (as RocketMQ's putMessages)")
-            msgs.append(m)
-        # The string was checked as the Java broker checks it (_check_properties), which takes
-        # pairs that read back dropped (an empty value): kept as sent, as the packed path does.
-        return self.store.preparer.prepare(msgs, check_properties=False)
-
-    def _prepare_packed(
-        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, born_host: tuple[str, int] | None
-    ) -> _PackedSend:
-        """A batch whose properties were checked, kept packed as it came: record lengths from
-        the size arrays (no object per message)."""
-        traw = req.topic.encode("utf-8")
-        if not traw or len(traw) > 127:
-            raise IllegalMessage(f"topic is {len(traw)} bytes in UTF-8: want 1 to 127")
-        store_raw = self.store.preparer.store_host_raw
-        braw = encode_host(born_host) if born_host is not None else store_raw
-        sflag = host_v6_bits(req.sys_flag, braw, store_raw)
-        fixed = K.record_length(sflag, 0, len(traw), 0)
-        raw, boffs = bodies.packed
-        n = len(bodies)
-        blens = np.diff(boffs)
-        if props is None:
-            assert req.props_stem is not None
-            plen = len(req.props_stem) + 4
-            longest = int(blens.max()) + plen + fixed
-            total = len(raw) + n * (plen + fixed)
-            packed_props: PackedBodies | bytes = req.props_stem
-        else:
-            praw, poffs = props.packed
-            longest = int((blens + np.diff(poffs)).max()) + fixed
-            total = len(raw) + len(praw) + n * fixed
-            packed_props = props
-        if longest > self.store_config.max_message_size:
-            raise IllegalMessage(
-                f"a message is {longest} bytes as a record, over max_message_size {self.store_config.max_message_size}"
-            )
-        tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-        return _PackedSend(
-            n=n,
-            total=total,
-            queue_id=req.queue_id,
-            queue_key=f"{req.topic}-{req.queue_id}",
-            advances=tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE),
-            bodies=bodies,
-            properties=packed_props,
-            uniq_first=req.uniq_first if props is None else -1,
-            topic=traw,
-            flag=req.flag,
-            sys_flag=sflag,
-            born_timestamp=req.born_timestamp or int(time.time() * 1000),
-            born_host=braw,
-            store_host=store_raw,
-        )
-
     async def _send(self, body: dict[str, Any], peer: str) -> Response:
         started = time.perf_counter()
         resp = await self._send_checked(body, peer)
@@ -705,7 +418,7 @@ class MessageService:
             return refused
         try:
             req, bodies, props = SendRequest.from_wire(body)
-            batch = self._prepare(req, bodies, props, peer)
+            batch = self.sends.prepare(req, bodies, props, peer)
         except IllegalMessage as exc:
             return Response(
                 ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc), req.queue_id).to_wire()
@@ -776,123 +489,17 @@ class MessageService:
 
     # -- pulls -----------------------------------------------------------------------------
 
-    def _pull_once(self, req: PullRequest) -> PullResponse:
-        store = self.store
-        count = min(req.max_count, MAX_PULL_COUNT)
-        # RocketMQ caps a pull's bytes too (maxTransferBytesOnMessageInMemory): a run of large
-        # messages must not make an answer too big to send, which would stall the queue.
-        cap = store.config.max_transfer_bytes_on_message_in_memory
-        buf, cols = store.pull_columns(req.topic, req.queue_id, req.offset, count, cap)
-        n = len(cols["phys_offset"]) if len(buf) else 0
-        if n:
-            cq_min = store.min_offset_in_queue(req.topic, req.queue_id)
-            cq_max = store.max_offset_in_queue(req.topic, req.queue_id)
-            return PullResponse(
-                GetMessageStatus.FOUND,
-                req.offset + n,
-                cq_min,
-                cq_max,
-                bytes(buf),
-                [int(p) for p in cols["phys_offset"].tolist()],
-            )
-        # Nothing readable there: the status and next offset as getMessage says.
-        res = store.get_messages(req.topic, req.queue_id, req.offset, 1, 1)
-        status, next_offset = res.status, res.next_begin_offset
-        if status == GetMessageStatus.FOUND:
-            # Readable between the two calls: let the client ask again at once, from here.
-            status, next_offset = GetMessageStatus.OFFSET_FOUND_NULL, req.offset
-        return PullResponse(status, next_offset, res.min_offset, res.max_offset)
-
-    async def _pull(self, req: PullRequest) -> Response:
-        # A queue the topics do not have and the store never had: refused, as the Java broker
-        # refuses a queueId past readQueueNums, rather than held until the wait runs out. A
-        # queue with records stays readable (the schedule topic's, or one from a larger
-        # --default-topic-queue-nums before a restart).
-        why = self._queue_problem(req.topic, req.queue_id)
-        if why is not None:
-            return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(req.suspend_ms, MAX_SUSPEND_MS) / 1000.0
-        woken = False
-        while True:
-            fut: asyncio.Future[None] = loop.create_future()
-            key = (req.topic, req.queue_id)
-            held = self._pulls.setdefault(key, [])
-            if len(held) > 1024:
-                held[:] = [h for h in held if not h[1].done()]
-            # Registered before the look, so that an arrival between the two is not missed.
-            held.append((req.offset, fut))
-            try:
-                got = self._pull_inline(req) if woken else None
-                resp = got if got is not None else await asyncio.to_thread(self._pull_once, req)
-                woken = True
-                left = deadline - loop.time()
-                if resp.status not in _HOLD or left <= 0:
-                    if resp.phys_offsets:
-                        self.metric_stats.pulled_messages[req.topic] += len(resp.phys_offsets)
-                    return Response(ResponseCode.SUCCESS, {**resp.to_wire(), **self._role_body()})
-                self._holding += 1
-                try:
-                    await asyncio.wait_for(fut, left)
-                except asyncio.TimeoutError:
-                    pass
-                finally:
-                    self._holding -= 1
-            finally:
-                if not fut.done():
-                    fut.cancel()
-
-    def _queue_problem(self, topic: str, queue_id: int) -> str | None:
-        """Why a read or a commit names no queue: a topic name the broker never takes
-        (validateTopic), or a queue id the topics do not have and the store never had."""
-        why = validate_topic(topic)
-        if why is not None:
-            return why
-        if not 0 <= queue_id < self.queue_nums and self.store.consume_queues.get(topic, queue_id) is None:
-            return f"queue id {queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} queues)"
-        return None
-
-    def _pull_inline(self, req: PullRequest) -> PullResponse | None:
-        """A held pull's look after an arrival, on the loop: the few records just dispatched are
-        in the page cache, and two thread hand-offs are most of the wait. None (look in a
-        thread) when more arrived or the log is busy unmapping files (retention, a truncate)."""
-        if self.store.max_offset_in_queue(req.topic, req.queue_id) - req.offset > INLINE_PULL_MAX:
-            return None
-        # The lock the commit log's readers take (reading()); flushes do not hold it.
-        lock = self.node_store._unmap_lock
-        if not lock.acquire(blocking=False):
-            return None
-        try:
-            return self._pull_once(req)
-        finally:
-            lock.release()
-
     def _dispatched(self, n: int) -> None:
         """A dispatch round put ``n`` records into the queues (on the loop): wake what waits for
         them (RocketMQ's MessageArrivingListener), and apply the offset records among them."""
-        if self._pulls or self._waiters:
+        if self.pulls.held or self._waiters:
             self._on_arrival()
         elif self.store.max_offset_in_queue(OFFSET_TOPIC, 0) > self._offsets_next:
             self._apply_offsets()
 
     def _on_arrival(self) -> None:
         """Wake the pulls whose queue now has a message at their offset (and the offset commits)."""
-        store = self.store
-        for key in list(self._pulls):
-            held = self._pulls[key]
-            end = store.max_offset_in_queue(*key)
-            keep = []
-            for offset, fut in held:
-                if fut.done():
-                    continue
-                if offset < end:
-                    fut.set_result(None)
-                else:
-                    keep.append((offset, fut))
-            if keep:
-                self._pulls[key] = keep
-            else:
-                del self._pulls[key]
+        self.pulls.notify_message_arriving()
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
@@ -922,7 +529,7 @@ class MessageService:
 
     async def _client_commit(self, req: ConsumerOffsetRequest) -> Response:
         """A consumer's commit: checked (``_update_offset`` is the service's own path too)."""
-        why = validate_group(req.group) or _reserved_offset(req) or self._queue_problem(req.topic, req.queue_id)
+        why = validate_group(req.group) or _reserved_offset(req) or self.pulls.queue_problem(req.topic, req.queue_id)
         if why is not None:
             return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
         return await self._update_offset(req)
@@ -976,7 +583,7 @@ class MessageService:
 
     def metrics(self) -> list[AppMetric]:
         """The message service's metrics for ``--metrics-port`` (on the loop)."""
-        held = self._holding
+        held = self.pulls.holding
         writable = bool(self.commitlog.writable) and not self.node_store.disk_full
         return self.metric_stats.metrics(self.store, held, writable)
 
@@ -1009,3 +616,9 @@ class MessageService:
 
 
 __all__ = ["NOOP_TOPIC", "OFFSET_TOPIC", "MessageService", "message_store_config"]
+
+
+def message_service_factory(config: DLedgerConfig, address: str) -> GroupApplication | None:
+    """The ``application_factory`` of a node server whose groups may run the message store: a
+    ``MessageService`` for a group whose config has ``message_store``, nothing for the rest."""
+    return MessageService(config, address) if config.message_store else None
