@@ -54,8 +54,8 @@ from dledger.rocketmq.broker.send_message_processor import (
     NOOP_TOPIC,
     OFFSET_TOPIC,
     SYSTEM_TOPICS,
+    PackedSend,
     SendMessagePreparer,
-    _PackedSend,
 )
 from dledger.rocketmq.broker.service_metrics import SYSTEM_GROUP_PREFIX, MessageStats
 from dledger.rocketmq.store.config import SYNC_FLUSH, MessageStoreConfig
@@ -427,7 +427,7 @@ class MessageService:
             return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, exc.message).to_wire())
         return await self._put(batch)
 
-    async def _put(self, batch: PreparedBatch | _PackedSend) -> Response:
+    async def _put(self, batch: PreparedBatch | PackedSend) -> Response:
         """Assign queue offsets, encode and propose under the put lock; answer once committed."""
         g = self._group
         assert g is not None
@@ -440,7 +440,7 @@ class MessageService:
         with cl.put_lock:
             now = cl._store_time()
             bodies: FramedBodies | PackedBodies
-            if isinstance(batch, _PackedSend):
+            if isinstance(batch, PackedSend):
                 first_offset = cl.topic_queue_table.get(batch.queue_key, 0) if batch.advances else 0
                 bodies = batch.encode(first_offset, now)
                 updates = {batch.queue_key: first_offset + n} if batch.advances else {}

@@ -26,9 +26,7 @@ from dledger.rocketmq.store.encode import (
 )
 from dledger.rocketmq.store.message import Message, MessageSysFlag, encode_host, host_v6_bits
 from dledger.rocketmq.store.topic_validator import validate_send_topic
-from dledger.rocketmq.wire import (
-    SendRequest,
-)
+from dledger.rocketmq.wire import SendRequest
 
 if TYPE_CHECKING:
     from dledger.rocketmq.store.message_store import MessageStore
@@ -136,7 +134,7 @@ def _packed(items: list[bytes]) -> PackedBodies:
 
 
 @dataclass(slots=True)
-class _PackedSend:
+class PackedSend:
     """A checked batch to one topic-queue, kept as the producer packed it; ``encode`` makes its
     records with one kernel call (RocketMQ's MessageExtBatch through MessageSerializer)."""
 
@@ -191,8 +189,8 @@ class SendMessagePreparer:
 
     def prepare(
         self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, peer: str
-    ) -> PreparedBatch | _PackedSend:
-        """The checked batch: packed, to be encoded by one kernel call (``_PackedSend``), or as
+    ) -> PreparedBatch | PackedSend:
+        """The checked batch: packed, to be encoded by one kernel call (``PackedSend``), or as
         ``Message`` objects for one message or a batch with a DELAY property (the store's
         preparer rewrites those to the schedule topic). Raises IllegalMessage."""
         topic = req.topic
@@ -233,7 +231,7 @@ class SendMessagePreparer:
             bad, reason, delay = K.check_packed_properties(praw, poffs)
         if bad >= 0:
             raise IllegalMessage(f"properties of message {bad}: {_PROPS_REASONS.get(reason, reason)}")
-        batch: PreparedBatch | _PackedSend
+        batch: PreparedBatch | PackedSend
         if n == 1 or delay or req.reconsume_times:
             assert props is not None
             prepared = self._messages(req, bodies, props, born_host)
@@ -279,7 +277,7 @@ class SendMessagePreparer:
 
     def _packed(
         self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, born_host: tuple[str, int] | None
-    ) -> _PackedSend:
+    ) -> PackedSend:
         """A batch whose properties were checked, kept packed as it came: record lengths from
         the size arrays (no object per message)."""
         traw = req.topic.encode("utf-8")
@@ -308,7 +306,7 @@ class SendMessagePreparer:
                 f"a message is {longest} bytes as a record, over max_message_size {self.store_config.max_message_size}"
             )
         tran = req.sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-        return _PackedSend(
+        return PackedSend(
             n=n,
             total=total,
             queue_id=req.queue_id,

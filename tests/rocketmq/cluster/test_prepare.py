@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dledger._ext import load
 from dledger.config import DLedgerConfig
 from dledger.rocketmq.broker.message_service import MessageService
-from dledger.rocketmq.broker.send_message_processor import _check_properties, _PackedSend
+from dledger.rocketmq.broker.send_message_processor import PackedSend, _check_properties
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch, encode_batch
 from dledger.rocketmq.store.message import MessageSysFlag
 from dledger.rocketmq.store.records import decode_record
@@ -86,7 +86,7 @@ def test_queue_and_topic_checks_hold_for_batches(service: MessageService):
 def _records(svc: MessageService, req: SendRequest, peer: str = PEER) -> bytes:
     got, bodies, props = SendRequest.from_wire(req.to_wire())
     batch = svc.sends.prepare(got, bodies, props, peer)
-    if isinstance(batch, _PackedSend):
+    if isinstance(batch, PackedSend):
         return b"".join(batch.encode(7, 1234))  # the records, without the room for entry headers
     offsets = np.arange(7, 7 + batch.n, dtype=np.int64)
     return encode_batch(batch, offsets, np.zeros(batch.n, dtype=np.int64), 1234)[0]
