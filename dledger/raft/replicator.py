@@ -570,6 +570,13 @@ def _inflight_last(_req_id: int, value: tuple[int, int, int]) -> int:
     return value[1]
 
 
+def quorum_water_mark(marks_descending: Sequence[int]) -> int:
+    """The highest index that a majority of the group holds, from every member's watermark
+    (the leader's own included), sorted largest first: the (n // 2 + 1)-th largest. In a
+    group of 4, {3, 3, 1, 1} gives 1: two members are not a majority of four."""
+    return marks_descending[len(marks_descending) // 2]
+
+
 class Replicator:
     def __init__(self, core: Core, on_append_done: Callable[[Any, AppendEntryResponse], None]) -> None:
         self.core = core
@@ -665,7 +672,7 @@ class Replicator:
             self.update_peer_water_mark(term, ms.self_id, core.durable_index)
             self.last_check_leak_time_ms = core.now
         marks = sorted(self.water_marks.values(), reverse=True)
-        quorum_index = marks[len(marks) // 2]
+        quorum_index = quorum_water_mark(marks)
         if quorum_index > store.committed_index and quorum_index >= store.ledger_begin_index >= 0:
             # Raft paper §5.4.2 (see the module docstring): count replicas only for our own term...
             if store.term_at(quorum_index) == term:
