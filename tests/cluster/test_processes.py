@@ -35,6 +35,19 @@ def _entries(node_dir: Path) -> dict[int, tuple[int, bytes]]:
         return {e.index: (e.term, e.body) for e in s.iter_entries()}
 
 
+def _stop_and_compare(cluster: TestCluster, a: str, b: str) -> dict[int, tuple[int, int, bytes]]:
+    """Stop every member, then check that ``a`` and ``b`` hold the same entries (index, term,
+    position and body), not only the same end index; returns ``a``'s."""
+    for m in list(cluster.procs):
+        assert cluster.stop(m) == 0
+    logs = []
+    for m in (a, b):
+        with MmapFileStore(cluster.node_dir(m), readonly=True) as s:
+            logs.append({e.index: (e.term, e.pos, e.body) for e in s.iter_entries()})
+    assert logs[0] == logs[1], f"{a} and {b} differ"
+    return logs[0]
+
+
 def test_leader_elected_and_takes_writes(cluster: TestCluster):
     leader = cluster.wait_leader()
     with cluster.client() as c:
@@ -88,6 +101,8 @@ def test_kill_9_leader_gives_a_new_leader_and_the_old_one_catches_up(cluster: Te
         cluster.wait_for(lambda: cluster.status()[old]["end_index"] == r.index, what="restarted member caught up")
         assert c.get(r.index).body == b"after the kill"
         assert {i: c.get(i).body for i in acked} == acked
+    log = _stop_and_compare(cluster, old, new)
+    assert log[r.index][2] == b"after the kill" and {i: log[i][2] for i in acked} == acked
 
 
 def test_restarted_follower_catches_up(cluster: TestCluster):
@@ -96,9 +111,12 @@ def test_restarted_follower_catches_up(cluster: TestCluster):
     with cluster.client() as c:
         c.append_batch([b"a"] * 20)
         cluster.stop(follower)
-        end = c.append_batch([f"while down {i}".encode() for i in range(300)])[-1].index
+        results = c.append_batch([f"while down {i}".encode() for i in range(300)])
+        end = results[-1].index
         cluster.start(follower)
         cluster.wait_for(lambda: cluster.status()[follower]["end_index"] == end, what=f"follower caught up to {end}")
+    log = _stop_and_compare(cluster, follower, leader)
+    assert [log[r.index][2] for r in results] == [f"while down {i}".encode() for i in range(300)]
 
 
 def test_restarted_follower_is_resynchronised_on_the_new_connection(tmp_path: Path):
@@ -120,6 +138,7 @@ def test_restarted_follower_is_resynchronised_on_the_new_connection(tmp_path: Pa
                 lambda: cluster.status()[follower]["end_index"] == end, what=f"follower caught up to {end}"
             )
             assert cluster.status()[leader]["role"] == "LEADER"
+        _stop_and_compare(cluster, follower, leader)
     finally:
         cluster.close()
 

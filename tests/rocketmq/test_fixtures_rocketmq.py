@@ -210,22 +210,12 @@ def test_message_line_formats_hosts_and_ids_as_java() -> None:
     assert cols[19] == "7"
 
 
-def _has_append_hook() -> bool:
-    import inspect
-
-    from dledger.store.file import MmapFileStore
-
-    return "body_pos_patch" in inspect.signature(MmapFileStore.__init__).parameters
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_produce_into_a_copy_of_a_java_store(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Appending to a store Java wrote: its listing stays a prefix, the message lands at the end of
     the log, in its queue after the Java units, and in the index."""
     import shutil
 
-    if name.startswith("dledger") and not _has_append_hook():
-        pytest.skip("DLedger writes need the AppendHook (MmapFileStore body_pos_patch)")
     root = tmp_path / name
     shutil.copytree(FIXTURES_MQ / name, root)
     old_messages = expected(name, "messages.tsv")

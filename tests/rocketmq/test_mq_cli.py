@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import inspect
 import io
 import os
 import subprocess
@@ -123,13 +122,6 @@ def test_produce_then_consume_query_stats_and_dump(store_dir: Path, capsys: pyte
     ]
 
 
-def _has_append_hook() -> bool:
-    from dledger.store.file import MmapFileStore
-
-    return "body_pos_patch" in inspect.signature(MmapFileStore.__init__).parameters
-
-
-@pytest.mark.skipif(not _has_append_hook(), reason="DLedger writes need the AppendHook (MmapFileStore body_pos_patch)")
 def test_a_dledger_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "dl"
     rc, out, err = mq(capsys, "produce", str(root), "--mode", "dledger", "--topic", "T", "--data", "x")
