@@ -9,9 +9,9 @@ import dataclasses
 import random
 
 import pytest
-from raft_helpers import elect, ids, make_node, sent
-from sim import SIM_TIMINGS, sim_config
-from test_raft_replication import answer, done, leader_in_append_state
+from raft_helpers import ids, make_node, sent
+from sim import sim_config
+from test_raft_replication import answer, done, leader_in_append_state, throttled_pair
 
 from dledger.codes import ResponseCode
 from dledger.raft.effects import Flush, Output, ReadDone, TransferDone
@@ -187,13 +187,7 @@ def test_push_throttle_starts_more_than_dispatcher_max_pending_size_behind() -> 
     limit = 2
     paused = {}
     for behind in (limit, limit + 1):
-        timings = dataclasses.replace(SIM_TIMINGS, push_throttle=True, dispatcher_max_pending_size=limit)
-        node = make_node(n=2, timings=timings, peer_push_throttle_point=1, peer_push_quota=1)
-        elect(node)
-        node.propose(0, [b"a"])
-        (c,) = sent(node.drain(), PushEntryRequest)
-        (t,) = sent(answer(node, c, ResponseCode.INCONSISTENT_STATE, -1, -1), PushEntryRequest)
-        answer(node, t, ResponseCode.SUCCESS, 0, 0)
+        node = throttled_pair(push_throttle=True, dispatcher_max_pending_size=limit)
         node.propose(1, [b"b"] * (behind + 1))  # entries 1..behind+1: the push starts at 1
         (p,) = sent(node.drain(), PushEntryRequest)
         assert (p.first_index, node.core.store.ledger_end_index - p.first_index) == (1, behind)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from raft_helpers import elect, flush, follow, make_node, one, sent, to_node
 from sim import SIM_TIMINGS
@@ -335,18 +336,26 @@ def test_quota() -> None:
     assert not q.validate_now(6_000)
 
 
+def throttled_pair(**timings: Any) -> RaftNode:
+    """The leader of two, its follower matched at entry 0, pushes paced by a one-byte quota
+    from the first byte (``timings`` replace SIM_TIMINGS')."""
+    node = make_node(
+        n=2, timings=dataclasses.replace(SIM_TIMINGS, **timings), peer_push_throttle_point=1, peer_push_quota=1
+    )
+    elect(node)
+    node.propose(0, [b"a"])
+    (c,) = sent(node.drain(), PushEntryRequest)
+    (t,) = sent(answer(node, c, ResponseCode.INCONSISTENT_STATE, -1, -1), PushEntryRequest)
+    answer(node, t, ResponseCode.SUCCESS, 0, 0)
+    return node
+
+
 def test_push_throttle_is_a_timing_switch() -> None:
     """checkQuotaAndWait paces pushes to a follower far behind (in entries and in bytes) by
     the quota; the timings can turn it off, as the node runtime does for a memory store."""
     paused = {}
     for on in (True, False):
-        timings = dataclasses.replace(SIM_TIMINGS, push_throttle=on, dispatcher_max_pending_size=1)
-        node = make_node(n=2, timings=timings, peer_push_throttle_point=1, peer_push_quota=1)
-        elect(node)
-        node.propose(0, [b"a"])
-        (c,) = sent(node.drain(), PushEntryRequest)
-        (t,) = sent(answer(node, c, ResponseCode.INCONSISTENT_STATE, -1, -1), PushEntryRequest)
-        answer(node, t, ResponseCode.SUCCESS, 0, 0)
+        node = throttled_pair(push_throttle=on, dispatcher_max_pending_size=1)
         node.propose(1, [b"b", b"c", b"d"])
         assert [p.type for p in sent(node.drain(), PushEntryRequest)] == [PushType.APPEND]
         paused[on] = node.replicator.dispatchers["n1"].throttle_until > 1
