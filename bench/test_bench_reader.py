@@ -62,13 +62,34 @@ def _proc_cpu(pid: str) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def _ours(root: int) -> set[str]:
+    """The pids of ``root``'s descendants: the JVM this test started and the workers it forked,
+    not another session's Spark on the same machine."""
+    children: dict[str, list[str]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            continue
+        children.setdefault(ppid, []).append(pid)
+    found: set[str] = set()
+    todo = [str(root)]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def _spark_cpu() -> tuple[float, float]:
     """(JVM, Python workers) CPU seconds so far: the java process this test started, and the
     PySpark daemon and workers it forked. Shows where a Spark read spends its time."""
     jvm = py = 0.0
     if not os.path.isdir("/proc"):
         return jvm, py
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in _ours(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
