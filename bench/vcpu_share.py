@@ -13,9 +13,10 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import time
 import zlib
+
+from dledger.child_process import python_code
 
 SPINNERS = {
     "crc32": "import os, zlib\nd = os.urandom(1 << 16)\nwhile True: zlib.crc32(d)",
@@ -41,7 +42,7 @@ def main() -> None:
     for _ in range(args.trials):
         for kind, code in SPINNERS.items():
             alone = work(data, args.loops)
-            spinner = subprocess.Popen([sys.executable, "-c", code])
+            spinner = subprocess.Popen(python_code(code))
             try:
                 time.sleep(0.3)  # running before the timed part
                 beside = work(data, args.loops)

@@ -7,7 +7,9 @@ group taking writes, and stops every member (SIGTERM: flush, checkpoint, exit) o
 
 from __future__ import annotations
 
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from dledger.child_process import python_module
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -35,21 +39,10 @@ def peers_string(nodes: int, base_port: int, host: str = "127.0.0.1") -> str:
 def start_member(
     member_id: str, peers: str, store_dir: Path, group: str, extra: list[str] | None = None, log: IO[str] | None = None
 ) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dledger.cli",
-        "server",
-        "--group",
-        group,
-        "--id",
-        member_id,
-        "--peers",
-        peers,
-        "--store-dir",
-        str(store_dir),
-        *(extra or []),
-    ]
+    cmd = python_module(
+        "dledger.cli", "server", "--group", group, "--id", member_id, "--peers", peers, "--store-dir", str(store_dir)
+    )
+    cmd += extra or []
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=log if log is not None else None, text=True, start_new_session=True
     )
@@ -70,6 +63,12 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = STARTUP_TIMEOUT_S) 
     t = threading.Thread(target=read, daemon=True)
     t.start()
     t.join(timeout)
+    if not result and not t.is_alive():
+        # Its output ended: it exits (or has), and its exit code says more than None.
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
     if not result:
         raise RuntimeError(f"member pid {proc.pid} did not start (exit code {proc.poll()})")
     return result[0]
@@ -115,9 +114,17 @@ def run_local_cluster(
 
     if nodes < 1:
         raise SystemExit("--nodes must be at least 1")
+    busy = _busy_port(base_port, nodes)
+    if busy is not None:
+        print(
+            f"dledger cluster: 127.0.0.1:{busy} is in use (another group?); choose other ports with --base-port",
+            file=sys.stderr,
+        )
+        return 1
     store_dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="dledger-cluster-"))
     peers = peers_string(nodes, base_port)
     members: list[Member] = []
+    up = False
     try:
         for k in range(nodes):
             member_id = f"n{k}"
@@ -129,6 +136,7 @@ def run_local_cluster(
             members.append(Member(member_id, f"127.0.0.1:{base_port + k}", proc))
         if not _all_ready(members):
             return 1
+        up = True
         print(f"group {group!r}: {nodes} members, files under {store_dir}")
         print(f"peers: {peers}")
         with Client(peers, group, timeout=30.0) as client:
@@ -157,21 +165,41 @@ def run_local_cluster(
             print(f'     dledger append --peers "{peers}" --data hello')
         if exit_after_writes:
             return 0
-        print("Ctrl-C stops the group", flush=True)
-        stop = threading.Event()
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        while not stop.is_set():
-            for m in members:
-                if m.proc.poll() is not None:
-                    print(f"member {m.id} (pid {m.proc.pid}) exited with {m.proc.returncode}", flush=True)
-                    members.remove(m)
-                    break
-            stop.wait(0.5)
+        _serve_until_stopped(members)
         return 0
     finally:
         stop_members([m.proc for m in members])
+        if directory is None and not up:
+            # A group that never came up left nothing worth keeping in the directory we made.
+            shutil.rmtree(store_dir, ignore_errors=True)
         print("stopped", flush=True)
+
+
+def _serve_until_stopped(members: list[Member]) -> None:
+    """Until Ctrl-C or SIGTERM; a member that exits is reported and dropped from ``members``."""
+    print("Ctrl-C stops the group", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.is_set():
+        for m in members:
+            if m.proc.poll() is not None:
+                print(f"member {m.id} (pid {m.proc.pid}) exited with {m.proc.returncode}", flush=True)
+                members.remove(m)
+                break
+        stop.wait(0.5)
+
+
+def _busy_port(base_port: int, nodes: int) -> int | None:
+    """The first of the group's ports something else holds (bound as the members will bind)."""
+    for port in range(base_port, base_port + nodes):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return port
+    return None
 
 
 def _show_messages(peers: str, group: str, count: int) -> None:

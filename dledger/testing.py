@@ -14,7 +14,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dledger.child_process import python_module
 from dledger.client import Client
 from dledger.cluster import wait_ready
 
@@ -93,6 +93,15 @@ def free_ports(n: int) -> list[int]:
             if len(ports) == n:
                 return ports
     raise RuntimeError(f"no {n} free ports on 127.0.0.1")
+
+
+def consecutive_free_ports(n: int) -> int:
+    """A base port with the ``n`` ports from it free now (``dledger cluster --base-port``)."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        if all(_bindable(base + k) for k in range(1, n)):
+            return base
+    raise RuntimeError(f"no run of {n} free ports on 127.0.0.1")
 
 
 # A scrape's samples by (name, labels).
@@ -256,21 +265,10 @@ class TestCluster:
     def start(self, member: str) -> None:
         log = self.root / f"{member}.log"
         self.logs[member] = log
-        cmd = [
-            sys.executable,
-            "-m",
-            "dledger.cli",
-            "server",
-            "--group",
-            self.group,
-            "--id",
-            member,
-            "--peers",
-            self.view(member),
-            "--store-dir",
-            str(self.store_dir(member)),
-            *self.extra,
-        ]
+        cmd = python_module(
+            "dledger.cli", "server", "--group", self.group, "--id", member, "--peers", self.view(member)
+        )
+        cmd += ["--store-dir", str(self.store_dir(member)), *self.extra]
         with open(log, "a") as f:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=f, text=True, start_new_session=True)
         self.procs[member] = proc

@@ -6,6 +6,7 @@ import base64
 import datetime
 import ipaddress
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dledger.testing import TestCluster, free_ports
+from dledger.testing import TestCluster, consecutive_free_ports, free_ports
 
 
 def dledger(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -94,16 +95,74 @@ def test_a_server_config_that_cannot_work_is_one_line_and_no_server(tmp_path: Pa
 
 
 def test_cluster_whose_port_is_taken_fails_in_a_line(tmp_path: Path):
-    port = free_ports(1)[0]
+    port = consecutive_free_ports(2)
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", port))
+        taken.bind(("127.0.0.1", port + 1))
         taken.listen(1)
         res = dledger(
-            "cluster", "--nodes", "1", "--base-port", str(port), "--dir", str(tmp_path), "--exit-after-writes",
+            "cluster", "--nodes", "2", "--base-port", str(port), "--dir", str(tmp_path), "--exit-after-writes",
             check=False,
         )  # fmt: skip
-    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
-    assert "address already in use" in res.stderr and "did not start" in res.stderr
+    assert res.returncode == 1 and res.stdout == "", res.stdout
+    assert res.stderr.splitlines() == [
+        f"dledger cluster: 127.0.0.1:{port + 1} is in use (another group?); choose other ports with --base-port"
+    ]
+
+
+def console_script() -> str:
+    """The environment's ``dledger`` console script, as a user runs it (not ``python -m``)."""
+    path = Path(sys.executable).with_name("dledger")
+    assert path.is_file(), f"no console script beside {sys.executable}: install the package"
+    return str(path)
+
+
+SHADOW = "raise ImportError('imported the dledger/ of the working directory')\n"
+
+
+@pytest.mark.timeout(180)
+def test_first_command_from_a_directory_that_shadows_the_package(tmp_path: Path):
+    # The README's first command runs in the clone, whose dledger/ has no built extension: the
+    # members must import the installed package, not the working directory's.
+    clone = tmp_path / "clone"
+    (clone / "dledger").mkdir(parents=True)
+    (clone / "dledger" / "__init__.py").write_text(SHADOW)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    port = consecutive_free_ports(3)
+    res = subprocess.run(
+        [console_script(), "cluster", "--nodes", "3", "--base-port", str(port), "--exit-after-writes"],
+        cwd=clone,
+        env=dict(os.environ, TMPDIR=str(temp)),
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert res.returncode == 0 and "working directory" not in res.stderr, res.stderr
+    assert res.stdout.count("listening on") == 3 and "appended index 2" in res.stdout
+
+
+# Starts the supervisor, refuses to start a member: a try that fails after the temp dir is made.
+MEMBERS_FAIL = "import os, sys\nif 'server' in sys.argv:\n    os._exit(3)\n"
+
+
+@pytest.mark.timeout(120)
+def test_failed_cluster_leaves_no_temporary_directory(tmp_path: Path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(MEMBERS_FAIL)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    port = consecutive_free_ports(2)
+    res = subprocess.run(
+        [console_script(), "cluster", "--nodes", "2", "--base-port", str(port), "--exit-after-writes"],
+        cwd=tmp_path,
+        env=dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert res.returncode == 1 and "did not start (exit code 3)" in res.stderr, res.stderr
+    assert list(temp.iterdir()) == []
 
 
 def test_get_out_of_range(tmp_path: Path):

@@ -4,7 +4,6 @@ RocketMQ's option names, and `dledger cluster --message-store`."""
 from __future__ import annotations
 
 import select
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.rocketmq.broker.message_service import message_store_config
 from dledger.rocketmq.store.dledger_commitlog import dledger_config_for
-from dledger.testing import FAST, TestCluster, free_ports
+from dledger.testing import FAST, TestCluster, consecutive_free_ports
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -209,25 +208,6 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     assert out.returncode == 1 and out.stdout == "" and "queue id 9" in out.stderr
 
 
-def consecutive_free_ports(n: int) -> int:
-    """A base port with the n ports from it free now (`dledger cluster` takes base, base+1...)."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        socks = []
-        try:
-            for k in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + k))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no run of free ports")
-
-
 def test_local_cluster_with_message_store(tmp_path: Path):
     port = consecutive_free_ports(3)
     out = subprocess.run(
@@ -316,3 +296,4 @@ def test_produce_sends_lines_as_they_come_and_a_retry_topic_line_by_line(cluster
     res = mq("produce", "--peers", cluster.peers, "--topic", "%RETRY%readers", "--stdin", stdin="a\nb\n")
     assert res.returncode == 0, res.stderr
     assert [line.split("\t")[0] for line in res.stdout.splitlines()] == ["SEND_OK", "SEND_OK"]
+
