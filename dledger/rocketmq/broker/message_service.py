@@ -178,7 +178,7 @@ class MessageService:
     request_codes = MESSAGE_REQUEST_CODES
 
     def __init__(self, config: DLedgerConfig, address: str) -> None:
-        from dledger.rocketmq.store.message_store import MessageStore
+        from dledger.rocketmq.store.message_store import MessageStore, StoreLockedError
 
         self.config = config
         self.address = address
@@ -191,7 +191,17 @@ class MessageService:
             return _NodeAppender(dstore)
 
         # Dispatch runs on the member's loop (bind), not in a thread of the store's own.
-        self.store: MessageStore = MessageStore(self.root, self.store_config, appender=appender, dispatch_thread=False)
+        try:
+            self.store: MessageStore = MessageStore(
+                self.root, self.store_config, appender=appender, dispatch_thread=False
+            )
+        except StoreLockedError:
+            # Members sharing one --store-dir, as a first try often has them: say so in one line.
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"{self.root} is open in another process (a member with the same --store-dir?): "
+                "a message-store member needs a store directory of its own",
+            ) from None
         if not opened:
             self.store.close()
             raise DLedgerError(

@@ -72,6 +72,10 @@ DLEDGER = "dledger"
 LONG_MAX = (1 << 63) - 1
 
 
+class StoreLockedError(RuntimeError):
+    """Another open store (in this process or another) holds the root's lock file."""
+
+
 def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None]:
     """``(mode, dledger self id)`` from what is on disk, else from the config."""
     ids = sorted(p.name[len("dledger-") :] for p in root.glob("dledger-*") if p.is_dir()) if root.is_dir() else []
@@ -131,7 +135,7 @@ class MessageStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RuntimeError(
+            raise StoreLockedError(
                 f"{self.root}: another writer has this store open, in this process or another (lock failed)"
             ) from None
         os.pwrite(fd, b"lock", 0)

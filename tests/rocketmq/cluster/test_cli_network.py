@@ -297,3 +297,19 @@ def test_produce_sends_lines_as_they_come_and_a_retry_topic_line_by_line(cluster
     assert res.returncode == 0, res.stderr
     assert [line.split("\t")[0] for line in res.stdout.splitlines()] == ["SEND_OK", "SEND_OK"]
 
+
+def test_message_store_members_sharing_a_store_dir_are_refused_in_a_line(tmp_path: Path):
+    # The README's first try at a service: every member given the same --store-dir.
+    group = TestCluster(tmp_path, size=2, extra=[*FAST, "--message-store"], proxied=False)
+    try:
+        group.start("n0")
+        with pytest.raises(RuntimeError, match="did not start"):
+            group.start("n1")
+        err = group.logs["n1"].read_text().splitlines()
+        assert err == [
+            f"dledger: UNEXPECTED_ARGUMENT(411): {tmp_path} is open in another process (a member with the same "
+            "--store-dir?): a message-store member needs a store directory of its own"
+        ]
+        assert group.procs["n1"].wait(10) == 2
+    finally:
+        group.close()
