@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dledger.client_options import add_security_options, security_kwargs
+from dledger.client_options import add_security_options, client_kwargs, security_kwargs
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 
@@ -157,7 +157,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 def _client(args: argparse.Namespace) -> Any:
     from dledger.client import Client
 
-    return Client(args.peers, args.group, timeout=args.timeout, **security_kwargs(args))
+    return Client(args.peers, args.group, **client_kwargs(args))
 
 
 def _remote(what: str, args: argparse.Namespace) -> int:
@@ -530,11 +530,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ~0.1 s of CPU in each process (perf: blas_thread_server in every member). Before numpy
     # is imported, and only in this process and its children (an embedding app is untouched).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
     try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        )
         return int(args.func(args))
     except DLedgerError as exc:
         from dledger.codes import ResponseCode
@@ -544,6 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             hint = "; name a group the members serve with --group"
         print(f"dledger: {exc}{hint}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C (a command waiting on a group, on standard input): no traceback, the shell's
+        # code for it.
+        return 130
     except BrokenPipeError:
         return 0
     except OSError as exc:

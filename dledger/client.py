@@ -18,7 +18,7 @@ import logging
 import random
 import ssl as ssl_module
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -212,9 +212,13 @@ class AsyncClient:
         ssl: ssl_module.SSLContext | None = None,
         timeout: float = 10.0,
         request_timeout: float = 3.0,
+        refused_grace: float | None = None,
     ) -> None:
         """``group`` None: the group the members serve, found on the first call (each member
-        must serve exactly one, the same; see ``discover_group``)."""
+        must serve exactly one, the same; see ``discover_group``). ``refused_grace``: a call
+        gives up after this many seconds in which every member refused the connection (nothing
+        listens at any address: the command line's case); None: retried until ``timeout``, as
+        members that are restarting refuse for a while."""
         self.peers = parse_peers(peers) if isinstance(peers, str) else dict(peers)
         if not self.peers:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
@@ -222,6 +226,8 @@ class AsyncClient:
         self._tls = ssl is not None
         self.timeout = timeout
         self.request_timeout = request_timeout
+        self.refused_grace = refused_grace
+        self._refused_since: float | None = None
         self._rpc = RpcClient(secret=secret, ssl=ssl, timeout=request_timeout)
         self._leader: str | None = None
         self._order = list(self.peers)
@@ -259,7 +265,7 @@ class AsyncClient:
             answers = await asyncio.gather(*(self._metadata_of(a, None) for a in self.peers.values()))
             if any(r.code != ResponseCode.NETWORK_ERROR for r in answers) or loop.time() >= deadline:
                 break
-            if self.all_refuse_authentication():
+            if self.all_refuse_authentication() or self._refused_long_enough():
                 break
             await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
         groups: dict[str, list[str]] = {}
@@ -278,12 +284,7 @@ class AsyncClient:
             self.group = next(iter(groups))
             return self.group
         if not groups:
-            what = (
-                "no member accepts this client's shared secret"
-                if self.all_refuse_authentication()
-                else f"no member answered within {self.timeout:g}s"
-            )
-            raise DLedgerError(ResponseCode.NETWORK_ERROR, f"{what}: " + "; ".join(failures))
+            raise DLedgerError(ResponseCode.NETWORK_ERROR, f"{self._none_answered()}:" + _each_line(failures))
         shown = "; ".join(f"{g} on {', '.join(ms)}" for g, ms in sorted(groups.items()))
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the members serve different groups ({shown}): name one")
 
@@ -297,6 +298,24 @@ class AsyncClient:
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("this client was first used in another event loop: make one client per loop")
+
+    def _refused_long_enough(self) -> bool:
+        """Every member has refused the connection for ``refused_grace`` seconds."""
+        if self.refused_grace is None or not all(self._rpc.refuses_connection(a) for a in self.peers.values()):
+            self._refused_since = None
+            return False
+        now = asyncio.get_running_loop().time()
+        if self._refused_since is None:
+            self._refused_since = now
+        return now - self._refused_since >= self.refused_grace
+
+    def _none_answered(self) -> str:
+        """Why no member answered, before each member's line."""
+        if self.all_refuse_authentication():
+            return "no member accepts this client's shared secret"
+        if self._refused_long_enough():
+            return "no member is listening (each refused the connection)"
+        return f"no member answered within {self.timeout:g}s"
 
     def all_refuse_authentication(self) -> bool:
         """Every member refused our shared secret (or asked for one we lack): no retry helps,
@@ -367,7 +386,7 @@ class AsyncClient:
             if code_enum in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
                 self._leader = None  # ask around
             attempt += 1
-            if loop.time() >= deadline or self.all_refuse_authentication():
+            if loop.time() >= deadline or self.all_refuse_authentication() or self._refused_long_enough():
                 return self._gave_up(last or resp, answers)
             if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
                 # Short and capped: during an election the answer changes within ~100 ms, and a
@@ -382,12 +401,10 @@ class AsyncClient:
         silent = (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT)
         if last.code not in (*silent, ResponseCode.NOT_LEADER):
             return last
-        said = "; ".join(f"{m} ({self.peers[m]}): {answers[m][1] if m in answers else 'not asked'}" for m in self.peers)
+        said = _each_line(f"{m} ({a}): {answers[m][1] if m in answers else 'not asked'}" for m, a in self.peers.items())
         none = all(m in answers and answers[m][0] in silent for m in self.peers)
-        if self.all_refuse_authentication():
-            return Response(last.code, last.body, f"no member accepts this client's shared secret: {said}")
-        what = "no member answered" if none else "no leader found"
-        return Response(last.code, last.body, f"{what} within {self.timeout:g}s: {said}")
+        what = self._none_answered() if none else f"no leader found within {self.timeout:g}s"
+        return Response(last.code, last.body, f"{what}:{said}")
 
     async def append(self, body: bytes) -> AppendResult:
         resp = (await self._leader_call(RequestCode.APPEND, AppendRequest([bytes(body)]).to_wire())).check()
@@ -628,6 +645,11 @@ class Client(Blocking):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _each_line(parts: Iterable[str]) -> str:
+    """One line per member, indented under the line that says what failed."""
+    return "".join(f"\n  {p}" for p in parts)
 
 
 def _chunks(bodies: Sequence[bytes]) -> list[tuple[list[bytes], np.ndarray]]:

@@ -26,3 +26,14 @@ def security_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
         kwargs["ssl"] = make_client_context(args.tls_ca, cert, key)
     return kwargs
+
+
+# Every member refused the connection (none started, a wrong port): a command says so within
+# about a second rather than retrying until --timeout, as a program waiting out a restart would.
+REFUSED_GRACE_S = 0.5
+
+
+def client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of a command's client: --timeout, the security options, and the
+    command line's short patience with a group where nothing listens."""
+    return {"timeout": args.timeout, "refused_grace": REFUSED_GRACE_S, **security_kwargs(args)}

@@ -657,6 +657,7 @@ class _Endpoint:
     attempts: int = 0  # all connection attempts, for tests and metrics
     retry_at: float = 0.0
     last_error: DLedgerError | None = None
+    refused: bool = False  # the last attempt was refused: nothing listens at the address
 
 
 class RpcClient:
@@ -799,6 +800,12 @@ class RpcClient:
         ep = self._endpoints.get(addr)
         return ep is not None and ep.conn is None and isinstance(ep.last_error, auth.AuthenticationError)
 
+    def refuses_connection(self, addr: str) -> bool:
+        """The last attempt to connect to ``addr`` was refused (ECONNREFUSED: nothing listens
+        there now), and no connection is up."""
+        ep = self._endpoints.get(addr)
+        return ep is not None and ep.conn is None and ep.refused
+
     def _failed(self, addr: str, ep: _Endpoint, error: DLedgerError, delay: float | None = None) -> None:
         """A connection attempt failed: the next waits a growing, jittered delay."""
         ep.failures += 1
@@ -847,6 +854,7 @@ class RpcClient:
     async def _connect(self, addr: str, ep: _Endpoint) -> _ClientConnection:
         loop = asyncio.get_running_loop()
         ep.attempts += 1
+        ep.refused = False
         conn: _ClientConnection | None = None
         try:
             host, port = parse_addr(addr)
@@ -869,6 +877,7 @@ class RpcClient:
             except asyncio.TimeoutError:
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, f"connecting to {addr} timed out") from None
             except (OSError, EOFError) as e:  # refused, unreachable, TLS verification (ssl.SSLError is an OSError)
+                ep.refused = isinstance(e, ConnectionRefusedError)
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, f"cannot connect to {addr}: {e}") from None
         except BaseException as e:
             if conn is not None:
@@ -883,6 +892,7 @@ class RpcClient:
             raise DLedgerError(ResponseCode.NETWORK_ERROR, "client closed")
         ep.failures = 0
         ep.last_error = None
+        ep.refused = False
         ep.conn = conn
         if self.on_connect is not None:
             try:

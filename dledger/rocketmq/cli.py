@@ -129,9 +129,9 @@ def _where(args: argparse.Namespace) -> bool:
 
 
 def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from dledger.client_options import security_kwargs
+    from dledger.client_options import client_kwargs
 
-    return {"timeout": args.timeout, **security_kwargs(args)}
+    return client_kwargs(args)
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -143,7 +143,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     # Read as they come (a `tail -f` upstream is sent as it writes), not all before the first.
     source: Iterator[tuple[int | None, bytes]]
     if args.stdin:
-        source = ((n, b) for n, line in enumerate(sys.stdin.buffer, 1) if (b := _line_body(line)))
+        source = ((n, b) for n, line in enumerate(_stdin_lines(), 1) if (b := _line_body(line)))
     else:
         source = iter([(None, args.data.encode("utf-8"))])
     lines = _LineReader(source)
@@ -170,6 +170,20 @@ def cmd_produce(args: argparse.Namespace) -> int:
             print(f"{status}\t{result.msg_id}\t{args.queue}\t{result.queue_offset}\t{result.phys_offset}", flush=True)
         store.flush()
     return 1 if failed else 0
+
+
+def _stdin_lines() -> Iterator[bytes]:
+    """Standard input's lines, read from its file descriptor: the reader thread must not hold
+    sys.stdin.buffer's lock, or the interpreter's shutdown after Ctrl-C aborts on it (Fatal
+    Python error: _enter_buffered_busy)."""
+    fd = sys.stdin.fileno()
+    rest = b""
+    while chunk := os.read(fd, 1 << 16):
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+    if rest:
+        yield rest
 
 
 def _line_body(line: bytes) -> bytes:
@@ -469,6 +483,10 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
+        except KeyboardInterrupt:
+            # Ctrl-C: what was acknowledged is printed already; stores and clients closed on the
+            # way here. No traceback.
+            return 130
         except BrokenPipeError:
             # `dledger mq dump DIR | head`: the reader has what it wanted. Nothing more is written
             # (the interpreter's last flush would fail on the closed pipe too).

@@ -105,6 +105,7 @@ class AsyncConsumer:
         ssl: ssl_module.SSLContext | None = None,
         timeout: float = 10.0,
         request_timeout: float = 3.0,
+        refused_grace: float | None = None,
     ) -> None:
         if read_from not in (LEADER, FOLLOWER):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"read_from {read_from!r}: want leader or follower")
@@ -114,7 +115,13 @@ class AsyncConsumer:
         if why is not None:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, why)
         self.client = AsyncClient(
-            peers, dledger_group, secret=secret, ssl=ssl, timeout=timeout, request_timeout=request_timeout
+            peers,
+            dledger_group,
+            secret=secret,
+            ssl=ssl,
+            timeout=timeout,
+            request_timeout=request_timeout,
+            refused_grace=refused_grace,
         )
         self.group = group
         self.topic = topic

@@ -82,9 +82,16 @@ class AsyncProducer:
         ssl: ssl_module.SSLContext | None = None,
         timeout: float = 10.0,
         request_timeout: float = 3.0,
+        refused_grace: float | None = None,
     ) -> None:
         self.client = AsyncClient(
-            peers, group, secret=secret, ssl=ssl, timeout=timeout, request_timeout=request_timeout
+            peers,
+            group,
+            secret=secret,
+            ssl=ssl,
+            timeout=timeout,
+            request_timeout=request_timeout,
+            refused_grace=refused_grace,
         )
         self.selector = selector
         self._queue_nums: dict[str, int] = {}
