@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -262,3 +263,42 @@ def test_stream_restart_resumes_from_checkpoint(spark: SparkSession, tmp_path: P
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r["index"] for r in rows) == list(range(181))  # each entry exactly once
     assert all(r.body == body_of(r["index"]) for r in rows)
+
+
+# A user's script: a plain local session, then register(); no PYSPARK_PYTHON.
+WORKERS_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+from dledger.spark import register
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+spark.sparkContext.setLogLevel("OFF")
+register(spark)
+print("rows", spark.read.format("dledger").load(sys.argv[1]).count())
+spark.stop()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_register_points_local_workers_at_this_python(tmp_path: Path) -> None:
+    # The python3 first on PATH is not the one with dledger and pyarrow (a virtualenv run by
+    # its path, not activated): workers started with it fail.
+    decoy = tmp_path / "bin"
+    decoy.mkdir()
+    (decoy / "python3").write_text("#!/bin/sh\necho 'the python3 on PATH ran' >&2\nexit 1\n")
+    (decoy / "python3").chmod(0o755)
+    node = tmp_path / "dledger-n0"
+    with MmapFileStore(node, start_services=False) as store:
+        store.append_batch([b"a", b"b", b"c", b"d", b"e"], 0)
+        store.update_committed_index(0, store.ledger_end_index)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = os.pathsep.join([str(decoy), env.get("PATH", "")])
+    res = subprocess.run(
+        [sys.executable, "-c", WORKERS_SCRIPT, str(node)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert res.returncode == 0 and "rows 5" in res.stdout, res.stderr[-3000:]

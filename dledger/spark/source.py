@@ -492,7 +492,29 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
 def register(spark: Any, pushdown: bool = True) -> None:
     """Register the data source and, with ``pushdown``, turn on Spark's filter pushdown for
     Python data sources (``spark.sql.python.filterPushdown.enabled``) so that ``index`` and
-    ``term`` filters prune partitions."""
+    ``term`` filters prune partitions. In a local session with neither ``PYSPARK_PYTHON`` nor
+    ``spark.pyspark.python`` set, Spark's Python workers run this interpreter (see
+    ``_workers_run_this_python``)."""
+    _workers_run_this_python(spark)
     spark.dataSource.register(DLedgerDataSource)
     if pushdown:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def _workers_run_this_python(spark: Any) -> None:
+    """Without ``PYSPARK_PYTHON``, Spark starts its Python workers as ``python3`` from PATH: run
+    from a virtualenv not activated, that interpreter lacks pyarrow and dledger. A local
+    session's workers run on this machine, so they get this interpreter. The data source takes
+    the context's interpreter when it is registered, hence here, before. Other masters' workers
+    run elsewhere, where this path may not exist: theirs is the deployment's to set."""
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: the server starts the workers
+        return
+    if sc.getConf().get("spark.pyspark.python") or not str(sc.master).startswith("local"):
+        return
+    if sc.pythonExec != sys.executable:
+        log.info("Spark's Python workers run %s (PYSPARK_PYTHON is unset)", sys.executable)
+        sc.pythonExec = sys.executable
