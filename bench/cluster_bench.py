@@ -29,6 +29,23 @@ from dledger.testing import TestCluster, free_ports
 
 # The baseline's member, run as a script so the bench works from any directory.
 PEER_SCRIPT = str(Path(__file__).with_name("pysyncobj_peer.py"))
+PYSYNCOBJ_MISSING = (
+    "PySyncObj, the cluster benchmarks' baseline, is not installed: install the bench extra, "
+    "pip install -e '.[dev,bench]'"
+)
+
+
+class BaselineMissing(RuntimeError):
+    """The baseline a benchmark runs beside is not installed."""
+
+
+def require_pysyncobj() -> None:
+    """Raise BaselineMissing, naming the extra to install, unless PySyncObj imports."""
+    try:
+        import pysyncobj  # noqa: F401
+    except ImportError:
+        raise BaselineMissing(PYSYNCOBJ_MISSING) from None
+
 
 # The documented low-latency profile: 50 ms heartbeats (a dead leader is noticed after
 # 150 ms), 20-80 ms vote intervals, DLedger's hard-coded waits scaled to a tenth.
@@ -131,6 +148,7 @@ def pysyncobj_sync_latency(count: int = 2000, body_size: int = 100) -> tuple[flo
 
 def _pysyncobj_run(driver_args: list[str], member_args: list[str] | None = None) -> dict[str, Any]:
     """Three PySyncObj members on 127.0.0.1; the driver's JSON report."""
+    require_pysyncobj()  # else its members die with an ImportError and this with CalledProcessError
     ports = free_ports(3)
     addrs = [f"127.0.0.1:{p}" for p in ports]
     common = list(member_args or [])

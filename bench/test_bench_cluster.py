@@ -36,6 +36,17 @@ ROUNDS = 3 if FULL else 1
 pytestmark = pytest.mark.timeout(1800)
 
 
+@pytest.fixture
+def pysyncobj() -> None:
+    """Every figure here is beside PySyncObj's: without it, say which extra to install (at once,
+    before our side runs)."""
+    try:
+        cb.require_pysyncobj()
+    except cb.BaselineMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.mark.usefixtures("pysyncobj")
 @pytest.mark.parametrize("size", [100, 1024])
 def test_committed_throughput(benchmark, size: int) -> None:
     benchmark.group = f"committed appends, {size} B bodies"
@@ -68,6 +79,7 @@ def _ms(pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(round(a * 1e3, 2), round(b * 1e3, 2)) for a, b in pairs]
 
 
+@pytest.mark.usefixtures("pysyncobj")
 def test_sync_append_latency(benchmark) -> None:
     benchmark.group = "synchronous append latency"
     runs: list[tuple[float, float]] = []
