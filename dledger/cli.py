@@ -1,4 +1,4 @@
-"""The ``dledger`` console script."""
+"""The ``dledger`` console script: its commands and their options (``dledger --help``)."""
 
 from __future__ import annotations
 
@@ -427,25 +427,32 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return 130
 
 
+DESCRIPTION = (
+    "dledger: a Raft-replicated commitlog store, on disk as Apache RocketMQ's DLedger. Inspect and "
+    "verify store directories, run a member or a local group, talk to a running group, and use "
+    "RocketMQ's message store on top (mq)."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dledger", description=__doc__)
+    p = argparse.ArgumentParser(prog="dledger", description=DESCRIPTION)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("dump", help="print the entries of a node directory (read-only)")
     d.add_argument("dir", help="node directory (holds data/ and index/)")
     d.add_argument("--digest", action="store_true", help="fixture format: index term pos body_len sha256[:16]")
-    d.add_argument("--from", dest="from_", type=int, default=None, help="first index")
-    d.add_argument("--to", type=int, default=None, help="last index (inclusive)")
+    d.add_argument("--from", dest="from_", type=int, default=None, metavar="INDEX", help="first index")
+    d.add_argument("--to", type=int, default=None, metavar="INDEX", help="last index (inclusive)")
     d.add_argument("--json", action="store_true", help="one JSON object per line")
     d.set_defaults(func=cmd_dump)
 
     v = sub.add_parser("verify", help="check every entry; exit 1 with one line per problem")
-    v.add_argument("dir")
+    v.add_argument("dir", help="node directory (holds data/ and index/)")
     v.set_defaults(func=cmd_verify)
 
     a = sub.add_parser("append", help="append entries to a node directory (created if missing)")
-    a.add_argument("dir", nargs="?", default=None)
+    a.add_argument("dir", nargs="?", default=None, help="node directory (created if missing), or --peers")
     a.add_argument("--peers", default=None, help='members of a running group, "n0-host:port;n1-host:port"')
     _add_remote_options(a, peers=False)
     a.add_argument("--term", type=int, default=None, help="term of the entries (default: the ledger end term)")
@@ -455,22 +462,24 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_append)
 
     g = sub.add_parser("get", help="print the body of one entry")
-    g.add_argument("dir", nargs="?", default=None)
+    g.add_argument("dir", nargs="?", default=None, help="node directory (read-only), or --peers")
     g.add_argument("--peers", default=None, help='members of a running group, "n0-host:port;n1-host:port"')
     _add_remote_options(g, peers=False)
-    g.add_argument("-i", "--index", type=int, required=True)
-    g.add_argument("--json", action="store_true")
+    g.add_argument("-i", "--index", type=int, required=True, help="index of the entry")
+    g.add_argument(
+        "--json", action="store_true", help="index, term, pos and the body in base64 as JSON (default: the body)"
+    )
     g.set_defaults(func=cmd_get)
 
     b = sub.add_parser("bench", help="measure the store (or the message store) beside its baselines")
     b.add_argument("what", choices=["store", "mq"], help="store: the entry store; mq: the RocketMQ message store")
-    b.add_argument("--quick", action="store_true", help="small sizes; finishes in a minute or two")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--quick", action="store_true", help="small sizes; finishes in about ten seconds")
+    b.add_argument("--json", action="store_true", help="the figures as a JSON list")
     b.set_defaults(func=cmd_bench)
 
     st = sub.add_parser("status", help="every member's role, term, leader and indexes")
     _add_remote_options(st)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="a JSON list of the members' rows")
     st.set_defaults(func=cmd_status)
 
     tl = sub.add_parser("transfer-leader", help="hand leadership to another member")

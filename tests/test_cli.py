@@ -576,3 +576,41 @@ def test_the_cli_parser_does_not_load_numpy_or_the_message_store() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_help_says_what_each_command_and_option_is():
+    top = dledger("--help").stdout
+    assert "``" not in top and "Raft-replicated commitlog store" in top
+    assert "--from INDEX" in dledger("dump", "--help").stdout
+    assert "finishes in about ten seconds" in dledger("bench", "--help").stdout
+    produce = dledger("mq", "produce", "--help").stdout
+    assert "status, msg id, queue id, queue offset" in " ".join(produce.split())
+    import argparse
+
+    from dledger.cli import build_parser
+
+    def undocumented(p: argparse.ArgumentParser, name: str) -> Iterator[str]:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, sp in action.choices.items():
+                    yield from undocumented(sp, f"{name} {sub}")
+            elif action.help is None:
+                yield f"{name} {'/'.join(action.option_strings) or action.dest}"
+
+    assert list(undocumented(build_parser(), "dledger")) == []
+
+
+def test_verify_and_dump_on_a_store_root_point_at_the_node_directory(tmp_path: Path):
+    dledger("append", str(tmp_path / "dledger-n0"), "--data", "x")
+    for command in ("verify", "dump"):
+        res = dledger(command, str(tmp_path), check=False)
+        assert res.returncode == 2 and res.stderr.rstrip().endswith(
+            "point at the dledger-<id> directory (here: dledger-n0)"
+        ), res.stderr
+
+
+def test_mq_produce_json_names_its_fields(tmp_path: Path):
+    out = dledger("mq", "produce", str(tmp_path / "s"), "--topic", "T", "--stdin", "--json", stdin="a\nb\n").stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["status"], r["queue_id"], r["queue_offset"]) for r in rows] == [("PUT_OK", 0, 0), ("PUT_OK", 0, 1)]
+    assert rows[0]["phys_offset"] == 0 and rows[1]["phys_offset"] > 0 and len(rows[0]["msg_id"]) == 32

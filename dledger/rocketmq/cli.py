@@ -16,6 +16,7 @@ runs it on its own (``python -m dledger.rocketmq.cli produce ...``).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import queue
@@ -167,7 +168,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 failed += 1
                 _refusal(line, status, getattr(result, "reason", ""))
                 continue
-            print(f"{status}\t{result.msg_id}\t{args.queue}\t{result.queue_offset}\t{result.phys_offset}", flush=True)
+            _print_stored(args, status, result.msg_id, args.queue, result.queue_offset, phys_offset=result.phys_offset)
+            sys.stdout.flush()
         store.flush()
     return 1 if failed else 0
 
@@ -184,6 +186,18 @@ def _stdin_lines() -> Iterator[bytes]:
             yield line + b"\n"
     if rest:
         yield rest
+
+
+def _print_stored(
+    args: argparse.Namespace, status: str, msg_id: str, queue_id: int, queue_offset: int, **last: object
+) -> None:
+    """One stored message: a TSV line (columns in ``produce --help``) or, with --json, an object."""
+    if args.json:
+        print(
+            json.dumps({"status": status, "msg_id": msg_id, "queue_id": queue_id, "queue_offset": queue_offset, **last})
+        )
+    else:
+        print(f"{status}\t{msg_id}\t{queue_id}\t{queue_offset}\t{next(iter(last.values()))}")
 
 
 def _line_body(line: bytes) -> bytes:
@@ -230,7 +244,7 @@ def _produce_remote(args: argparse.Namespace, lines: _LineReader) -> int:
                     failed += 1
                     _refusal(line, r.status, r.reason)
                     continue
-                print(f"{r.status}\t{r.msg_id}\t{r.queue_id}\t{r.queue_offset}\t{r.offset_msg_id}", flush=False)
+                _print_stored(args, r.status, r.msg_id, r.queue_id, r.queue_offset, offset_msg_id=r.offset_msg_id)
             sys.stdout.flush()  # each batch's lines as it is acknowledged
     return 1 if failed else 0
 
@@ -547,7 +561,13 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     )
     sub = mq.add_subparsers(dest="mq_command", required=True)
 
-    p = sub.add_parser("produce", help="store messages (creates a store in a missing or empty DIR)")
+    p = sub.add_parser(
+        "produce",
+        help="store messages (creates a store in a missing or empty DIR)",
+        description="Store messages in DIR or send them to --peers. Prints one line per stored message, "
+        "tab-separated: status, msg id, queue id, queue offset, and the commit-log offset (DIR) or the "
+        "offset msg id (--peers); --json prints them as named fields.",
+    )
     p.add_argument("dir", nargs="?", help="store root")
     _add_network_options(p)
     p.add_argument("--topic", required=True, help="topic of the messages")
@@ -570,6 +590,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="the body of one message")
     src.add_argument("--stdin", action="store_true", help="each line of standard input is one message")
+    p.add_argument("--json", action="store_true", help="one JSON object per stored message, its fields named")
     p.set_defaults(func=_guard(cmd_produce))
 
     c = sub.add_parser("consume", help="print messages of a queue from an offset (read-only)")

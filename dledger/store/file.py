@@ -38,6 +38,7 @@ from dledger.store.layout import (
     check_one_size,
     is_store_dir,
     list_segments,
+    not_a_node_dir,
     read_checkpoint,
     segment_size_of,
     write_checkpoint,
@@ -153,11 +154,7 @@ class MmapFileStore:
         if is_store_dir(self.path):
             return
         if self.path.is_dir() and any(self.path.iterdir()):
-            raise DLedgerError(
-                ResponseCode.UNEXPECTED_ARGUMENT,
-                f"{self.path} is not a dledger node directory (no data/, index/ or checkpoint); "
-                "point at the dledger-<id> directory",
-            )
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, not_a_node_dir(self.path))
         if self.readonly or not create:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{self.path}: no dledger store here")
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -78,6 +78,16 @@ def is_store_dir(path: Path) -> bool:
     return (path / DATA_DIR).is_dir() or (path / INDEX_DIR).is_dir() or (path / CHECK_POINT_FILE).is_file()
 
 
+def not_a_node_dir(path: Path) -> str:
+    """What to say of a directory that is no node directory (a store root, say): where to point."""
+    nodes = sorted(p.name for p in path.glob("dledger-*") if is_store_dir(p)) if path.is_dir() else []
+    here = f" (here: {', '.join(nodes)})" if nodes else ""
+    return (
+        f"{path} is not a dledger node directory (no data/, index/ or checkpoint); "
+        f"point at the dledger-<id> directory{here}"
+    )
+
+
 # -- checkpoint -----------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from dledger.store.layout import (
     INDEX_DIR,
     INDEX_DTYPE,
     INDEX_UNIT_SIZE,
+    not_a_node_dir,
     read_checkpoint,
     read_index_units,
     segment_size_of,
@@ -59,7 +60,7 @@ def verify_store(node_dir: str | Path, progress: Callable[[int], None] | None = 
     root = Path(node_dir)
     data_dir, index_dir = root / DATA_DIR, root / INDEX_DIR
     if not data_dir.is_dir():
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{root}: not a dledger node directory (no data/)")
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, not_a_node_dir(root))
     problems: list[Problem] = []
     data_size = segment_size_of(data_dir)
     index_size = segment_size_of(index_dir)
