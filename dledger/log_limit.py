@@ -1,5 +1,6 @@
-"""Warnings that repeat (a misconfigured client reconnecting every few seconds): logged once per
-interval for each source, with the number held back in between."""
+"""Warnings that repeat (a misconfigured client reconnecting every few seconds, a follower that
+does not answer pushes): logged once per interval for each source, with the number held back in
+between."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ class RepeatLimiter:
         self.max_sources = max_sources
         self._seen: dict[str, tuple[float, int]] = {}  # source -> (last logged, held back since)
 
-    def allow(self, source: str) -> int | None:
+    def allow(self, source: str, now: float | None = None) -> int | None:
         """None: hold this one back. Otherwise log it, with the returned number of warnings from
-        ``source`` held back since the last one logged."""
-        now = time.monotonic()
+        ``source`` held back since the last one logged. ``now``: the caller's clock in seconds
+        (a Raft core's, simulated in tests); default time.monotonic()."""
+        if now is None:
+            now = time.monotonic()
         last = self._seen.get(source)
         if last is not None and now - last[0] < self.interval:
             self._seen[source] = (last[0], last[1] + 1)

@@ -20,6 +20,7 @@ from collections import deque
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError, check
+from dledger.log_limit import RepeatLimiter, held_back
 from dledger.raft.core import NEVER, Core, elapsed
 from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
 
@@ -38,6 +39,8 @@ class EntryHandler:
         self.fence_leader: str | None = None
         self.fence_control_req = 0
         self.fence_mutation_req = 0
+        # A leader that keeps resending what we hold (its acks lost): one warning a minute.
+        self.fall_behind_warnings = RepeatLimiter()
 
     def clear(self) -> None:
         self.write_request_map.clear()
@@ -269,12 +272,15 @@ class EntryHandler:
                     self._check_leader(req)
                     for entry in req.entry_list():
                         check(entry.same_as(store.get(entry.index)), ResponseCode.INCONSISTENT_STATE)
-                    log.warning(
-                        "[PushFallBehind]The leader pushed an entry index=%d smaller than current "
-                        "ledgerEndIndex=%d, maybe the last ack is missed",
-                        req.last_index,
-                        end_index,
-                    )
+                    held = self.fall_behind_warnings.allow("fall-behind", now / 1000)
+                    if held is not None:
+                        log.warning(
+                            "[PushFallBehind]The leader pushed an entry index=%d smaller than current "
+                            "ledgerEndIndex=%d, maybe the last ack is missed%s",
+                            req.last_index,
+                            end_index,
+                            held_back(held),
+                        )
                     self._respond(req, ResponseCode.SUCCESS)
                 except DLedgerError:
                     self._respond(req, ResponseCode.INCONSISTENT_STATE)

@@ -33,6 +33,7 @@ from typing import Any
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError, check
+from dledger.log_limit import RepeatLimiter, held_back
 from dledger.raft.core import NEVER, Core, elapsed
 from dledger.raft.member_state import Role
 from dledger.raft.messages import AppendEntryResponse, PushEntryRequest, PushEntryResponse, PushType
@@ -114,6 +115,9 @@ class EntryDispatcher:
     backoff_until: int = NEVER
     throttle_until: int = NEVER
     quota: Quota | None = None
+    # A follower that does not answer is retried every max_push_time_out_ms: warned of once a
+    # minute, with the count in between, not once per entry.
+    retry_warnings: RepeatLimiter = field(default_factory=RepeatLimiter)
 
     # --- state (checkAndFreshState / changeState) ------------------------------------------
 
@@ -301,7 +305,9 @@ class EntryDispatcher:
         wm = self.rep.get_peer_water_mark(self.term, self.peer_id)
         sent = self.pending_map.get(wm + 1)
         if sent is not None and self.rep.core.now - sent > self.rep.core.config.max_push_time_out_ms:
-            log.warning("[Push-%s]Retry to push entry at %d", self.peer_id, wm + 1)
+            held = self.retry_warnings.allow("retry", self.rep.core.now / 1000)
+            if held is not None:
+                log.warning("[Push-%s]Retry to push entry at %d%s", self.peer_id, wm + 1, held_back(held))
             self._do_append_inner(wm + 1)
 
     # batch push
@@ -388,7 +394,9 @@ class EntryDispatcher:
         core = self.rep.core
         if pair is not None and core.now - pair[0] > core.config.max_push_time_out_ms:
             first, last = wm + 1, wm + pair[1]
-            log.warning("[Push-%s]Retry to push entry from %d to %d", self.peer_id, first, last)
+            held = self.retry_warnings.allow("retry", core.now / 1000)
+            if held is not None:
+                log.warning("[Push-%s]Retry to push entry from %d to %d%s", self.peer_id, first, last, held_back(held))
             # The batch may have been pushed as more than one frame (one per data file).
             while first <= min(last, core.store.ledger_end_index):
                 count = self._send_range(first, last)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
+import pytest
 from raft_helpers import elect, flush, follow, make_node, one, sent, to_node
 from sim import SIM_TIMINGS
 
@@ -13,6 +15,7 @@ from dledger.raft.effects import AppendDone, Flush, Output, Send, TransferDone, 
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import (
     HeartBeatRequest,
+    HeartBeatResponse,
     LeadershipTransferRequest,
     PushEntryRequest,
     PushEntryResponse,
@@ -552,3 +555,52 @@ def test_transfer_answer_gets_its_own_wait_after_a_slow_catch_up() -> None:
     assert d.response.code == ResponseCode.TIMEOUT
     assert "no answer from n1" in (d.response.reason or "")
     assert node.ms.transferee is None
+
+
+# --- repeated conditions are logged once, with a count ------------------------------------------
+
+
+def test_retries_to_silent_followers_are_warned_of_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    # Followers that answer heartbeats, never pushes: the leader retries every max_push_time_out_ms.
+    node, _ = leader_in_append_state()
+    caplog.set_level(logging.WARNING, logger="dledger.raft.replicator")
+    node.propose(1, [b"b"])
+    node.drain()
+    now, retries = 1, 0
+    while now < 90_000:
+        now += node.config.max_push_time_out_ms + 1
+        out = node.tick(now)
+        retries += sum(p.type == PushType.APPEND for p in sent(out, PushEntryRequest))
+        for hb in sent(out, HeartBeatRequest):
+            resp = HeartBeatResponse(term=hb.term)
+            hb.base_reply(resp)
+            node.step(now, resp)
+    assert node.is_leader and retries > 1000
+    warned = [r.getMessage() for r in caplog.records if "Retry to push" in r.getMessage()]
+    for peer in ("n1", "n2"):
+        mine = [w for w in warned if w.startswith(f"[Push-{peer}]")]
+        # At 0 s, 60 s: the second says how many were held back in between.
+        assert len(mine) == 2, warned
+        assert "more since the last such warning" not in mine[0]
+        held = int(mine[1].split("(")[1].split()[0])
+        assert 500 < held < retries
+
+
+def test_a_leader_resending_what_we_hold_is_warned_of_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    node = follower([0, 0, 0])
+    caplog.set_level(logging.WARNING, logger="dledger.raft.handler")
+    es = entries([0, 0, 0])
+    step = node.core.timings.fast_forward_check_interval_ms + 1
+    answered_at: list[int] = []  # when each resend was acknowledged
+    for k, now in enumerate(range(step, 100_000, step)):  # a resend of index 1 each check: its acks lost
+        out = follow(node, "n0", now)  # the leader's heartbeat
+        out += push(node, PushType.APPEND, es[1:2], req_id=20 + k, now=now)
+        answers = sent(out, PushEntryResponse)
+        assert all(a.code == ResponseCode.SUCCESS and a.index == 1 for a in answers), answers
+        answered_at += [now] * len(answers)
+    assert len(answered_at) > 1000
+    warned = [r.getMessage() for r in caplog.records if "[PushFallBehind]" in r.getMessage()]
+    assert len(warned) == 2, warned
+    held = int(warned[1].split("(")[1].split()[0])
+    first = answered_at[0]
+    assert held == sum(1 for t in answered_at if first < t < first + 60_000)  # those in between
