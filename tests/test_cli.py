@@ -116,6 +116,21 @@ def console_script() -> str:
     return str(path)
 
 
+def cluster_from(cwd: Path, temp: Path, nodes: int, **env: str) -> subprocess.CompletedProcess[str]:
+    """``dledger cluster --exit-after-writes`` (the console script) run in ``cwd``, its
+    temporary directory made under ``temp``."""
+    temp.mkdir()
+    port = consecutive_free_ports(nodes)
+    return subprocess.run(
+        [console_script(), "cluster", "--nodes", str(nodes), "--base-port", str(port), "--exit-after-writes"],
+        cwd=cwd,
+        env=dict(os.environ, TMPDIR=str(temp), **env),
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+
+
 SHADOW = "raise ImportError('imported the dledger/ of the working directory')\n"
 
 
@@ -126,17 +141,7 @@ def test_first_command_from_a_directory_that_shadows_the_package(tmp_path: Path)
     clone = tmp_path / "clone"
     (clone / "dledger").mkdir(parents=True)
     (clone / "dledger" / "__init__.py").write_text(SHADOW)
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    port = consecutive_free_ports(3)
-    res = subprocess.run(
-        [console_script(), "cluster", "--nodes", "3", "--base-port", str(port), "--exit-after-writes"],
-        cwd=clone,
-        env=dict(os.environ, TMPDIR=str(temp)),
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    res = cluster_from(clone, tmp_path / "temp", 3)
     assert res.returncode == 0 and "working directory" not in res.stderr, res.stderr
     assert res.stdout.count("listening on") == 3 and "appended index 2" in res.stdout
 
@@ -150,19 +155,9 @@ def test_failed_cluster_leaves_no_temporary_directory(tmp_path: Path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(MEMBERS_FAIL)
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    port = consecutive_free_ports(2)
-    res = subprocess.run(
-        [console_script(), "cluster", "--nodes", "2", "--base-port", str(port), "--exit-after-writes"],
-        cwd=tmp_path,
-        env=dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(site)),
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    res = cluster_from(tmp_path, tmp_path / "temp", 2, PYTHONPATH=str(site))
     assert res.returncode == 1 and "did not start (exit code 3)" in res.stderr, res.stderr
-    assert list(temp.iterdir()) == []
+    assert list((tmp_path / "temp").iterdir()) == []
 
 
 def test_get_out_of_range(tmp_path: Path):
