@@ -63,14 +63,19 @@ def reading_stdin(proc: subprocess.Popen[bytes]) -> bool:
 
 
 def interrupt(proc: subprocess.Popen[bytes]) -> tuple[bytes, str]:
-    """SIGINT, as Ctrl-C sends it; the rest of standard output and all of standard error."""
+    """SIGINT, as Ctrl-C sends it; the rest of standard output and all of standard error.
+    Standard input stays open until the command has exited, as a terminal's does (closed, a
+    thread blocked reading it would return before the interpreter's shutdown)."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.send_signal(signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=30)
+        proc.wait(30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.stdin.close()
     text = err.decode(errors="replace")
     assert proc.returncode == 130, text
     assert len(text.splitlines()) <= 1 and "Traceback" not in text, text

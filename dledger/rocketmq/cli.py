@@ -175,17 +175,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _stdin_lines() -> Iterator[bytes]:
-    """Standard input's lines, read from its file descriptor: the reader thread must not hold
-    sys.stdin.buffer's lock, or the interpreter's shutdown after Ctrl-C aborts on it (Fatal
-    Python error: _enter_buffered_busy)."""
-    fd = sys.stdin.fileno()
-    rest = b""
-    while chunk := os.read(fd, 1 << 16):
-        *lines, rest = (rest + chunk).split(b"\n")
-        for line in lines:
-            yield line + b"\n"
-    if rest:
-        yield rest
+    """Standard input's lines, through a reader of our own on a copy of its descriptor: the
+    reader thread must not hold sys.stdin.buffer's lock, or the interpreter's shutdown after
+    Ctrl-C aborts on it (Fatal Python error: _enter_buffered_busy)."""
+    with open(os.dup(sys.stdin.fileno()), "rb") as lines:
+        yield from lines
 
 
 def _print_stored(
