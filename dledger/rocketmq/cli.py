@@ -482,6 +482,46 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """RocketMQ's smooth upgrade of a classic store to DLedger (what the first start in DLedger
+    mode does): print the plan; with --yes, do it."""
+    from dledger.rocketmq.store.checkpoint import FILE_NAME, StoreCheckpoint
+    from dledger.rocketmq.store.commitlog import CommitLog
+    from dledger.rocketmq.store.dledger_commitlog import plan_upgrade
+    from dledger.rocketmq.store.message_store import MessageStore
+
+    root = Path(args.dir)
+    if not re.fullmatch(r"[A-Za-z]\d+", args.self_id):
+        raise MqCliError(f"--self-id {args.self_id!r}: want a letter and a number (n0)")
+    if not (root / "commitlog").is_dir():
+        raise MqCliError(f"{root}: no classic commit log (commitlog/) to upgrade")
+    for node in sorted(root.glob("dledger-*")):
+        if any(p.name.isdigit() for p in (node / "data").glob("*")):
+            raise MqCliError(f"{root}: already upgraded ({node.name}/ holds DLedger data files)")
+    cfg = store_config(root, "classic", None)
+    old = CommitLog(cfg, StoreCheckpoint(root / FILE_NAME, readonly=True), readonly=True)
+    try:
+        old.recover(True)
+        plan = plan_upgrade(old)
+    finally:
+        old.close()
+    if plan is None:
+        raise MqCliError(f"{root}: the classic commit log has no file; a DLedger store started here begins at 0")
+    print(f"old commit log\t[{plan.old_min}, {plan.old_end}) in {plan.files} file(s) of {plan.file_size} bytes")
+    print(f"blank record\t{'written at ' + str(plan.old_end) if plan.write_blank else 'already there'}")
+    print(f"dividedCommitlogOffset\t{plan.divided}")
+    print(f"DLedger member\tdledger-{args.self_id}/ (first entry at position {plan.divided})")
+    if not args.yes:
+        print("dry run: nothing written (--yes upgrades)")
+        return 0
+    peers = f"{args.self_id}-127.0.0.1:40911"
+    dcfg = cfg.replace(enable_dledger_commit_log=True, dledger_self_id=args.self_id, dledger_peers=peers)
+    with MessageStore(root, dcfg) as store:
+        divided = store.commitlog.divided
+    print(f"upgraded: dledger-{args.self_id}/ starts at {divided}")
+    return 0
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -549,7 +589,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``mq`` and its subcommands to a ``dledger`` subparsers object."""
     mq = subparsers.add_parser(
         "mq",
-        help="RocketMQ message store: produce, consume, query, stats, dump",
+        help="RocketMQ message store: produce, consume, query, stats, dump, upgrade",
         description=_HELP_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -634,6 +674,12 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     what.add_argument("--messages", action="store_true", help="messages.tsv: every message (the default)")
     what.add_argument("--consume-queues", action="store_true", help="consumequeue.tsv: every consume-queue unit")
     d.set_defaults(func=_guard(cmd_dump))
+
+    u = sub.add_parser("upgrade", help="upgrade a classic store to DLedger in place (prints the plan; --yes does it)")
+    u.add_argument("dir", help="store root holding commitlog/")
+    u.add_argument("--self-id", default="n0", help="the DLedger member this store becomes (default n0)")
+    u.add_argument("--yes", action="store_true", help="do it (default: a dry run that writes nothing)")
+    u.set_defaults(func=_guard(cmd_upgrade))
     return mq
 
 

@@ -67,7 +67,7 @@ def pull_columns(
     parts = []
     with cl.reading():
         for run in np.split(np.arange(len(phys)), cuts):
-            f = cl.files.find(int(phys[run[0]]))
+            f = cl.find_file(int(phys[run[0]]))
             if f is None:
                 break
             view = f.view()
@@ -105,7 +105,7 @@ def pull_arrow(cl: Any, cq: ConsumeQueue | None, offset: int, max_count: int) ->
             for part, part_sizes in zip(np.split(phys, cuts), np.split(sizes, cuts), strict=True):
                 if not len(part):
                     break
-                f = cl.files.find(int(part[0]))
+                f = cl.find_file(int(part[0]))
                 if f is None:
                     break
                 view = f.view()
@@ -138,12 +138,13 @@ def pull_arrow(cl: Any, cq: ConsumeQueue | None, offset: int, max_count: int) ->
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
 
-def iter_batches(cl: Any, dledger: bool, start_phys: int | None) -> Iterator[tuple[memoryview, dict[str, np.ndarray]]]:
-    """MessageStore.iter_batches over a commit log (``dledger``: its records are DLedger entries)."""
-    scan = K.scan_dledger_records if dledger else K.scan_records
+def iter_batches(cl: Any, start_phys: int | None) -> Iterator[tuple[memoryview, dict[str, np.ndarray]]]:
+    """MessageStore.iter_batches over a commit log (each segment says whether its records are
+    DLedger entries)."""
     pos = max(int(cl.min_offset), 0)
     if start_phys is not None:
-        pos = max(start_phys - (48 if dledger else 0), pos)
+        # (An upgraded store's old records below its DLedger entries have no entry header.)
+        pos = max(start_phys - cl.header_size_at(start_phys), pos)
     end = int(cl.readable_end)
     while pos < end:
         with cl.reading():
@@ -160,6 +161,7 @@ def iter_batches(cl: Any, dledger: bool, start_phys: int | None) -> Iterator[tup
             finally:
                 seg.view.release()
         base = seg.base + seg.start
+        scan = K.scan_dledger_records if seg.dledger else K.scan_records
         cur = 0
         while True:
             cols, stop, code = scan(data, base, cur, -1, False, _SCAN_BATCH)

@@ -163,6 +163,7 @@ class LogFiles:
     files: Any
     file_size: int
     last_store_timestamp: int
+    record_header_size: int
 
     def _store_time(self) -> int:
         """A put's STORETIMESTAMP, taken under the put lock: the clock, never behind the last
@@ -184,6 +185,14 @@ class LogFiles:
 
     def roll_next_file(self, offset: int) -> int:
         return offset + self.file_size - offset % self.file_size
+
+    def find_file(self, offset: int) -> Any:
+        """The mapped file holding ``offset`` (None when none does)."""
+        return self.files.find(offset)
+
+    def header_size_at(self, offset: int) -> int:
+        """Bytes from where dispatch reads the record at ``offset`` to the record."""
+        return self.record_header_size
 
 
 class CommitLog(LogFiles):

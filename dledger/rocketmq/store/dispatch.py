@@ -337,7 +337,7 @@ class ReputMessageService:
         at = max(reader.planned, self.reput_from)
         target = min(self.reput_from + READ_AHEAD, end)
         while target - at >= min(READ_AHEAD_STEP, end - at) > 0:
-            f = cl.files.find(at)
+            f = cl.find_file(at)
             path = getattr(f, "path", None)
             if f is None or path is None:
                 return

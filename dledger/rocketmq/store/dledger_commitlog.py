@@ -13,17 +13,25 @@ The seam to whatever replicates the entries is the *appender*: an object with
 is told ``on_committed(pos)`` when the committed position moves and ``on_role_change(role,
 term)`` when the member's role changes. ``EmbeddedAppender`` is the single-member appender:
 a local ``MmapFileStore`` where an append is committed at once.
+
+A store upgraded from the classic log (RocketMQ's smooth upgrade, seed-spec §7.4) keeps its
+old ``commitlog/`` files below ``dividedCommitlogOffset`` (``divided``), the start of the first
+DLedger data file: one offset space, old records read from the old files, new ones from the
+entries. ``upgrade_classic_log`` does the first start's step; ``UpgradePlan`` says what it will do.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import os
+import signal
 import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,7 +42,7 @@ from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.packed import PackedBodies
 from dledger.rocketmq.store.batch_preparer import UniformBatch
-from dledger.rocketmq.store.commitlog import LogFiles, Segment
+from dledger.rocketmq.store.commitlog import CommitLog, LogFiles, Segment
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.store.status import AppendMessageResult, AppendMessageStatus, PutMessageStatus
@@ -51,6 +59,8 @@ _SIZE_MAGIC = struct.Struct(">ii")  # a record's TOTALSIZE and MAGICCODE
 LEADER = "LEADER"
 FOLLOWER = "FOLLOWER"
 CANDIDATE = "CANDIDATE"
+# disableDeleteDledger: DLedger keeps its files this long while old commit-log files remain.
+OLD_FILES_RESERVED_HOURS = 24 * 365 * 10
 
 
 class Appender(Protocol):
@@ -118,6 +128,82 @@ def open_dledger_store(config: MessageStoreConfig, *, readonly: bool) -> MmapFil
     return MmapFileStore(dcfg.default_path, dcfg, readonly=readonly, **kwargs)
 
 
+@dataclass(slots=True)
+class UpgradePlan:
+    """What the first start in DLedger mode does to a classic commit log (DLedgerCommitLog.recover
+    on a root without DLedger files): the old records stay where they are, ``[old_min,
+    old_end)``; the last old file gets a blank at ``old_end`` (unless it has one) and counts as
+    full; the DLedger log starts at ``divided`` (dividedCommitlogOffset), that file's end."""
+
+    old_min: int
+    old_end: int
+    divided: int
+    files: int
+    file_size: int
+    write_blank: bool
+
+
+def plan_upgrade(old: CommitLog) -> UpgradePlan | None:
+    """The upgrade of a recovered classic log (None when it has no file)."""
+    files = old.files.files
+    if not files:
+        return None
+    last = files[-1]
+    wrote = int(last.wrote_position)
+    size = int(last.file_size)
+    write_blank = False
+    if wrote + 8 <= size:
+        _len, magic = _SIZE_MAGIC.unpack(last.read(wrote, 8))
+        write_blank = magic != K.BLANK_MAGIC_CODE
+    return UpgradePlan(
+        old_min=int(files[0].file_from_offset),
+        old_end=int(last.file_from_offset) + wrote,
+        divided=int(last.file_from_offset) + size,
+        files=len(files),
+        file_size=size,
+        write_blank=write_blank,
+    )
+
+
+def _crash_point(name: str) -> None:
+    """Crash tests' hook: ``DLEDGER_CRASH_AT=<name>`` kills the process here, as kill -9 would
+    (nothing flushed, no handler run)."""
+    if os.environ.get("DLEDGER_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def upgrade_classic_log(old: CommitLog, store: MmapFileStore) -> UpgradePlan | None:
+    """The first start in DLedger mode over classic files (DLedgerCommitLog.recover): recover the
+    old log (normally, as Java does whatever the last exit was), end its last file with a blank,
+    flush it, and start the DLedger data files at that file's end. Each step can be redone: a
+    crash anywhere leaves no DLedger data file, and the next start does it again (the blank is
+    then found and not written twice)."""
+    old.recover(True)
+    plan = plan_upgrade(old)
+    if plan is None:
+        return None
+    if plan.divided % int(store.data_file_size):
+        raise ValueError(
+            f"{store.path}: DLedger data files of {store.data_file_size} bytes cannot start at the end of "
+            f"the classic log ({plan.divided}; its files are {plan.file_size} bytes)"
+        )
+    last = old.files.files[-1]
+    if plan.write_blank:
+        rel = plan.old_end - int(last.file_from_offset)
+        last.write_at(rel, _SIZE_MAGIC.pack(plan.file_size - rel, K.BLANK_MAGIC_CODE))
+        _crash_point("upgrade-blank-written")
+    last.wrote_position = plan.file_size
+    last.flush(0)
+    old.files.flushed_where = plan.divided
+    _crash_point("upgrade-blank-flushed")
+    with store._lock, store._unmap_lock:
+        # getLastMappedFile(dividedCommitlogOffset): the first entry's pos is the divide.
+        store._log.data.rebuild_with_pos(plan.divided)
+        store._log.data.flush(0)  # the new file's name, durable
+    _crash_point("upgrade-dledger-created")
+    return plan
+
+
 class EmbeddedAppender:
     """A single-member group: the local store, where what is appended is committed."""
 
@@ -149,11 +235,37 @@ class DLedgerCommitLog(LogFiles):
     record_header_size = BODY_OFFSET
 
     def __init__(
-        self, config: MessageStoreConfig, store: MmapFileStore, appender: Any = None, *, readonly: bool = False
+        self,
+        config: MessageStoreConfig,
+        store: MmapFileStore,
+        appender: Any = None,
+        *,
+        readonly: bool = False,
+        old: CommitLog | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.readonly = readonly
+        # The classic log below dividedCommitlogOffset (an upgraded store), None when it has no file.
+        self.old: CommitLog | None = old if old is not None and old.files.files else None
+        self.divided = -1
+        if self.old is not None:
+            if not store._log.data.files:
+                raise ValueError(f"{store.path}: classic commit-log files but no DLedger data file to follow them")
+            self.divided = int(store._log.data.files[0].file_from_offset)
+            old_end = int(self.old.files.files[-1].file_from_offset) + int(self.old.file_size)
+            if old_end > self.divided:
+                raise ValueError(
+                    f"{config.commit_log_path}: the classic log runs to {old_end}, past where the DLedger log "
+                    f"starts ({self.divided}); the two overlap"
+                )
+            # One lock keeps readers of both logs' mappings from their unmapping (retention, close):
+            # a reader of the old files under the DLedger store's lock (a pull) cannot then wait on
+            # a second lock held by a reader waiting for the first.
+            self.old.read_lock = store._unmap_lock
+            if not readonly:
+                self._hold_dledger_retention()
+        self.upgraded: UpgradePlan | None = None
         self.appender: Appender | None = appender
         # The single member's store itself, which its puts call directly (an append there is
         # committed at once; see ``_put_framed`` and ``put_one``).
@@ -185,6 +297,9 @@ class DLedgerCommitLog(LogFiles):
                 if appender is not None
                 else (store.committed_pos if store.committed_pos >= 0 else self._end_pos())
             )
+            if self.old is not None:
+                # What lies below the DLedger log (the old records) is committed.
+                self._committed_pos = max(self._committed_pos, self.divided)
         self._role_lock = threading.Lock()
         self.on_role_ready: Callable[[], None] | None = None
         self.wakeup: Callable[[], None] | None = None
@@ -215,9 +330,15 @@ class DLedgerCommitLog(LogFiles):
 
         def become_leader() -> None:
             deadline = time.monotonic() + self.config.dledger_leader_ready_timeout
+            told = False
             while self.role == LEADER and self.term == term and not self.closed:
                 try:
-                    if ready is None or ready():
+                    why_not = self.why_not_leader()
+                    if why_not is not None:
+                        if not told:
+                            log.error("leader of term %d takes no writes: %s", term, why_not)
+                            told = True
+                    elif ready is None or ready():
                         if self.on_role_ready is not None:
                             self.on_role_ready()
                         # Under the lock: a role change between the check and the write would
@@ -249,11 +370,61 @@ class DLedgerCommitLog(LogFiles):
 
         threading.Thread(target=become_leader, name="rocketmq-dledger-role", daemon=True).start()
 
+    def why_not_leader(self) -> str | None:
+        """Why this member of a group must not take writes as its leader (None: it may). A group
+        whose log continues an upgraded classic store (its entry 0 lies past 0) is led by the
+        member holding the old files: the others lack the old consume queues, so they would
+        number the queues that had no message since the upgrade from 0 again. And an empty
+        member does not lead before the preferred leader has (it may be such a group's)."""
+        # (The upgraded member, its old files maybe all gone by retention, keeps commitlog/.)
+        if self._embedded is not None or self.appender is None or self.config.commit_log_path.is_dir():
+            return None
+        st = self.store
+        if st.ledger_begin_index == 0 and st.ledger_end_index >= 0:
+            first_pos = st.pos_and_size(0)[0]
+            if first_pos > 0:
+                return (
+                    f"the group's log starts at {first_pos}, after a classic commit log this member does not "
+                    "hold: the member upgraded from it leads (make it the preferred leader), or give this member "
+                    "a copy of that store's commitlog/, consumequeue/, index/ and config/"
+                )
+        preferred = [p for p in (self.config.preferred_leader_id or "").split(";") if p]
+        if st.ledger_end_index < 0 and preferred and self.config.dledger_self_id not in preferred:
+            return (
+                f"its log is empty and it is not a preferred leader ({';'.join(preferred)}), which may hold an "
+                "upgraded classic store: waiting for leadership to pass to it"
+            )
+        return None
+
     # -- offsets -------------------------------------------------------------------------
 
     @property
     def min_offset(self) -> int:
+        """getMinOffset: the first old file's start while there is one, else the DLedger log's."""
+        old = self.old
+        if old is not None and old.files.files:
+            return int(old.files.files[0].file_from_offset)
         return int(self.files.min_offset) if self.files.files else 0
+
+    @property
+    def old_files(self) -> int:
+        """How many classic commit-log files an upgraded store still holds."""
+        return len(self.old.files.files) if self.old is not None else 0
+
+    def _hold_dledger_retention(self) -> None:
+        """disableDeleteDledger: while old files remain, DLedger deletes nothing (they go first)."""
+        self.store.config = self.store.config.replace(
+            enable_disk_force_clean=False, file_reserved_hours=OLD_FILES_RESERVED_HOURS
+        )
+
+    def _restore_dledger_retention(self) -> None:
+        """refreshConfig: the DLedger retention of the message store's settings."""
+        dcfg = dledger_config_for(self.config)
+        self.store.config = self.store.config.replace(
+            enable_disk_force_clean=dcfg.enable_disk_force_clean,
+            file_reserved_hours=dcfg.file_reserved_hours,
+            delete_when=dcfg.delete_when,
+        )
 
     @property
     def committed_pos(self) -> int:
@@ -270,10 +441,13 @@ class DLedgerCommitLog(LogFiles):
     def max_offset(self) -> int:
         """getMaxOffset: the committed position (the data start when nothing is committed)."""
         pos = self.committed_pos
-        return pos if pos > 0 else max(self.min_offset, 0)
+        return pos if pos > 0 else (int(self.files.min_offset) if self.files.files else 0)
 
     def recover(self, normal: bool) -> int:
-        """The DLedger store recovered itself when it was opened."""
+        """The DLedger store recovered itself when it was opened (the old log at the upgrade,
+        where recovery started then)."""
+        if self.upgraded is not None and self.old is not None:
+            return int(self.old.recovered_from)
         return self.min_offset
 
     # -- puts ----------------------------------------------------------------------------
@@ -450,9 +624,11 @@ class DLedgerCommitLog(LogFiles):
     def _refuse(self) -> None:
         if self.readonly or self.appender is None:
             raise PutRefused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "the store is read-only")
+        why_not = self.why_not_leader() if self.role == LEADER else None
         raise PutRefused(
             PutMessageStatus.SERVICE_NOT_AVAILABLE,
-            f"this member is {self.role} (term {self.term}) and takes no writes now",
+            f"this member is {self.role} (term {self.term}) and takes no writes now"
+            + (f": {why_not}" if why_not else ""),
         )
 
     # -- reads ---------------------------------------------------------------------------
@@ -474,6 +650,8 @@ class DLedgerCommitLog(LogFiles):
         """Entries from entry position ``offset`` to the end of its file's committed part."""
         if self.closed:
             return None
+        if offset < self.divided and self.old is not None:
+            return self.old.segment(offset, self.divided if limit is None else min(limit, self.divided))
         end_abs = self.readable_end if limit is None else min(limit, self.readable_end)
         f = self.files.find(offset)
         if f is None:
@@ -486,6 +664,8 @@ class DLedgerCommitLog(LogFiles):
 
     def read(self, offset: int, size: int) -> bytes | None:
         """The record of ``size`` bytes at physical offset ``offset`` (entry pos + 48), if committed."""
+        if offset < self.divided and self.old is not None:
+            return self.old.read(offset, size)
         with self.store._unmap_lock:
             if self.closed or offset + size > self._readable_end():
                 return None
@@ -498,6 +678,8 @@ class DLedgerCommitLog(LogFiles):
             return bytes(f.read(rel, size))
 
     def record_size_at(self, offset: int) -> int:
+        if offset < self.divided and self.old is not None:
+            return self.old.record_size_at(offset)
         with self.store._unmap_lock:
             if self.closed or offset + 8 > self._readable_end():
                 return -1
@@ -506,6 +688,15 @@ class DLedgerCommitLog(LogFiles):
                 return -1
             size, magic = _SIZE_MAGIC.unpack(f.read(offset - f.file_from_offset, 8))
             return int(size) if magic == K.MESSAGE_MAGIC_CODE else -1
+
+    def find_file(self, offset: int) -> Any:
+        if offset < self.divided and self.old is not None:
+            return self.old.files.find(offset)
+        return self.files.find(offset)
+
+    def header_size_at(self, offset: int) -> int:
+        """Bytes before the record at a log position: none in the old files, an entry header past them."""
+        return 0 if offset < self.divided and self.old is not None else BODY_OFFSET
 
     # -- durability and lifecycle ----------------------------------------------------------
 
@@ -538,9 +729,35 @@ class DLedgerCommitLog(LogFiles):
         ratio = 1.0 if clean_immediately else used_ratio
         return int(self.store.delete_expired(now_ms / 1000.0, used_ratio=ratio))
 
+    def delete_old_expired(self, expired_ms: float, now_ms: float, clean_immediately: bool, keep_from: int = -1) -> int:
+        """deleteExpiredFile while old files remain: they go first, by the classic rule, and then
+        the last one too (which that rule keeps); never one holding ``keep_from`` or later bytes
+        (what dispatch has still to read). Once none remain, DLedger's retention applies again."""
+        old = self.old
+        if old is None or self.readonly:
+            return 0
+        count = old.delete_expired(expired_ms, now_ms, clean_immediately, 10, keep_from=keep_from)
+        files = old.files.files
+        if count == 0 and len(files) == 1:
+            f = files[0]
+            expired = clean_immediately or now_ms >= f.last_modified() * 1000.0 + expired_ms
+            read = keep_from < 0 or f.file_from_offset + f.file_size <= keep_from
+            if expired and read:
+                log.info("deleting the last classic commit-log file %s", f.path)
+                with old.read_lock, old.flush_lock:
+                    f.destroy()
+                    del files[0]
+                count = 1
+        if not files:
+            self._restore_dledger_retention()
+            log.info("no classic commit-log file is left: DLedger's retention applies from now on")
+        return int(count)
+
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
         self.writable = False
         self.store.close()
+        if self.old is not None:
+            self.old.close()

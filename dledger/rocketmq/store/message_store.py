@@ -76,12 +76,15 @@ class StoreLockedError(RuntimeError):
     """Another open store (in this process or another) holds the root's lock file."""
 
 
-def detect_mode(root: Path, config: MessageStoreConfig) -> tuple[str, str | None]:
-    """``(mode, dledger self id)`` from what is on disk, else from the config."""
+def detect_mode(root: Path, config: MessageStoreConfig, readonly: bool = False) -> tuple[str, str | None]:
+    """``(mode, dledger self id)`` from what is on disk, else from the config. A classic store
+    opened for writing with ``enable_dledger_commit_log`` becomes a DLedger one (the upgrade)."""
     ids = sorted(p.name[len("dledger-") :] for p in root.glob("dledger-*") if p.is_dir()) if root.is_dir() else []
     if ids:
         self_id = config.dledger_self_id if config.dledger_self_id in ids else ids[0]
         return DLEDGER, self_id
+    if config.enable_dledger_commit_log and not readonly:
+        return DLEDGER, config.dledger_self_id
     if (root / "commitlog").is_dir() or config.store_path_commit_log:
         return CLASSIC, None
     return (DLEDGER, config.dledger_self_id) if config.enable_dledger_commit_log else (CLASSIC, None)
@@ -104,7 +107,7 @@ class MessageStore:
         self.readonly = readonly
         if readonly and not self.root.is_dir():
             raise FileNotFoundError(f"{self.root}: no store here")
-        mode, self_id = detect_mode(self.root, cfg)
+        mode, self_id = detect_mode(self.root, cfg, readonly)
         if mode == DLEDGER:
             cfg = cfg.replace(enable_dledger_commit_log=True, dledger_self_id=self_id or cfg.dledger_self_id)
         else:
@@ -173,12 +176,7 @@ class MessageStore:
         self._sync_classic = cfg.sync_flush and self.mode == CLASSIC
         self.commitlog: Any
         if self.mode == DLEDGER:
-            from dledger.rocketmq.store.dledger_commitlog import DLedgerCommitLog, open_dledger_store
-
-            dstore = open_dledger_store(cfg, readonly=ro)
-            if appender is not None and not hasattr(appender, "append_batch"):
-                appender = appender(dstore)  # a factory: it wraps the store this opened
-            self.commitlog = DLedgerCommitLog(cfg, dstore, appender, readonly=ro)
+            self.commitlog = self._open_dledger_log(appender)
         else:
             self.commitlog = CommitLog(cfg, self.checkpoint, readonly=ro)
         self.consume_queues = ConsumeQueueTable(self.root, cfg.mapped_file_size_consume_queue, ro)
@@ -205,12 +203,18 @@ class MessageStore:
 
         # recover(): consume queues first (they recovered their ends when loaded), then the log.
         max_cq_phys = self.consume_queues.max_physic_offset()
-        if self.mode == DLEDGER and ro and max_cq_phys > 0:
-            # A reader beside a running member: dispatch follows only committed entries, so what
-            # the queues cover is committed, even past the committed index the member last wrote.
-            self.commitlog.on_committed(min(max_cq_phys, self.commitlog.ledger_end_pos))
         started = self.commitlog.recover(self.last_exit_ok)
-        end = self.commitlog.max_offset
+        if self.mode == DLEDGER:
+            # As DLedgerCommitLog.recover, the queues are cut to the log's written end, not to the
+            # committed position (on a member, 0 until its leader speaks: every queue was cut and
+            # rebuilt from the start of the log). Dispatch follows only committed entries, so what
+            # the queues cover below the written end was committed, and a committed entry is never
+            # cut: readers may see it now (a reader beside a running member too).
+            end = int(self.commitlog.ledger_end_pos)
+            if max_cq_phys > 0:
+                self.commitlog.on_committed(min(max_cq_phys, end))
+        else:
+            end = self.commitlog.max_offset
         if max_cq_phys > end and not ro:
             log.warning("consume queues point up to %d, past the commit log's end %d: cutting them", max_cq_phys, end)
             self.consume_queues.truncate_dirty(end)
@@ -249,6 +253,54 @@ class MessageStore:
         else:
             self.recover_topic_queue_table()
 
+    def _open_dledger_log(self, appender: Any) -> Any:
+        """The DLedger commit log, with the classic files of an upgraded store below it; over a
+        classic store without DLedger data files yet, the upgrade first (DLedgerCommitLog.recover)."""
+        from dledger.rocketmq.store.commitlog import segment_size_of
+        from dledger.rocketmq.store.dledger_commitlog import (
+            DLedgerCommitLog,
+            open_dledger_store,
+            upgrade_classic_log,
+        )
+
+        cfg, ro = self.config, self.readonly
+        old: CommitLog | None = None
+        if segment_size_of(cfg.commit_log_path):
+            old = CommitLog(cfg, self.checkpoint, readonly=ro)
+            # The DLedger log continues the old one's offsets: its files must be the same size.
+            cfg = cfg.replace(mapped_file_size_commit_log=old.file_size)
+        try:
+            dstore = open_dledger_store(cfg, readonly=ro)
+        except BaseException:
+            if old is not None:
+                old.close()
+            raise
+        plan = None
+        try:
+            if old is not None and not dstore._log.data.files and not ro:
+                plan = upgrade_classic_log(old, dstore)
+            if appender is not None and not hasattr(appender, "append_batch"):
+                appender = appender(dstore)  # a factory: it wraps the store this opened
+            cl = DLedgerCommitLog(self.config, dstore, appender, readonly=ro, old=old)
+        except BaseException:
+            dstore.close()
+            if old is not None:
+                old.close()
+            raise
+        cl.upgraded = plan
+        if plan is not None:
+            log.warning(
+                "%s: upgraded the classic commit log to DLedger: old records [%d, %d) in %d file(s) stay in "
+                "commitlog/, the DLedger log starts at dividedCommitlogOffset %d%s",
+                self.root,
+                plan.old_min,
+                plan.old_end,
+                plan.files,
+                plan.divided,
+                " (blank written at the old end)" if plan.write_blank else "",
+            )
+        return cl
+
     def _reput_start(self, recovery_start: int) -> int:
         cl = self.commitlog
         low = max(int(cl.min_offset), 0)
@@ -257,14 +309,14 @@ class MessageStore:
         # A reader beside a running writer finds "abort" there: it dispatches nothing, and its
         # start is only what stats report as dispatch's lag, which the queues' end gives.
         abnormal = not self.last_exit_ok and not self.readonly
-        if abnormal and self.mode == CLASSIC:
+        if abnormal and (self.mode == CLASSIC or getattr(cl, "upgraded", None) is not None):
             # Abnormal exit: redo from the file recovery started at (duplicates are ignored).
             start = min(start, max(recovery_start, low))
         if self.config.message_index_enable:
             index_next = self._index_next(abnormal)
             self.reput.index_from = index_next
             # Dispatch reads from record starts: a DLedger record lies past its entry header.
-            at = index_next - self.commitlog.record_header_size if abnormal else index_next
+            at = index_next - cl.header_size_at(index_next) if abnormal else index_next
             start = min(start, max(at, low))
         return start
 
@@ -736,7 +788,7 @@ class MessageStore:
         ``*_off`` columns point into: a copy of at most ``_WINDOW`` bytes of the log (valid
         after the loop moves on)."""
         self._check_readable()
-        return columnar_reads.iter_batches(self.commitlog, self.mode == DLEDGER, start_phys)
+        return columnar_reads.iter_batches(self.commitlog, start_phys)
 
     def iter_messages(self, start_phys: int | None = None) -> Iterator[MessageExt]:
         """Every message in commit-log order, as ReputMessageService walks the log."""
@@ -772,7 +824,17 @@ class MessageStore:
         space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
         clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
         deleted = 0
-        if self.mode == DLEDGER:
+        expired_ms = cfg.file_reserved_time * 3600 * 1000.0
+        if self.mode == DLEDGER and self.commitlog.old_files:
+            # An upgraded store: its old files go first, by the classic rule; DLedger deletes
+            # nothing until none is left (DLedgerCommitLog.deleteExpiredFile).
+            if time_up or space_full or force:
+                self.consumer_offsets.persist_if_changed()
+                keep_from = int(self.reput.reput_from)
+                deleted = self.commitlog.delete_old_expired(expired_ms, now * 1000.0, clean_now, keep_from)
+                if deleted:
+                    log.info("retention deleted %d classic commit-log file(s) of the upgraded store", deleted)
+        elif self.mode == DLEDGER:
             # DLedger's own retention decides (fileReservedTime + 1 hours, its disk ratios).
             deleted = self.commitlog.delete_expired(0.0, now * 1000.0, clean_now, 10, used_ratio=ratio)
         elif time_up or space_full or force:
@@ -780,7 +842,6 @@ class MessageStore:
             # restart loads (after a crash it replays only what the log still holds). The
             # DLedger store does this itself (before_retention), when a file will go.
             self.consumer_offsets.persist_if_changed()
-            expired_ms = cfg.file_reserved_time * 3600 * 1000.0
             # Never past what dispatch has read: those records would never reach a queue.
             keep_from = int(self.reput.reput_from)
             deleted = self.commitlog.delete_expired(expired_ms, now * 1000.0, clean_now, 10, keep_from=keep_from)
