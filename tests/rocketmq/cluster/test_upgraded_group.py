@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dledger.config import DLedgerConfig
-from dledger.rocketmq.broker.message_service import MessageService, message_service_factory
+from dledger.rocketmq.broker.message_service import MessageService, _NodeAppender, message_service_factory
 from dledger.rocketmq.client.consumer import AsyncConsumer
 from dledger.rocketmq.client.producer import AsyncProducer
 from dledger.rocketmq.store.config import MessageStoreConfig
@@ -20,12 +20,17 @@ from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.rocketmq.store.status import GetMessageStatus
 from dledger.server import NodeServer
+from dledger.store.file import MmapFileStore
 from dledger.testing import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 
 FILE = 1 << 20
 OLD = 120
+
+
+def member_appender(store: MmapFileStore) -> _NodeAppender:
+    return _NodeAppender(store)
 
 
 def write_classic(root: Path) -> int:
@@ -95,3 +100,21 @@ def test_the_upgraded_member_leads_and_the_empty_ones_get_the_new_entries(tmp_pa
                 await s.close()
 
     asyncio.run(run())
+
+    # Leadership: a member without the old files takes no writes (it would number the old
+    # queues from 0 again), the upgraded member does.
+    for k, may_write in ((1, False), (0, True)):
+        cfg = MessageStoreConfig(
+            enable_dledger_commit_log=True,
+            dledger_self_id=f"n{k}",
+            dledger_peers=peers,
+            preferred_leader_id="n0",
+            mapped_file_size_commit_log=FILE,
+        )
+        with MessageStore(tmp_path / f"n{k}", cfg, appender=member_appender, dispatch_thread=False) as store:
+            store.commitlog.on_role_change("LEADER", 99, lambda: True)
+            time.sleep(0.3)
+            assert store.commitlog.writable is may_write
+            if not may_write:
+                res = store.put_message(Message("T", b"x", queue_id=0))
+                assert not res.ok and "classic commit log this member does not hold" in res.reason
