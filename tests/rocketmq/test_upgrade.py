@@ -231,6 +231,12 @@ def test_kill_9_during_the_upgrade_then_a_restart_completes_it(tmp_path: Path, p
     data = root / "dledger-n0" / "data"
     created = sorted(p.name for p in data.iterdir()) if data.is_dir() else []
     assert created == ([f"{divided:020d}"] if point == "upgrade-dledger-created" else [])
+    if created:
+        with MessageStore(root, CFG, readonly=True) as ro:  # a reader sees the upgraded store
+            assert list(message_lines(ro.iter_messages())) == before["messages"]
+    else:
+        with pytest.raises(ValueError, match="did not finish"):
+            MessageStore(root, CFG, readonly=True)
     store = MessageStore(root, DCFG)
     try:
         assert store.commitlog.divided == divided

@@ -251,7 +251,10 @@ class DLedgerCommitLog(LogFiles):
         self.divided = -1
         if self.old is not None:
             if not store._log.data.files:
-                raise ValueError(f"{store.path}: classic commit-log files but no DLedger data file to follow them")
+                raise ValueError(
+                    f"{store.path}: the upgrade of the classic commit log beside it did not finish (no DLedger "
+                    "data file yet): open the store for writing once to finish it"
+                )
             self.divided = int(store._log.data.files[0].file_from_offset)
             old_end = int(self.old.files.files[-1].file_from_offset) + int(self.old.file_size)
             if old_end > self.divided:
