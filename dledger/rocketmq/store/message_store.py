@@ -239,8 +239,12 @@ class MessageStore:
             self.commitlog.store.before_retention = self.consumer_offsets.persist_if_changed
             self.commitlog.on_role_ready = self.recover_topic_queue_table
         if not ro:
-            # start(): finish what dispatch lacks before taking writes.
-            self.reput.dispatch_now()
+            # start(): finish what dispatch lacks before taking writes. A group member's owner
+            # runs dispatch itself (dispatch_thread=False) and takes writes only once it has caught
+            # up (on_role_change): its reads are served from the queues kept meanwhile, while the
+            # rest (after kill -9, the last index file, up to 20M records) is dispatched there.
+            if not (self.mode == DLEDGER and appender is not None and not dispatch_thread):
+                self.reput.dispatch_now()
             self.recover_topic_queue_table()
             if cfg.message_index_enable:
                 self.index_service.prepare_first_file()
