@@ -4,6 +4,8 @@ from there; what was listed before reads back identically, byte for byte, after.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import shutil
@@ -177,10 +179,6 @@ def test_the_java_classic_fixture_upgrades_to_what_java_listed(tmp_path: Path, f
         assert store.wait_dispatched()
         assert res.phys_offset in store.query_offsets_by_key("TopicB", "k54")
     # The dump through the CLI: Java's listing, then the new message in the same columns.
-    lines = []
-    import contextlib
-    import io
-
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert mq_main(["dump", str(root), "--messages"]) == 0
