@@ -322,6 +322,11 @@ class MessageStore:
             # Dispatch reads from record starts: a DLedger record lies past its entry header.
             at = index_next - cl.header_size_at(index_next) if abnormal else index_next
             start = min(start, max(at, low))
+        divided = int(getattr(cl, "divided", -1))
+        if start < divided <= cl.roll_next_file(start) and cl.record_size_at(start) < 0:
+            # The blank that ends an upgraded store's old log: what follows it is the first entry
+            # (else a reader's stats count the blank as dispatch's lag).
+            start = divided
         return start
 
     def _index_next(self, abnormal: bool) -> int:
