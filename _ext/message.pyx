@@ -14,6 +14,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, 
 from libc.stdlib cimport free, malloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
@@ -274,6 +275,62 @@ def encode_records(bodies, topics, properties, queue_ids, flags, queue_offsets, 
     return out, offsets
 
 
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+
+cdef inline const char *_clean_key(object k, Py_ssize_t *n):
+    """The UTF-8 of the KEYS value ``k`` (a str) in ``n``, or NULL (no exception set) when it
+    would not read back as it is: not a str, a lone surrogate, or a ``\x01``/``\x02`` (the
+    properties' separators). The pointer is the str's own (cached) UTF-8, valid while it lives."""
+    cdef const char *p
+    if type(k) is not str:
+        return NULL
+    try:
+        p = PyUnicode_AsUTF8AndSize(k, n)
+    except UnicodeEncodeError:
+        return NULL
+    if n[0] and (memchr(p, 1, n[0]) != NULL or memchr(p, 2, n[0]) != NULL):
+        return NULL
+    return p
+
+
+cdef class _Keys:
+    """The KEYS values of a batch's records, borrowed (``clean`` false when one is not a str or
+    None, or would not read back as it is: the caller then takes its general path)."""
+
+    cdef Py_ssize_t count
+    cdef const char **ptrs
+    cdef Py_ssize_t *lens
+    cdef bint clean
+    cdef list keep
+
+    def __cinit__(self, list keys):
+        cdef Py_ssize_t k, n = PyList_GET_SIZE(keys)
+        cdef object item
+        self.count = n
+        self.keep = keys
+        self.clean = True
+        self.ptrs = <const char **>malloc(max(n, 1) * sizeof(char *))
+        self.lens = <Py_ssize_t *>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        if self.ptrs == NULL or self.lens == NULL:
+            raise MemoryError()
+        for k in range(n):
+            item = <object>PyList_GET_ITEM(keys, k)
+            self.lens[k] = 0
+            self.ptrs[k] = NULL
+            if item is None:
+                continue
+            self.ptrs[k] = _clean_key(item, &self.lens[k])
+            if self.ptrs[k] == NULL:
+                self.clean = False
+                return
+
+    def __dealloc__(self):
+        free(self.ptrs)
+        free(self.lens)
+
+
 cdef const unsigned char *_HEX = b"0123456789ABCDEF"
 
 
@@ -302,17 +359,24 @@ ctypedef struct _Uniform:
     int64_t queue_offset
     bint advance
     int64_t phys_offset
+    # Each record's KEYS value (NULL: none), after the properties and ``keys_prefix``.
+    const char **keys
+    Py_ssize_t *keys_lens
+    const unsigned char *keys_prefix
+    Py_ssize_t keys_prefix_len
 
 
 cdef void _encode_uniform_loop(_Uniform *u, const unsigned char **body_ptrs, Py_ssize_t *body_lens) noexcept nogil:
     """The records of ``encode_uniform`` into ``u.p`` at ``u.offs`` (then made physical offsets)."""
-    cdef Py_ssize_t k, pl
+    cdef Py_ssize_t k, pl, kl, kpart
     cdef const unsigned char *props
     cdef unsigned char *q
     cdef int64_t rsize
     cdef uint32_t counter
     cdef int64_t *offs = u.offs
     for k in range(u.n):
+        kl = u.keys_lens[k] if u.keys != NULL else 0
+        kpart = u.keys_prefix_len + kl if kl else 0
         if u.props == NULL:
             props = u.stem
             pl = u.stem_len
@@ -328,15 +392,21 @@ cdef void _encode_uniform_loop(_Uniform *u, const unsigned char **body_ptrs, Py_
                       u.queue_id, u.flag, u.queue_offset + k if u.advance else u.queue_offset,
                       u.phys_offset + offs[k] + u.gap, u.sys_flag, u.born_ts, u.born_host, u.born_host_len,
                       u.store_ts, u.store_host, u.store_host_len, 0, 0)
-        if u.extra:
-            # The properties field ends the record: its length covers the 4 digits after the stem.
-            mq_put16(q + rsize - pl - u.extra - 2, <uint16_t>(pl + u.extra))
-            counter = <uint32_t>((u.uniq_first + k) & 0xFFFF)
-            q += rsize - 4
-            q[0] = _HEX[(counter >> 12) & 0xF]
-            q[1] = _HEX[(counter >> 8) & 0xF]
-            q[2] = _HEX[(counter >> 4) & 0xF]
-            q[3] = _HEX[counter & 0xF]
+        if u.extra or kpart:
+            # The properties field ends the record: its length covers the 4 digits after the
+            # stem and the KEYS pair after them.
+            mq_put16(q + rsize - pl - u.extra - kpart - 2, <uint16_t>(pl + u.extra + kpart))
+            q += rsize - u.extra - kpart
+            if u.extra:
+                counter = <uint32_t>((u.uniq_first + k) & 0xFFFF)
+                q[0] = _HEX[(counter >> 12) & 0xF]
+                q[1] = _HEX[(counter >> 8) & 0xF]
+                q[2] = _HEX[(counter >> 4) & 0xF]
+                q[3] = _HEX[counter & 0xF]
+                q += 4
+            if kpart:
+                memcpy(q, u.keys_prefix, u.keys_prefix_len)
+                memcpy(q + u.keys_prefix_len, u.keys[k], kl)
     for k in range(u.n + 1):
         offs[k] += u.phys_offset
 
@@ -344,7 +414,7 @@ cdef void _encode_uniform_loop(_Uniform *u, const unsigned char **body_ptrs, Py_
 def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t queue_id, int32_t flag,
                    int32_t sys_flag, int64_t born_timestamp, bytes born_host, int64_t store_timestamp,
                    bytes store_host, int64_t queue_offset, bint advance, int64_t phys_offset,
-                   Py_ssize_t gap=0):
+                   Py_ssize_t gap=0, keys=None, bytes keys_prefix=b""):
     """``encode_records`` for a batch to one topic-queue whose records differ only in body and
     properties (RocketMQ's MessageExtBatch), with the offsets assigned here.
 
@@ -360,6 +430,11 @@ def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t 
     header, which the store writes in place: ``EntryLog.append_framed``), the buffer is a
     ``bytearray``, ``offsets`` are the starts of the frames (``offsets[k] + gap`` the
     records') and PHYSICALOFFSET is ``phys_offset`` plus the record's own start.
+
+    With ``keys`` (a list of one str or None per record) a record whose key is a non-empty str
+    gets ``keys_prefix`` and the key's UTF-8 after the rest of its properties (the counter
+    digits included): RocketMQ's batch with a KEYS value per message. ValueError for a key
+    that would not read back as it is (the store's preparer checks them first).
     """
     cdef _Bodies bs = _Bodies(bodies)
     cdef Py_ssize_t n = bs.count, k
@@ -382,12 +457,22 @@ def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t 
         raise ValueError(f"phys_offset {phys_offset} is negative")
     if gap < 0:
         raise ValueError(f"gap {gap} is negative")
+    cdef _Keys ks = None
+    cdef Py_ssize_t kpl = len(keys_prefix)
+    if keys is not None:
+        if type(keys) is not list or len(keys) != n:
+            raise ValueError(f"keys must be a list of one per record ({n})")
+        ks = _Keys(keys)
+        if not ks.clean:
+            raise ValueError("a key is not a str or None, or holds what would not read back (\\x01, \\x02, a lone surrogate)")
     offsets = np.empty(n + 1, dtype=np.int64)
     cdef int64_t[::1] offs = offsets
     cdef int64_t total = 0, size
     cdef Py_ssize_t pl
     for k in range(n):
         pl = (stem_len if shared else pr.lens[k]) + extra
+        if ks is not None and ks.lens[k]:
+            pl += kpl + ks.lens[k]
         if pl > MQ_MAX_PROPS:
             raise ValueError(f"record {k}: properties of {pl} bytes are over {MQ_MAX_PROPS}")
         size = mq_record_length(sys_flag, bs.lens[k], tl, pl)
@@ -424,6 +509,10 @@ def encode_uniform(bodies, bytes topic, properties, int64_t uniq_first, int32_t 
     u.queue_offset = queue_offset
     u.advance = advance
     u.phys_offset = phys_offset
+    u.keys = ks.ptrs if ks is not None else NULL
+    u.keys_lens = ks.lens if ks is not None else NULL
+    u.keys_prefix = keys_prefix
+    u.keys_prefix_len = kpl
     # Released even for a small batch: the put thread runs Python otherwise, and this is where
     # a thread that waits for the GIL (dispatch, the store service) gets it at once rather
     # than after the interpreter's switch interval.

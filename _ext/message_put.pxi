@@ -2,7 +2,6 @@
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
-
 cdef class PutTemplate:
     """What every put of one (topic, queue, properties, sys flag, born host) shares, checked once
     by the store: the record less its body, flag, born time, reconsume times, prepared offset and
@@ -25,10 +24,13 @@ cdef class PutTemplate:
     cdef public object queue_key
     cdef public bint advances
     cdef public bint wait_store
+    # A keyed template's properties before its KEYS value (``props_head`` then is what follows
+    # the value): ``with_keys`` makes the template of each put. None for the others.
+    cdef readonly object keys_before
 
     def __init__(self, bytes topic, bytes props_head, bytes props_tail, bint uniq, Py_ssize_t uniq_head_len,
                  int32_t queue_id, int32_t sys_flag, bytes born_host, bytes store_host, object queue_key,
-                 bint advances, bint wait_store):
+                 bint advances, bint wait_store, bytes keys_before=None):
         if len(topic) > MQ_MAX_TOPIC:
             raise ValueError(f"topic of {len(topic)} bytes is over {MQ_MAX_TOPIC}")
         if len(born_host) != mq_host_len(sys_flag, MQ_BORNHOST_V6):
@@ -37,6 +39,8 @@ cdef class PutTemplate:
             raise ValueError(f"store host of {len(store_host)} bytes disagrees with sys_flag {sys_flag:#x}")
         self.uniq_len = uniq_head_len + 4 if uniq else 0
         cdef Py_ssize_t plen = len(props_head) + self.uniq_len + len(props_tail)
+        if keys_before is not None:
+            plen += len(keys_before)
         if plen > MQ_MAX_PROPS:
             raise ValueError(f"properties of {plen} bytes are over {MQ_MAX_PROPS}")
         self.topic = topic
@@ -51,6 +55,44 @@ cdef class PutTemplate:
         self.queue_key = queue_key
         self.advances = advances
         self.wait_store = wait_store
+        self.keys_before = keys_before
+
+    def with_keys(self, keys):
+        """The template of one put of this keyed template with KEYS value ``keys`` (a non-empty
+        str): its properties are ``keys_before``, the key's UTF-8, then this template's. None
+        when the key would not read back as it is (a lone surrogate, a separator) or makes the
+        properties too long: the caller's general path then says why. What a put's own key
+        costs, without a template made in Python for each (they differ only here)."""
+        cdef Py_ssize_t kl = 0, bl
+        cdef const char *kp = _clean_key(keys, &kl)
+        if kp == NULL or kl == 0 or self.keys_before is None:
+            return None
+        cdef bytes before = <bytes>self.keys_before
+        bl = PyBytes_GET_SIZE(before)
+        cdef Py_ssize_t hl = PyBytes_GET_SIZE(self.props_head)
+        if bl + kl + hl + self.uniq_len + PyBytes_GET_SIZE(self.props_tail) > MQ_MAX_PROPS:
+            return None
+        cdef bytes head = PyBytes_FromStringAndSize(NULL, bl + kl + hl)
+        cdef char *h = PyBytes_AS_STRING(head)
+        memcpy(h, PyBytes_AS_STRING(before), bl)
+        memcpy(h + bl, kp, kl)
+        memcpy(h + bl + kl, PyBytes_AS_STRING(self.props_head), hl)
+        cdef PutTemplate t = PutTemplate.__new__(PutTemplate)
+        t.topic = self.topic
+        t.props_head = head
+        t.props_tail = self.props_tail
+        t.born_host = self.born_host
+        t.store_host = self.store_host
+        t.queue_id = self.queue_id
+        t.sys_flag = self.sys_flag
+        t.uniq = self.uniq
+        t.uniq_len = self.uniq_len
+        t.fixed_len = self.fixed_len + kl
+        t.queue_key = self.queue_key
+        t.advances = self.advances
+        t.wait_store = self.wait_store
+        t.keys_before = None
+        return t
 
     @property
     def props_len(self):
@@ -129,3 +171,25 @@ def longest_body(bodies):
         if n > best:
             best = n
     return best
+
+
+def keyed_longest(bodies, keys, Py_ssize_t prefix_len):
+    """For a batch whose record k has the properties of the batch then, when ``keys[k]`` is a
+    non-empty str, ``prefix_len`` bytes and that key's UTF-8: ``(longest body + key part,
+    longest key part)``, what the size checks need. None when ``keys`` is not a list of one
+    str or None per body, or a key would not read back as it is (a lone surrogate, a
+    ``\x01``/``\x02``): the caller's general path then says why. TypeError for a str body."""
+    if type(bodies) is not list or type(keys) is not list or PyList_GET_SIZE(keys) != PyList_GET_SIZE(bodies):
+        return None
+    cdef _Keys ks = _Keys(keys)
+    if not ks.clean:
+        return None
+    cdef Py_ssize_t k, part, rec, best = 0, best_part = 0
+    for k in range(ks.count):
+        part = prefix_len + ks.lens[k] if ks.lens[k] else 0
+        rec = _body_len(<object>PyList_GET_ITEM(bodies, k)) + part
+        if rec > best:
+            best = rec
+        if part > best_part:
+            best_part = part
+    return best, best_part

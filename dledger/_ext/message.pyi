@@ -85,6 +85,8 @@ def encode_uniform(
     advance: bool,
     phys_offset: int,
     gap: int = 0,
+    keys: list[str | None] | None = None,
+    keys_prefix: bytes = b"",
 ) -> tuple[bytes | bytearray, NDArray[np.int64]]: ...
 def scan_records(
     buf: Buffer,
@@ -184,6 +186,7 @@ class PutTemplate:
     advances: bool
     wait_store: bool
     props_len: int
+    keys_before: bytes | None
     def __init__(
         self,
         topic: bytes,
@@ -198,7 +201,9 @@ class PutTemplate:
         queue_key: str,
         advances: bool,
         wait_store: bool,
+        keys_before: bytes | None = None,
     ) -> None: ...
+    def with_keys(self, keys: str) -> PutTemplate | None: ...
 
 def encode_put(
     t: PutTemplate,
@@ -214,6 +219,7 @@ def encode_put(
     store_ts: int,
 ) -> bytes: ...
 def longest_body(bodies: Iterable[Sized]) -> int: ...
+def keyed_longest(bodies: object, keys: object, prefix_len: int) -> tuple[int, int] | None: ...
 def dispatch_keys(
     buf: Buffer,
     topic_buf: Buffer,

@@ -15,6 +15,7 @@ import numpy as np
 from dledger._ext import load as _load_ext
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.encode import (
+    HEX4,
     MAX_PROPERTIES_BYTES,
     MAX_QUEUE_ID,
     MAX_TOPIC_BYTES,
@@ -25,6 +26,7 @@ from dledger.rocketmq.store.encode import (
     record_length,
 )
 from dledger.rocketmq.store.message import (
+    IDS_PER_HEAD,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
@@ -49,6 +51,7 @@ from dledger.rocketmq.store.topic_validator import store_topic_problem
 
 K = _load_ext("message")
 _longest_body = K.longest_body
+_keyed_longest = K.keyed_longest
 
 
 class BatchPreparer:
@@ -238,32 +241,47 @@ class BatchPreparer:
 
     def put_template(self, m: Message) -> Any:
         """The single put's ``K.PutTemplate`` of ``m`` (what CommitLog does to a message before it
-        takes the put lock, as ``prepare`` does for one): cached for messages without their own
-        properties, so the puts of one topic-queue check and encode them once."""
-        if m.properties:
-            # Properties of its own (a client-set UNIQ_KEY, say): likely different each time.
-            return self._put_template(m)
+        takes the put lock, as ``prepare`` does for one). Cached by everything but the message's
+        own KEYS value (the puts of one topic-queue check and encode the rest once), which a
+        keyed template puts in place for each put (``with_keys``, in C). Not cached: a message
+        whose properties hold a UNIQ_KEY or KEYS (a client's, likely different each time)."""
+        props = m.properties
+        pkey: tuple[Any, ...] = ()
+        if props:
+            if UNIQ_KEY in props or PROPERTY_KEYS in props:
+                return self._put_template(m)
+            pkey = tuple(props.items())
         keys = m.keys
         if keys is not None and type(keys) is not str:
             keys = keys_text(keys)  # checked, and hashable
-        key = (m.topic, m.queue_id, m.tags, keys, m.delay_level, m.sys_flag, m.born_host)
-        tpl = self._put_templates.get(key)
+        key = (m.topic, m.queue_id, m.tags, pkey, bool(keys), m.delay_level, m.sys_flag, m.born_host)
+        try:
+            tpl = self._put_templates.get(key)
+        except TypeError:  # a property or tag that is no str (refused below, with why)
+            return self._put_template(m)
         if tpl is None:
-            tpl = self._put_template(m)
+            tpl = self._put_template(m, bool(keys))
             if len(self._put_templates) >= 4096:
                 self._put_templates.clear()
             self._put_templates[key] = tpl
         elif self.config.topic_queue_nums:
             self._check_queue(m.topic, m.queue_id)  # the table may have changed since
+        if keys:
+            one = tpl.with_keys(keys)
+            # None: the key would not read back (a separator, a lone surrogate) or is too long.
+            return one if one is not None else self._put_template(m)
         return tpl
 
-    def _put_template(self, m: Message) -> Any:
-        """``prepare``'s rules for one message, with the UNIQ_KEY value left to the encoder."""
+    def _put_template(self, m: Message, keyed: bool = False) -> Any:
+        """``prepare``'s rules for one message, with the UNIQ_KEY value left to the encoder (and
+        with ``keyed`` the KEYS value, to ``with_keys``)."""
         cfg = self.config
         topic, queue_id = m.topic, m.queue_id
         traw = self._topic_bytes(topic)
         self._check_queue(topic, queue_id)
         p = m.store_properties()
+        if keyed:
+            p[PROPERTY_KEYS] = "k"  # its place in the order (checked as a key); the value is each put's
         uniq = cfg.create_uniq_key and UNIQ_KEY not in p
         if uniq:
             p[UNIQ_KEY] = ""  # its place in the order; the value is each put's
@@ -277,27 +295,28 @@ class BatchPreparer:
         why = properties_problem({k: v for k, v in p.items() if k != UNIQ_KEY} if uniq else p)
         if why is not None:
             raise IllegalMessage(why)
-        head: list[str] = []
-        tail: list[str] = []
-        at = head
+        # The properties string cut where the puts' own values go: [before KEYS value,] before
+        # the UNIQ_KEY value, after it.
+        pieces = [""]
         for k, v in p.items():
-            if k == UNIQ_KEY and uniq:
-                head.append("UNIQ_KEY\x01")
-                at = tail
-            elif v is not None:
-                at.append(f"{k}\x01{v}")
-        if uniq:
-            head_text = "".join([part + "\x02" for part in head[:-1]]) + head[-1]
-            tail_text = "".join(["\x02" + part for part in tail])
-        else:
-            head_text, tail_text = "\x02".join(head), ""
+            if v is None:
+                continue
+            sep = "\x02" if len(pieces) > 1 or pieces[-1] else ""
+            if (k == UNIQ_KEY and uniq) or (k == PROPERTY_KEYS and keyed):
+                pieces[-1] += f"{sep}{k}\x01"
+                pieces.append("")
+            else:
+                pieces[-1] += f"{sep}{k}\x01{v}"
+        raw = [piece.encode("utf-8", "surrogatepass") for piece in pieces]
+        keys_before = raw.pop(0) if keyed else None
+        head, tail = (raw[0], raw[1]) if uniq else (raw[0], b"")
         store_raw = self.store_host_raw
         braw = encode_host(m.born_host) if m.born_host is not None else store_raw
         try:
             return K.PutTemplate(
                 traw,
-                head_text.encode("utf-8", "surrogatepass"),
-                tail_text.encode("utf-8", "surrogatepass"),
+                head,
+                tail,
                 uniq,
                 self.uniq.head_len,
                 queue_id,
@@ -307,6 +326,7 @@ class BatchPreparer:
                 f"{topic}-{queue_id}",
                 advances,
                 p.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false",
+                keys_before,
             )
         except ValueError as exc:
             raise IllegalMessage(str(exc)) from None
@@ -421,6 +441,39 @@ class BatchPreparer:
             raise IllegalMessage(f"a message is over max_message_size {self.config.max_message_size} as a record")
         return _columns(tpl, body_list, props, None, -1, lengths, longest, born_timestamp or int(time.time() * 1000))
 
+    def prepare_keyed(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        queue_id: int,
+        tags: str | None,
+        keys: Sequence[str | Sequence[str] | None],
+        properties: dict[str, str] | None,
+        flag: int,
+        sys_flag: int,
+        born_host: tuple[str, int] | None,
+        born_timestamp: int,
+    ) -> UniformBatch | PreparedBatch:
+        """``prepare_columns_at`` of a batch with a key per body. When the keys are a list of
+        str (or None) that read back as they are, the batch is a ``UniformBatch`` whose records'
+        KEYS the encoder appends (checked and measured in C, no properties string made per
+        message in Python); otherwise (and for more messages than one UNIQ_KEY head names) the
+        general path, which says why it refuses what it refuses."""
+        n = len(bodies)
+        if type(keys) is list and n <= IDS_PER_HEAD and not (properties and PROPERTY_KEYS in properties):
+            tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
+            # KEYS follows the batch's properties, the UNIQ_KEY included (as _keyed_properties).
+            prefix = b"\x02KEYS\x01" if tpl.create_uniq or tpl.fixed else b"KEYS\x01"
+            try:
+                sizes = _keyed_longest(bodies, keys, len(prefix))
+            except TypeError as exc:  # a body's type (len() of a str would pass)
+                raise IllegalMessage(str(exc)) from None
+            if sizes is not None:
+                return self._uniform(tpl, bodies, n, born_timestamp, keys, prefix, sizes[0], sizes[1])
+        return self.prepare_columns_at(
+            topic, bodies, queue_id, tags, keys, properties, flag, sys_flag, born_host, born_timestamp
+        )
+
     def prepare_uniform(
         self,
         topic: str,
@@ -438,7 +491,22 @@ class BatchPreparer:
         kernel call under its lock. Arguments by position (keywords cost a batch of small
         messages more than the rest of the call)."""
         tpl = self._batch_template(topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host)
-        n = len(bodies)
+        return self._uniform(tpl, bodies, len(bodies), born_timestamp, None, b"", -1, 0)
+
+    def _uniform(
+        self,
+        tpl: _Template,
+        bodies: Sequence[bytes],
+        n: int,
+        born_timestamp: int,
+        keys: list[str | None] | None,
+        keys_prefix: bytes,
+        longest_keyed: int,
+        longest_keys: int,
+    ) -> UniformBatch:
+        """The UniformBatch of template ``tpl``: its UNIQ_KEYs reserved, its sizes checked
+        (``longest_keyed``: the longest body with its KEYS pair, ``longest_keys`` the longest
+        pair, when there are ``keys``)."""
         if tpl.create_uniq:
             head, first, now = self.uniq.reserve(n)
             # Left to the encoder: the stem, then each message's 4 counter digits. The head is
@@ -455,15 +523,15 @@ class BatchPreparer:
             first = -1
             plen = len(stem)
             now = 0
-        if plen > MAX_PROPERTIES_BYTES:
+        if plen + longest_keys > MAX_PROPERTIES_BYTES:
             raise IllegalMessage(f"properties over the limit of {MAX_PROPERTIES_BYTES} bytes")
         body_list = bodies if isinstance(bodies, list) else list(bodies)
-        # calMsgLength, with everything but the body the same for every message
-        longest = _longest(body_list) + plen + tpl.fixed_len
+        # calMsgLength, with everything but the body (and KEYS) the same for every message
+        longest = (_longest(body_list) if keys is None else longest_keyed) + plen + tpl.fixed_len
         if longest > self.config.max_message_size:
             raise IllegalMessage(f"a message is over max_message_size {self.config.max_message_size} as a record")
         born = born_timestamp or now or int(time.time() * 1000)
-        return UniformBatch(tpl, body_list, n, stem, first, born, longest)
+        return UniformBatch(tpl, body_list, n, stem, first, born, longest, keys, keys_prefix)
 
     def _batch_template(
         self,
@@ -503,12 +571,23 @@ class UniformBatch:
     """A batch of one template (``BatchPreparer.prepare_uniform``): the bodies, their properties
     as one stem (each message's UNIQ_KEY counter digits, when ``uniq_first >= 0``, appended by
     the encoder) and the born time. ``encode`` makes the records with one kernel call;
-    ``prepared`` is the same batch as columns, for the commit logs' general path."""
+    ``prepared`` is the same batch as columns, for the commit logs' general path. With ``keys``
+    (checked: str or None, one per body) each record's properties end with ``keys_prefix`` and
+    its key, when it has one."""
 
-    __slots__ = ("bodies", "born_ts", "longest", "n", "stem", "tpl", "uniq_first")
+    __slots__ = ("bodies", "born_ts", "keys", "keys_prefix", "longest", "n", "stem", "tpl", "uniq_first")
 
     def __init__(
-        self, tpl: _Template, bodies: list[bytes], n: int, stem: bytes, uniq_first: int, born_ts: int, longest: int
+        self,
+        tpl: _Template,
+        bodies: list[bytes],
+        n: int,
+        stem: bytes,
+        uniq_first: int,
+        born_ts: int,
+        longest: int,
+        keys: list[str | None] | None = None,
+        keys_prefix: bytes = b"",
     ) -> None:
         self.tpl = tpl
         self.bodies = bodies
@@ -517,6 +596,8 @@ class UniformBatch:
         self.uniq_first = uniq_first
         self.born_ts = born_ts
         self.longest = longest
+        self.keys = keys
+        self.keys_prefix = keys_prefix
 
     @property
     def wait_store(self) -> bool:
@@ -543,16 +624,40 @@ class UniformBatch:
             t.advances,
             phys_offset,
             gap,
+            self.keys,
+            self.keys_prefix,
         )
 
     def record_lengths(self) -> np.ndarray:
+        if self.keys is not None:
+            return _keyed_lengths(self.bodies, self._keyed_properties(), self.tpl.fixed_len)
         plen = len(self.stem) + (4 if self.uniq_first >= 0 else 0)
         lengths: np.ndarray = np.fromiter(map(len, self.bodies), dtype=np.int64, count=self.n) + (
             plen + self.tpl.fixed_len
         )
         return lengths
 
+    def _keyed_properties(self) -> list[bytes]:
+        """Each record's properties, as the encoder writes them with ``keys`` (what
+        ``_keyed_properties`` makes: the general path's, byte for byte)."""
+        stem, first, prefix = self.stem, self.uniq_first, self.keys_prefix
+        assert self.keys is not None
+        return [
+            b"".join(
+                (
+                    stem,
+                    HEX4[(first + i) & 0xFFFF] if first >= 0 else b"",
+                    prefix + k.encode() if k else b"",
+                )
+            )
+            for i, k in enumerate(self.keys)
+        ]
+
     def prepared(self) -> PreparedBatch:
+        if self.keys is not None:
+            props = self._keyed_properties()
+            lengths = _keyed_lengths(self.bodies, props, self.tpl.fixed_len)
+            return _columns(self.tpl, self.bodies, props, None, -1, lengths, self.longest, self.born_ts)
         return _columns(self.tpl, self.bodies, [], self.stem, self.uniq_first, None, self.longest, self.born_ts)
 
 

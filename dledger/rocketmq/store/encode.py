@@ -33,7 +33,7 @@ MAX_QUEUE_ID = (1 << 31) - 1
 
 
 # The four hex digits of the UNIQ_KEY counter, for every counter value.
-_HEX4 = [f"{i:04X}".encode() for i in range(1 << 16)]
+HEX4 = [f"{i:04X}".encode() for i in range(1 << 16)]
 _FULL_OF_CACHE: dict[tuple[int, Any, Any], np.ndarray] = {}
 
 
@@ -114,7 +114,7 @@ class PreparedBatch:
             if first < 0:
                 self.properties = [stem] * self.n
             else:
-                self.properties = [stem + _HEX4[(first + i) & 0xFFFF] for i in range(self.n)]
+                self.properties = [stem + HEX4[(first + i) & 0xFFFF] for i in range(self.n)]
         return self.properties
 
     def shared_fields(self) -> tuple[Any, ...]:

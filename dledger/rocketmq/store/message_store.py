@@ -519,8 +519,9 @@ class MessageStore:
                     topic, bodies, queue_id, tags, properties, flag, sys_flag, born_host, born_timestamp
                 )
             else:
-                # (More messages than one UNIQ_KEY head names: their properties one by one.)
-                batch = prep.prepare_columns_at(
+                # A key per body (the encoder writes them), or more messages than one UNIQ_KEY
+                # head names (their properties one by one).
+                batch = prep.prepare_keyed(
                     topic,
                     bodies,
                     queue_id,
