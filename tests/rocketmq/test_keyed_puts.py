@@ -1,7 +1,8 @@
 """Puts with a key per message (issue 40): a single put's KEYS value put into its cached template
 in C (``PutTemplate.with_keys``), a batch's keys appended by the encoder (``prepare_keyed``, a
 ``UniformBatch`` with keys). Both write the bytes of the general paths, refuse what they refuse,
-and a store keeps every guarantee (UNIQ_KEY unique, the key index finds each message)."""
+and a store keeps every guarantee (UNIQ_KEY unique, the key index finds each message). The
+single put's check of a message's numbers, in C, is java_ranges_ok's."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_put_one import messages, preparer, single_record
 
+from dledger._ext import message as K
 from dledger.rocketmq.store.batch_preparer import BatchPreparer, UniformBatch
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.encode import IllegalMessage, encode_batch, encode_one
-from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message import Message, java_ranges_ok
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.rocketmq.store.status import PutMessageStatus
 
@@ -178,3 +180,40 @@ def test_clean_keys_take_the_uniform_batch() -> None:
     assert isinstance(got, UniformBatch)
     listed = prep.prepare_keyed("T", [b"a", b"b"], 0, "TagA", [["k1"], None], None, 0, 0, None, 0)
     assert not isinstance(listed, UniformBatch)
+
+
+numbers = st.one_of(
+    st.integers(-(2**64), 2**64),
+    st.sampled_from([2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) + 1, -(2**63)]),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-10, max_value=10),
+    st.integers(-100, 100).map(np.int32),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(numbers, min_size=5, max_size=5))
+def test_c_number_check_is_java_ranges_ok(values: list[Any]) -> None:
+    """The single put's check of a message's numbers (in C) refuses what java_ranges_ok refuses:
+    a number past its field's Java type, a bool, a float or a numpy scalar."""
+    m = Message("T", b"x")
+    m.flag, m.sys_flag, m.reconsume_times, m.born_timestamp, m.prepared_offset = values
+    assert K.message_ints_ok(m) == java_ranges_ok(m)
+
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+def test_a_key_that_makes_a_record_too_big_refuses_the_batch(tmp_path: Path, mode: str) -> None:
+    """The size checks count each body with its own key: a short body with a long key is over
+    max_message_size though the longest body alone is not, and keys past the properties limit
+    are refused; nothing is written."""
+    cfg = MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger", max_message_size=4096, store_host="10.0.0.1:10911"
+    )
+    with MessageStore(tmp_path / "s", cfg) as s:
+        end = s.max_phys_offset
+        bodies = [b"b" * 3500, b"s"]
+        res = s.put_batch("T", bodies, keys=["short", "k" * 3990])
+        assert res.status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.put_batch("T", [b"x", b"y"], keys=[None, "k" * 40000]).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.max_phys_offset == end and s.commitlog.topic_queue_table == {}
+        assert s.put_batch("T", bodies, keys=["short", "k" * 300]).ok

@@ -22,10 +22,10 @@ from dledger.rocketmq.store.message import (
     Message,
     MessageSysFlag,
     java_int_problem,
-    java_ranges_ok,
 )
 
 K = _load_ext("message")
+_message_ints_ok = K.message_ints_ok
 _longest_body = K.longest_body
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767
@@ -299,7 +299,7 @@ def check_java_ints(*fields: tuple[str, int, int]) -> None:
 def check_message_ints(m: Message) -> None:
     """IllegalMessage for a number of ``m`` that no Java int or long holds: the record's field
     has no room for it."""
-    if java_ranges_ok(m):
+    if _message_ints_ok(m):  # java_ranges_ok, in C
         return
     check_java_ints(
         ("flag", m.flag, 32),
