@@ -24,6 +24,7 @@ issue's) shorten a quick run; DLEDGER_BENCH_WORKLOAD_ROUNDS (default 3).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -217,25 +218,34 @@ def figures(request: pytest.FixtureRequest) -> Iterator[list[Figure]]:
     """The figures of the module's run, printed as a table at its end."""
     out: list[Figure] = []
     yield out
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None or not out:
+    if not out:
         return
-    write = reporter.write_line
-    write("")
-    write(f"issue 40 workload: warm-up {WARMUP:g} s, measured ~{MEASURE:g} s, {ROUNDS} rounds; msgs/s median [min-max]")
-    write("| put | threads | keys | msgs/s | dispatch catch-up s | Java 4.9.4 (issue 40) | ratio |")
-    write("| --- | --- | --- | --- | --- | --- | --- |")
+    lines = [
+        "",
+        f"issue 40 workload: warm-up {WARMUP:g} s, measured ~{MEASURE:g} s, {ROUNDS} rounds; msgs/s median [min-max]",
+        "| put | threads | keys | msgs/s | dispatch catch-up s | Java 4.9.4 (issue 40) | ratio | same run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    medians = {(f.mode, f.kind, f.size, f.threads, f.keyed): statistics.median(f.rates) for f in out}
     for f in out:
         r = f.rates
         med = statistics.median(r)
+        # Beside the same run's baseline: keyed / unkeyed (1 thread), 4 threads / 1 thread (keyed).
+        base = medians.get((f.mode, f.kind, f.size, 1, False) if f.threads == 1 else (f.mode, f.kind, f.size, 1, True))
+        what = "unkeyed" if f.threads == 1 else "1 thread"
+        same = "-" if base is None or not f.keyed else f"{med / base:.2f}x {what}"
         java = JAVA.get((f.mode, f.kind, f.size)) if f.threads == 1 and f.keyed else None
         c = sorted(f.catch_up)
-        write(
+        lines.append(
             f"| {f.mode}, {'single' if f.kind == 'single' else 'batch of 32'}, {_size(f.size)} | {f.threads} "
             f"| {'keyed' if f.keyed else 'unkeyed'} | {med / 1e3:.0f}k [{r[0] / 1e3:.0f}k-{r[-1] / 1e3:.0f}k] "
             f"| {statistics.median(c):.2f} [{c[0]:.2f}-{c[-1]:.2f}] "
-            f"| {f'{java / 1e3:.0f}k' if java else '-'} | {f'{med / java:.2f}x' if java else '-'} |"
+            f"| {f'{java / 1e3:.0f}k' if java else '-'} | {f'{med / java:.2f}x' if java else '-'} | {same} |"
         )
+    # Past the capture (a table at the end of the run, -s or not).
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        print("\n".join(lines))
 
 
 def _size(size: int) -> str:
@@ -295,18 +305,24 @@ def test_workload(
             fig.messages = each * threads
         return (producers, fig.messages // threads), {}
 
+    def timed(producers: list[Producer], each: int) -> int:
+        # Timed here too: the table needs every round's time, --benchmark-disable or not.
+        t0 = time.perf_counter()
+        done = run_threads(producers, each)
+        fig.times.append(time.perf_counter() - t0)
+        return done
+
     benchmark.group = f"workload {mode} {kind} {_size(size)}"
     plural = "s" if threads > 1 else ""
     benchmark.name = f"{benchmark.group}, {threads} thread{plural}, {'keyed' if keyed else 'unkeyed'}"
     try:
-        done = benchmark.pedantic(run_threads, setup=setup, rounds=ROUNDS, iterations=1)
+        done = benchmark.pedantic(timed, setup=setup, rounds=ROUNDS, iterations=1)
         finish_round()
     finally:
         if state["store"] is not None:
             state["store"].close()
             state["store"] = None
     assert done == fig.messages
-    fig.times = list(benchmark.stats.stats.data)
     figures.append(fig)
     rates = fig.rates
     benchmark.extra_info.update(
