@@ -83,6 +83,7 @@ class Producer:
         self.seq = 0
         self.queue = 0
         self.failed = 0
+        self.cpu = 0.0
         self.body = os.urandom(size)
         self.bodies = [self.body] * BATCH
         self.put: Callable[[int], int] = {
@@ -91,6 +92,12 @@ class Producer:
             ("batch", True): self.batch_keyed,
             ("batch", False): self.batch_unkeyed,
         }[kind, keyed]
+
+    def timed_put(self, n: int) -> int:
+        c0 = time.thread_time()
+        done = self.put(n)
+        self.cpu = time.thread_time() - c0
+        return done
 
     def single_keyed(self, n: int) -> int:
         """``n`` puts, each of a new Message (as a broker's caller builds one per request)."""
@@ -156,10 +163,11 @@ class Producer:
 
 
 def run_threads(producers: list[Producer], each: int) -> int:
-    """``each`` messages from every producer, one thread each (the caller's thread for one)."""
+    """``each`` messages from every producer, one thread each (the caller's thread for one);
+    each producer's ``cpu`` is the CPU time its thread spent on them."""
     if len(producers) == 1:
-        return producers[0].put(each)
-    threads = [threading.Thread(target=p.put, args=(each,), name=f"producer-{p.thread}") for p in producers]
+        return producers[0].timed_put(each)
+    threads = [threading.Thread(target=p.timed_put, args=(each,), name=f"producer-{p.thread}") for p in producers]
     for th in threads:
         th.start()
     for th in threads:
@@ -200,6 +208,11 @@ class Figure:
     messages: int = 0
     times: list[float] = field(default_factory=list)
     catch_up: list[float] = field(default_factory=list)
+    # CPU seconds a round: the producer threads', and the whole process's (dispatch and the
+    # store's services too) over the timed puts. On a machine others share, wall time says how
+    # much of a core the run was given as much as how fast it is; CPU per message does not.
+    put_cpu: list[float] = field(default_factory=list)
+    process_cpu: list[float] = field(default_factory=list)
 
     @property
     def rates(self) -> list[float]:
@@ -223,8 +236,9 @@ def figures(request: pytest.FixtureRequest) -> Iterator[list[Figure]]:
     lines = [
         "",
         f"issue 40 workload: warm-up {WARMUP:g} s, measured ~{MEASURE:g} s, {ROUNDS} rounds; msgs/s median [min-max]",
-        "| put | threads | keys | msgs/s | dispatch catch-up s | Java 4.9.4 (issue 40) | ratio | same run |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| put | threads | keys | msgs/s | dispatch catch-up s | Java 4.9.4 (issue 40) | ratio | same run "
+        "| CPU us/msg: put threads, process |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     medians = {(f.mode, f.kind, f.size, f.threads, f.keyed): statistics.median(f.rates) for f in out}
     for f in out:
@@ -240,7 +254,9 @@ def figures(request: pytest.FixtureRequest) -> Iterator[list[Figure]]:
             f"| {f.mode}, {'single' if f.kind == 'single' else 'batch of 32'}, {_size(f.size)} | {f.threads} "
             f"| {'keyed' if f.keyed else 'unkeyed'} | {med / 1e3:.0f}k [{r[0] / 1e3:.0f}k-{r[-1] / 1e3:.0f}k] "
             f"| {statistics.median(c):.2f} [{c[0]:.2f}-{c[-1]:.2f}] "
-            f"| {f'{java / 1e3:.0f}k' if java else '-'} | {f'{med / java:.2f}x' if java else '-'} | {same} |"
+            f"| {f'{java / 1e3:.0f}k' if java else '-'} | {f'{med / java:.2f}x' if java else '-'} | {same} "
+            f"| {statistics.median(f.put_cpu) / f.messages * 1e6:.2f}, "
+            f"{statistics.median(f.process_cpu) / f.messages * 1e6:.2f} |"
         )
     # Past the capture (a table at the end of the run, -s or not).
     capture = request.config.pluginmanager.get_plugin("capturemanager")
@@ -307,9 +323,11 @@ def test_workload(
 
     def timed(producers: list[Producer], each: int) -> int:
         # Timed here too: the table needs every round's time, --benchmark-disable or not.
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         done = run_threads(producers, each)
         fig.times.append(time.perf_counter() - t0)
+        fig.process_cpu.append(time.process_time() - c0)
+        fig.put_cpu.append(sum(p.cpu for p in producers))
         return done
 
     benchmark.group = f"workload {mode} {kind} {_size(size)}"
@@ -331,5 +349,7 @@ def test_workload(
         msgs_per_s_min=rates[0],
         msgs_per_s_max=rates[-1],
         catch_up_s=fig.catch_up,
+        put_cpu_us_per_msg=[c / fig.messages * 1e6 for c in fig.put_cpu],
+        process_cpu_us_per_msg=[c / fig.messages * 1e6 for c in fig.process_cpu],
         java_4_9_4=JAVA.get((mode, kind, size)) if threads == 1 and keyed else None,
     )
