@@ -16,6 +16,7 @@ runs it on its own (``python -m dledger.rocketmq.cli produce ...``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -680,7 +681,30 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     u.add_argument("--self-id", default="n0", help="the DLedger member this store becomes (default n0)")
     u.add_argument("--yes", action="store_true", help="do it (default: a dry run that writes nothing)")
     u.set_defaults(func=_guard(cmd_upgrade))
+
+    n = sub.add_parser(
+        "namesrv", help="a RocketMQ name server (remoting protocol; brokers register, clients find them)"
+    )
+    n.add_argument("--listen", default="0.0.0.0:9876", help="HOST:PORT to serve remoting on (default 0.0.0.0:9876)")
+    n.add_argument(
+        "--kv-config", type=Path, default=None, help="kvConfig.json to keep KV settings in (default: memory)"
+    )
+    n.set_defaults(func=_guard(cmd_namesrv))
     return mq
+
+
+def cmd_namesrv(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.namesrv.namesrv_controller import serve
+
+    host, _, port = str(args.listen).rpartition(":")
+    if not host or not port.isdigit():
+        raise MqCliError(f"--listen {args.listen!r}: want HOST:PORT")
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        asyncio.run(serve(host.strip("[]"), int(port), args.kv_config))
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
