@@ -3,14 +3,13 @@ with the header fields and bodies a 4.9.4 broker, client and mqadmin read."""
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Awaitable, Callable
 
 from dledger.rocketmq.namesrv.kv_config_manager import KVConfigManager
 from dledger.rocketmq.namesrv.route_info_manager import RouteInfoManager
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
-from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, RegisterBrokerBody
+from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, RegisterBrokerBody, crc32
 from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION, RemotingCommand
 from dledger.rocketmq.remoting.request_code import RequestCode
 from dledger.rocketmq.remoting.response_code import ResponseCode
@@ -21,11 +20,6 @@ FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 # TopicSysFlag
 FLAG_UNIT = 0x1
 FLAG_UNIT_SUB = 0x2
-
-
-def crc32(data: bytes | memoryview) -> int:
-    """UtilAll.crc32: the CRC32 with its top bit cleared (a positive int)."""
-    return zlib.crc32(data) & 0x7FFFFFFF
 
 
 def _topic_list(topics: list[str], broker_addr: str | None = None) -> bytes:
@@ -187,4 +181,4 @@ class DefaultRequestProcessor:
         return req.response(body=_topic_list(topics))
 
 
-__all__ = ["NAMESPACE_ORDER_TOPIC_CONFIG", "DefaultRequestProcessor", "crc32"]
+__all__ = ["NAMESPACE_ORDER_TOPIC_CONFIG", "DefaultRequestProcessor"]

@@ -73,3 +73,96 @@ def run(coro_fn: Callable[[], Awaitable[T]], timeout: float = 120.0) -> T:
         return await asyncio.wait_for(coro_fn(), timeout)
 
     return asyncio.run(bounded())
+
+
+FAST_MEMBER = [
+    "--heart-beat-time-interval-ms",
+    "100",
+    "--max-heart-beat-leak",
+    "3",
+    "--min-vote-interval-ms",
+    "50",
+    "--max-vote-interval-ms",
+    "150",
+]
+
+
+class Brokers:
+    """A DLedger group with the message store whose members speak remoting, each on its own
+    ``listen_port``, registering with ``namesrv`` as broker ``broker-a``."""
+
+    def __init__(self, workdir: Path, namesrv_addr: str, size: int = 1, extra: list[str] | None = None) -> None:
+        self.workdir = workdir
+        self.namesrv_addr = namesrv_addr
+        self.ids = [f"n{k}" for k in range(size)]
+        ports = free_ports(size)
+        self.node_ports = dict(zip(self.ids, ports, strict=True))
+        # listenPort and the VIP channel at listenPort - 2 (and the advertised HA port at +1).
+        self.listen_ports: dict[str, int] = {}
+        for m in self.ids:
+            while True:
+                p = free_ports(1)[0]
+                if p - 2 > 10000 and p not in ports and p not in self.listen_ports.values():
+                    break
+            self.listen_ports[m] = p
+        self.extra = extra or []
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def peers(self) -> str:
+        return ";".join(f"{m}-127.0.0.1:{self.node_ports[m]}" for m in self.ids)
+
+    def addr(self, member: str) -> str:
+        return f"127.0.0.1:{self.listen_ports[member]}"
+
+    def start(self, member: str) -> None:
+        log = self.workdir / f"{member}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "dledger.cli",
+            "server",
+            "--group",
+            "broker-a",
+            "--id",
+            member,
+            "--peers",
+            self.peers,
+            "--store-dir",
+            str(self.workdir / member),
+            "--message-store",
+            "--listen-port",
+            str(self.listen_ports[member]),
+            "--namesrv-addr",
+            self.namesrv_addr,
+            *FAST_MEMBER,
+            *self.extra,
+        ]
+        with open(log, "ab") as f:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=f, cwd=self.workdir, start_new_session=True)
+        self.procs[member] = proc
+        wait_port(self.listen_ports[member], proc, log)
+
+    def start_all(self) -> None:
+        for m in self.ids:
+            self.start(m)
+
+    def kill(self, member: str) -> None:
+        stop(self.procs.pop(member), signal.SIGKILL)
+
+    def stop_all(self) -> None:
+        for m in list(self.procs):
+            stop(self.procs.pop(m))
+
+
+@contextmanager
+def cluster(workdir: Path, size: int = 1, extra: list[str] | None = None) -> Iterator[tuple[str, Brokers]]:
+    """A name server and a group of ``size`` members registered with it."""
+    ns_proc, port, _ = start_namesrv(workdir)
+    brokers = Brokers(workdir, f"127.0.0.1:{port}", size, extra)
+    try:
+        brokers.start_all()
+        yield f"127.0.0.1:{port}", brokers
+    finally:
+        brokers.stop_all()
+        stop(ns_proc)

@@ -16,7 +16,7 @@ import pytest
 from dledger.rocketmq.namesrv.route_info_manager import RouteInfoManager
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
-from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, RegisterBrokerBody, TopicConfig
+from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, RegisterBrokerBody, TopicConfig, crc32
 from dledger.rocketmq.remoting.remoting_serializable import decode as json_decode
 from tests.rocketmq.remoting.captures import frames
 from tests.rocketmq.remoting.processes import namesrv, run, start_namesrv, stop
@@ -96,7 +96,6 @@ async def _register(
     client: NettyRemotingClient, addr: str, topics: dict[str, TopicConfig], broker_id: int = 0, **kw: str
 ) -> RemotingCommand:
     body = RegisterBrokerBody(topics, DataVersion(int(time.time() * 1000), 0)).encode()
-    from dledger.rocketmq.namesrv.default_request_processor import crc32
 
     ext = {
         "brokerId": str(broker_id),

@@ -3,11 +3,17 @@ TopicConfigSerializeWrapper, TopicConfig and DataVersion, as fastjson writes and
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_READ, PERM_WRITE
+
+
+def crc32(data: bytes | memoryview) -> int:
+    """UtilAll.crc32: the CRC32 with its top bit cleared; a registration's ``bodyCrc32``."""
+    return zlib.crc32(data) & 0x7FFFFFFF
 
 
 @dataclass(slots=True)
@@ -89,4 +95,4 @@ class RegisterBrokerBody:
         )
 
 
-__all__ = ["DataVersion", "RegisterBrokerBody", "TopicConfig"]
+__all__ = ["DataVersion", "RegisterBrokerBody", "TopicConfig", "crc32"]
