@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from dledger.testing import free_ports
+from dledger.testing import FAST, free_ports
 
 T = TypeVar("T")
 
@@ -75,18 +75,6 @@ def run(coro_fn: Callable[[], Awaitable[T]], timeout: float = 120.0) -> T:
     return asyncio.run(bounded())
 
 
-FAST_MEMBER = [
-    "--heart-beat-time-interval-ms",
-    "100",
-    "--max-heart-beat-leak",
-    "3",
-    "--min-vote-interval-ms",
-    "50",
-    "--max-vote-interval-ms",
-    "150",
-]
-
-
 class Brokers:
     """A DLedger group with the message store whose members speak remoting, each on its own
     ``listen_port``, registering with ``namesrv`` as broker ``broker-a``."""
@@ -135,7 +123,7 @@ class Brokers:
             str(self.listen_ports[member]),
             "--namesrv-addr",
             self.namesrv_addr,
-            *FAST_MEMBER,
+            *FAST,
             *self.extra,
         ]
         with open(log, "ab") as f:

@@ -184,3 +184,18 @@ def test_header_fields_are_read_as_java_reads_them() -> None:
     assert cmd.ext_bool("b") and not cmd.ext_bool("queueId")
     with pytest.raises(RemotingCommandException):
         cmd.ext_str("topic")
+
+
+def test_the_captured_batch_body_decodes_and_encodes_back() -> None:
+    from dledger.rocketmq.remoting.protocol.message_batch import decode_messages, encode_messages
+
+    (frame,) = [f for f in ALL if f.code == RequestCode.SEND_BATCH_MESSAGE and f.is_request]
+    body = bytes(RemotingCommand.decode(frame.raw[4:]).body)
+    raw, offsets, props, flag = decode_messages(body)
+    assert len(props) == 32 and flag == 0
+    bodies = [raw[offsets[k] : offsets[k + 1]] for k in range(32)]
+    assert bodies[0].startswith(b"rmqclient-20 ") and props[0].startswith(b"KEYS\x01key-20\x02")
+    assert encode_messages(bodies, props) == body
+    for cut in (1, 21, len(body) - 1):
+        with pytest.raises(RemotingCommandException):
+            decode_messages(body[:cut])

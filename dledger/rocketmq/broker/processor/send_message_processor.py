@@ -6,7 +6,6 @@ kernel call for a batch), answered with the offset message ids, queue id and que
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable
 
 import numpy as np
@@ -15,6 +14,7 @@ from dledger.codes import ResponseCode as DCode
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
 from dledger.rocketmq.broker.topic_config_manager import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
+from dledger.rocketmq.remoting.protocol.message_batch import decode_messages
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_WRITE
 from dledger.rocketmq.remoting.remoting_command import RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
@@ -44,7 +44,6 @@ _V2_NAMES = {
 }
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
-_BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 
 # handlePutMessageResult: PutMessageStatus -> (response code, remark).
 _PUT_CODES = {
@@ -63,37 +62,6 @@ def header_v1(req: RemotingCommand) -> dict[str, str]:
     if req.code == RequestCode.SEND_MESSAGE:
         return dict(ext)
     return {_V2_NAMES.get(k, k): v for k, v in ext.items()}
-
-
-def decode_batch(body: bytes | memoryview) -> tuple[bytes, np.ndarray, list[bytes], int]:
-    """MessageDecoder.decodeMessages of an encodeMessages body: the bodies joined, their
-    offsets, each message's properties, and the messages' flag (a batch shares one)."""
-    mv = memoryview(body)
-    n = len(mv)
-    pos = 0
-    parts: list[memoryview] = []
-    props: list[bytes] = []
-    offsets = [0]
-    flag = 0
-    while pos < n:
-        if n - pos < _BATCH_HEAD.size:
-            raise RemotingCommandException(f"batch body cut short at {pos} of {n} bytes")
-        total, _magic, _crc, flag, blen = _BATCH_HEAD.unpack_from(mv, pos)
-        end = pos + total
-        bstart = pos + _BATCH_HEAD.size
-        if total < _BATCH_HEAD.size + 2 or end > n or blen < 0 or bstart + blen + 2 > end:
-            raise RemotingCommandException(f"batch message at {pos}: sizes {total}/{blen} do not fit")
-        parts.append(mv[bstart : bstart + blen])
-        offsets.append(offsets[-1] + blen)
-        (plen,) = struct.unpack_from(">h", mv, bstart + blen)
-        pstart = bstart + blen + 2
-        if plen < 0 or pstart + plen != end:
-            raise RemotingCommandException(f"batch message at {pos}: properties length {plen} does not fit")
-        props.append(bytes(mv[pstart:end]))
-        pos = end
-    if not parts:
-        raise RemotingCommandException("empty batch")
-    return b"".join(parts), np.asarray(offsets, dtype=np.int64), props, flag
 
 
 def _strip_wait(props: str) -> str:
@@ -148,7 +116,7 @@ class SendMessageProcessor:
         props = h.get("properties") or ""
         cluster = f"{PROPERTY_CLUSTER}\x01{self.config.cluster}"
         if req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true":
-            raw, offsets, each, flag = decode_batch(req.body)
+            raw, offsets, each, flag = decode_messages(req.body)
             # The batch's own properties (WAIT) and CLUSTER follow each message's, as the Java
             # broker's MessageExtBatch encoder writes them.
             tail = ("\x02" + cluster + ("\x02" + props if props else "")).encode("utf-8")
@@ -206,4 +174,4 @@ def _int(h: dict[str, str], name: str, default: int) -> int:
         raise RemotingCommandException(f"the custom field <{name}> is not a number: {v[:40]!r}") from None
 
 
-__all__ = ["SendMessageProcessor", "decode_batch", "header_v1"]
+__all__ = ["SendMessageProcessor", "header_v1"]
