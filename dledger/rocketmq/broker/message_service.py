@@ -452,7 +452,7 @@ class MessageService:
             self.metric_stats.sent(
                 str(body.get("topic")),
                 resp.body,
-                len(raw) if isinstance(raw, bytes) else 0,
+                len(raw) if isinstance(raw, bytes | memoryview) else 0,
                 time.perf_counter() - started,
             )
         return resp

@@ -191,11 +191,14 @@ def test_the_captured_batch_body_decodes_and_encodes_back() -> None:
 
     (frame,) = [f for f in ALL if f.code == RequestCode.SEND_BATCH_MESSAGE and f.is_request]
     body = bytes(RemotingCommand.decode(frame.raw[4:]).body)
-    raw, offsets, props, flag = decode_messages(body)
-    assert len(props) == 32 and flag == 0
-    bodies = [raw[offsets[k] : offsets[k + 1]] for k in range(32)]
+    batch = decode_messages(body)
+    bodies, props = batch.split()
+    assert len(batch) == 32 and batch.flag == 0
     assert bodies[0].startswith(b"rmqclient-20 ") and props[0].startswith(b"KEYS\x01key-20\x02")
     assert encode_messages(bodies, props) == body
+    # With the broker's tail: after each string, or alone for an empty one.
+    tailed = decode_messages(encode_messages([b"a", b"b"], [b"K\x01v", b""]), b"\x02CLUSTER\x01c")
+    assert tailed.split() == ([b"a", b"b"], [b"K\x01v\x02CLUSTER\x01c", b"CLUSTER\x01c"])
     for cut in (1, 21, len(body) - 1):
         with pytest.raises(RemotingCommandException):
             decode_messages(body[:cut])

@@ -115,32 +115,32 @@ class SendMessageProcessor:
             )
         props = h.get("properties") or ""
         cluster = f"{PROPERTY_CLUSTER}\x01{self.config.cluster}"
-        if req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true":
-            raw, offsets, each, flag = decode_messages(req.body)
-            # The batch's own properties (WAIT) and CLUSTER follow each message's, as the Java
-            # broker's MessageExtBatch encoder writes them.
-            tail = ("\x02" + cluster + ("\x02" + props if props else "")).encode("utf-8")
-            props_list = [p + tail if p else tail[1:] for p in each]
-            bodies_sizes = np.diff(offsets).astype(np.uint32)
-        else:
-            raw = bytes(req.body)
-            text = _strip_wait(props)
-            props_list = [((text + "\x02") if text else "").encode("utf-8") + cluster.encode("utf-8")]
-            bodies_sizes = np.asarray([len(raw)], dtype=np.uint32)
-            flag = _int(h, "flag", 0)
         send = SendRequest(
             topic,
             queue_id,
             [],
-            props_list,
-            flag,
+            [],
+            _int(h, "flag", 0),
             _int(h, "sysFlag", 0),
             _int(h, "bornTimestamp", 0),
             None,
             reconsume_times=_int(h, "reconsumeTimes", 0),
-            packed=(raw, bodies_sizes),
         )
-        resp = await self.service.handle(MessageRequestCode.SEND_BATCH_MESSAGE, send.to_wire(), ch.remote_addr)
+        wire = send.to_wire()
+        if req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true":
+            # The batch's own properties (WAIT) and CLUSTER follow each message's, as the Java
+            # broker's MessageExtBatch encoder writes them; one kernel pass, no object a message.
+            tail = ("\x02" + cluster + ("\x02" + props if props else "")).encode("utf-8")
+            batch = decode_messages(req.body, tail)
+            wire["flag"] = batch.flag
+            wire["raw"], wire["sizes"] = batch.bodies, batch.body_sizes.tobytes()
+            wire["props_raw"], wire["props_sizes"] = batch.properties, batch.properties_sizes.tobytes()
+        else:
+            text = _strip_wait(props)
+            one = ((text + "\x02") if text else "").encode("utf-8") + cluster.encode("utf-8")
+            wire["raw"], wire["sizes"] = req.body, np.asarray([len(req.body)], dtype=np.uint32).tobytes()
+            wire["props_raw"], wire["props_sizes"] = one, np.asarray([len(one)], dtype=np.uint32).tobytes()
+        resp = await self.service.handle(MessageRequestCode.SEND_BATCH_MESSAGE, wire, ch.remote_addr)
         body = SendResponse.from_wire(resp.body) if resp.body else SendResponse(PutMessageStatus.UNKNOWN_ERROR)
         if resp.code in (DCode.NOT_LEADER, DCode.LEADER_NOT_READY):
             return req.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {resp.message or ''}")

@@ -2,18 +2,22 @@
 as ``int32 totalSize, int32 magicCode (0), int32 bodyCRC (0), int32 flag, int32 bodyLen, body,
 int16 propertiesLength, properties``.
 
-Decoding keeps the bodies joined in one buffer with their offsets (what the member's batch send
-path takes, no object per message); only the properties strings are made one by one.
+Decoding (a kernel, ``_ext/remoting.pyx``) gives the bodies and the properties as two packed
+lists, what the member's batch send path takes: no object per message.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
+
+K = _load_ext("remoting")
 
 _HEAD = struct.Struct(">iiiii")  # totalSize, magicCode, bodyCRC, flag, bodyLen
 _PLEN = struct.Struct(">h")
@@ -31,35 +35,37 @@ def encode_messages(bodies: Sequence[bytes], properties: Sequence[bytes], flag: 
     return b"".join(parts)
 
 
-def decode_messages(body: bytes | memoryview) -> tuple[bytes, np.ndarray, list[bytes], int]:
-    """(the bodies joined, their offsets (n + 1), each message's properties, the flag of the
-    last one (a batch's messages share it)); RemotingCommandException when a size does not fit."""
-    mv = memoryview(body)
-    n = len(mv)
-    pos = 0
-    parts: list[memoryview] = []
-    props: list[bytes] = []
-    offsets = [0]
-    flag = 0
-    while pos < n:
-        if n - pos < _HEAD.size:
-            raise RemotingCommandException(f"batch body cut short at {pos} of {n} bytes")
-        total, _magic, _crc, flag, blen = _HEAD.unpack_from(mv, pos)
-        end = pos + total
-        bstart = pos + _HEAD.size
-        if total < _HEAD.size + 2 or end > n or blen < 0 or bstart + blen + 2 > end:
-            raise RemotingCommandException(f"batch message at {pos}: sizes {total}/{blen} do not fit")
-        parts.append(mv[bstart : bstart + blen])
-        offsets.append(offsets[-1] + blen)
-        (plen,) = _PLEN.unpack_from(mv, bstart + blen)
-        pstart = bstart + blen + 2
-        if plen < 0 or pstart + plen != end:
-            raise RemotingCommandException(f"batch message at {pos}: properties length {plen} does not fit")
-        props.append(bytes(mv[pstart:end]))
-        pos = end
-    if not parts:
+def decode_messages(body: bytes | memoryview, tail: bytes = b"") -> DecodedBatch:
+    """The messages of an encodeMessages body as packed lists, each properties string followed
+    by ``tail`` (``\\x02`` and the pairs the broker adds; an empty string gets the pairs alone);
+    RemotingCommandException when a size does not fit."""
+    bodies, bsizes, props, psizes, flag, bad = K.decode_messages(body, tail)
+    if bad >= 0:
+        raise RemotingCommandException(f"batch message at byte {bad}: its sizes do not fit the body of {len(body)}")
+    if not len(bsizes):
         raise RemotingCommandException("empty batch")
-    return b"".join(parts), np.asarray(offsets, dtype=np.int64), props, flag
+    return DecodedBatch(memoryview(bodies), bsizes, memoryview(props), psizes, flag)
 
 
-__all__ = ["decode_messages", "encode_messages"]
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    bodies: memoryview  # joined
+    body_sizes: np.ndarray  # uint32
+    properties: memoryview  # joined
+    properties_sizes: np.ndarray  # uint32
+    flag: int  # the last message's (a batch's messages share it)
+
+    def __len__(self) -> int:
+        return len(self.body_sizes)
+
+    def split(self) -> tuple[list[bytes], list[bytes]]:
+        """Bodies and properties one by one (for tests and tools, not the send path)."""
+
+        def cut(raw: memoryview, sizes: np.ndarray) -> list[bytes]:
+            ends = np.cumsum(sizes, dtype=np.int64)
+            return [bytes(raw[int(e - s) : int(e)]) for s, e in zip(sizes, ends, strict=True)]
+
+        return cut(self.bodies, self.body_sizes), cut(self.properties, self.properties_sizes)
+
+
+__all__ = ["DecodedBatch", "decode_messages", "encode_messages"]
