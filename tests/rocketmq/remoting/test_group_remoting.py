@@ -106,3 +106,32 @@ def test_the_leader_is_master_and_a_killed_leaders_successor_takes_over_its_send
                 await producer.close()
 
         run(scenario, timeout=180)
+
+
+def test_a_restarted_name_server_has_the_broker_again_within_its_registration_period(tmp_path: Path) -> None:
+    from tests.rocketmq.remoting.processes import Brokers, start_namesrv, stop
+
+    ns_proc, port, _ = start_namesrv(tmp_path)
+    namesrv = f"127.0.0.1:{port}"
+    brokers = Brokers(tmp_path, namesrv, 1, [*QUEUES, "--register-name-server-period", "10000"])
+    try:
+        brokers.start_all()
+
+        async def master(timeout: float) -> float:
+            c = NettyRemotingClient()
+            try:
+                t0 = time.monotonic()
+                await _wait_master(c, namesrv, 1, None, timeout)
+                return time.monotonic() - t0
+            finally:
+                await c.close()
+
+        run(lambda: master(20))
+        stop(ns_proc)
+        ns_proc, port, _ = start_namesrv(tmp_path, port)
+        # Nothing survives the restart; the broker's next periodic registration brings it back.
+        took = run(lambda: master(25))
+        assert took <= 10 + 3, took
+    finally:
+        brokers.stop_all()
+        stop(ns_proc)
