@@ -26,14 +26,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dledger.rocketmq.client.consumer import AsyncConsumer, decode_pull
+from dledger._ext import message as KM
+from dledger.rocketmq.client.consumer import AsyncConsumer
 from dledger.rocketmq.client.producer import AsyncProducer
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.protocol.message_batch import encode_messages
 from dledger.rocketmq.store.message import Message, UniqIdGenerator
+from dledger.rocketmq.store.records import messages_from_columns
 from dledger.rocketmq.store.status import GetMessageStatus
-from dledger.rocketmq.wire import PullResponse
 from dledger.testing import TestCluster, free_ports
 
 BATCH = 32
@@ -98,15 +99,15 @@ async def own_send(peers: str, topic: str) -> float:
         return BATCHES * BATCH / (time.perf_counter() - t0)
 
 
-def _phys(records: bytes) -> list[int]:
-    """Each record's PHYSICALOFFSET field (what a Java client reads from the record itself)."""
+def decode_records(records: bytes) -> list[Any]:
+    """The messages of a pull body, as the project's Consumer decodes its own (one kernel scan),
+    each record's commit-log offset read from its PHYSICALOFFSET field, as a Java client does."""
+    cols, _stop, _code = KM.scan_records(records, 0, 0, -1, False, -1)
+    sizes = cols["size"].astype(np.int64)
+    starts = np.cumsum(sizes) - sizes
     buf = np.frombuffer(records, dtype=np.uint8)
-    starts, pos = [], 0
-    while pos < len(records):
-        starts.append(pos)
-        pos += int.from_bytes(records[pos : pos + 4], "big")
-    idx = np.asarray(starts, dtype=np.int64)[:, None] + 28 + np.arange(8)
-    return buf[idx].copy().view(">i8").ravel().tolist()
+    cols["phys_offset"] = buf[starts[:, None] + 28 + np.arange(8)].copy().view(">i8").ravel().astype(np.int64)
+    return messages_from_columns(records, cols, client=True)
 
 
 async def remoting_pull(addr: str, topic: str) -> float:
@@ -134,10 +135,8 @@ async def remoting_pull(addr: str, topic: str) -> float:
                 if r.code != ResponseCode.SUCCESS:
                     break
                 ext_r = r.ext_fields or {}
-                body = bytes(r.body)
-                pr = PullResponse(GetMessageStatus.FOUND, int(ext_r["nextBeginOffset"]), 0, 0, body, _phys(body))
-                n += len(decode_pull(pr))
-                offset = pr.next_begin_offset
+                n += len(decode_records(bytes(r.body)))
+                offset = int(ext_r["nextBeginOffset"])
         return n / (time.perf_counter() - t0)
     finally:
         await c.close()
