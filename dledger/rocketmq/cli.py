@@ -127,8 +127,8 @@ def _where(args: argparse.Namespace) -> bool:
     """True for a group (--peers), False for a directory; exactly one must be given."""
     namesrv = getattr(args, "namesrv", None)
     if bool(args.peers) + bool(args.dir) + bool(namesrv) != 1:
-        what = "DIR, --peers of a running group or --namesrv" if hasattr(args, "namesrv") else "DIR or --peers"
-        raise MqCliError(f"give a store root {what} (one of them)")
+        also = " or --namesrv of RocketMQ name servers" if hasattr(args, "namesrv") else ""
+        raise MqCliError(f"give a store root DIR or --peers of a running group{also} (one of them)")
     return bool(args.peers)
 
 

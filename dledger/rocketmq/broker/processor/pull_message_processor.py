@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,8 @@ class PullMessageProcessor:
     def __init__(self, service: MessageServiceView, topics: TopicConfigManager) -> None:
         self.service = service
         self.topics = topics
+        # The offset commits pulls carry, running (held so that none is dropped half way).
+        self._commits: set[asyncio.Task[Any]] = set()
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand | None:
         group = req.ext_str("consumerGroup")
@@ -83,9 +86,11 @@ class PullMessageProcessor:
         if sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0:
             # The consumer's progress, taken along (through the log, as every offset commit).
             commit = ConsumerOffsetRequest(group, topic, queue_id, commit_offset).to_wire()
-            asyncio.get_running_loop().create_task(
+            task = asyncio.get_running_loop().create_task(
                 self.service.handle(MessageRequestCode.UPDATE_CONSUMER_OFFSET, commit, ch.remote_addr)
             )
+            self._commits.add(task)
+            task.add_done_callback(self._commits.discard)
         codes = tag_codes(req.ext_fields.get("subscription") if req.ext_fields else None)
         hold = suspend_ms if sys_flag & FLAG_SUSPEND else 0
         pull = PullRequest(topic, queue_id, max(offset, 0), max(max_nums, 1), max(hold, 0)).to_wire()
