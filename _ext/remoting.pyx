@@ -91,3 +91,67 @@ def decode_messages(buf, const uint8_t[::1] tail):
             pos += total
             k += 1
     return bodies, bsizes, props, psizes, flag, -1
+
+
+cdef inline str _utf8(const uint8_t* p, Py_ssize_t n):
+    return (<const char*>p)[:n].decode("utf-8")
+
+
+def decode_header(buf):
+    """RocketMQSerializable.rocketMQProtocolDecode of a whole binary header: ``(code, language,
+    version, opaque, flag, remark, ext_fields, error)``. ``error`` is None, or why the header
+    does not parse (a length past the header, bytes over, a string not UTF-8); remark None and
+    ext_fields None when their length is 0 (Java's null)."""
+    cdef const uint8_t[::1] b = memoryview(buf).cast("B")
+    cdef Py_ssize_t n = b.shape[0], pos = 13, end
+    cdef int64_t rlen, elen, klen, vlen
+    cdef const uint8_t* p
+    if n < 21:
+        return 0, 0, 0, 0, 0, None, None, f"ROCKETMQ header of {n} bytes is cut short"
+    p = &b[0]
+    code = <short>_i16(p)
+    language = <signed char>p[2]
+    version = <short>_i16(p + 3)
+    opaque = <int>_i32(p + 5)
+    flag = <int>_i32(p + 9)
+    remark = None
+    ext = None
+    try:
+        rlen = _i32(p + pos)
+        pos += 4
+        if rlen:
+            if rlen < 0 or rlen > n - pos:
+                return 0, 0, 0, 0, 0, None, None, f"remark length {rlen} past the header of {n} bytes"
+            remark = _utf8(p + pos, rlen)
+            pos += rlen
+        if n - pos < 4:
+            return 0, 0, 0, 0, 0, None, None, f"ROCKETMQ header of {n} bytes is cut short"
+        elen = _i32(p + pos)
+        pos += 4
+        if elen < 0 or elen > n - pos:
+            return 0, 0, 0, 0, 0, None, None, f"extFields length {elen} past the header of {n} bytes"
+        if elen > 0:
+            ext = {}
+            end = pos + elen
+            while pos < end:
+                if end - pos < 2:
+                    return 0, 0, 0, 0, 0, None, None, "extFields key length past the map"
+                klen = _i16(p + pos)
+                pos += 2
+                if klen < 0 or klen > end - pos:
+                    return 0, 0, 0, 0, 0, None, None, f"extFields key length {klen} past the map"
+                key = _utf8(p + pos, klen)
+                pos += klen
+                if end - pos < 4:
+                    return 0, 0, 0, 0, 0, None, None, "extFields value length past the map"
+                vlen = _i32(p + pos)
+                pos += 4
+                if vlen < 0 or vlen > end - pos:
+                    return 0, 0, 0, 0, 0, None, None, f"extFields value length {vlen} past the map"
+                ext[key] = _utf8(p + pos, vlen)
+                pos += vlen
+    except UnicodeDecodeError as exc:
+        return 0, 0, 0, 0, 0, None, None, f"a header string is not UTF-8: {exc}"
+    if pos != n:
+        return 0, 0, 0, 0, 0, None, None, f"ROCKETMQ header has {n - pos} bytes past its fields"
+    return code, language, version, opaque, flag, remark, ext, None

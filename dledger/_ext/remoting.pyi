@@ -23,3 +23,6 @@ def decode_messages(
     int,
     int,
 ]: ...
+def decode_header(
+    buf: _BytesLike,
+) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None, str | None]: ...

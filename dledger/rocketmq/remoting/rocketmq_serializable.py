@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import struct
 
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
+
+K = _load_ext("remoting")
 
 _FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
@@ -52,54 +55,12 @@ def decode_header(
     buf: bytes | memoryview,
 ) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None]:
     """(code, language, version, opaque, flag, remark, extFields) of a whole header
-    (rocketMQProtocolDecode); RemotingCommandException when it does not parse or has bytes over."""
-    n = len(buf)
-    try:
-        code, language, version, opaque, flag = _FIXED.unpack_from(buf, 0)
-        pos = FIXED_LEN
-        (rlen,) = _I32.unpack_from(buf, pos)
-        pos += 4
-        remark = None
-        if rlen:
-            if rlen < 0 or pos + rlen > n:
-                raise RemotingCommandException(f"remark length {rlen} past the header of {n} bytes")
-            remark = _text(buf[pos : pos + rlen])
-            pos += rlen
-        (elen,) = _I32.unpack_from(buf, pos)
-        pos += 4
-        ext: dict[str, str] | None = None
-        if elen > 0:
-            end = pos + elen
-            if end > n:
-                raise RemotingCommandException(f"extFields length {elen} past the header of {n} bytes")
-            ext = {}
-            while pos < end:
-                (klen,) = _I16.unpack_from(buf, pos)
-                pos += 2
-                if klen < 0 or pos + klen > end:
-                    raise RemotingCommandException(f"extFields key length {klen} past the map")
-                key = _text(buf[pos : pos + klen])
-                pos += klen
-                (vlen,) = _I32.unpack_from(buf, pos)
-                pos += 4
-                if vlen < 0 or pos + vlen > end:
-                    raise RemotingCommandException(f"extFields value length {vlen} past the map")
-                ext[key] = _text(buf[pos : pos + vlen])
-                pos += vlen
-        elif elen < 0:
-            raise RemotingCommandException(f"extFields length {elen}")
-    except struct.error as exc:
-        raise RemotingCommandException(f"ROCKETMQ header of {n} bytes is cut short: {exc}") from None
-    if pos != n:
-        raise RemotingCommandException(f"ROCKETMQ header has {n - pos} bytes past its fields")
+    (rocketMQProtocolDecode, a kernel); RemotingCommandException when it does not parse or has
+    bytes over."""
+    code, language, version, opaque, flag, remark, ext, error = K.decode_header(buf)
+    if error is not None:
+        raise RemotingCommandException(error)
     return code, language, version, opaque, flag, remark, ext
-
-
-def _text(b: bytes | memoryview) -> str:
-    try:
-        return bytes(b).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RemotingCommandException(f"a header string is not UTF-8: {exc}") from None
 
 
 def _short(v: int) -> int:
