@@ -81,6 +81,7 @@ class SendMessageProcessor:
         self.topics = topics
         self.config = config
         self.store_host_raw = store_host_raw
+        self._host_hex = create_message_id(store_host_raw, 0)[:-16]
         self.on_topic_created = on_topic_created
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
@@ -145,9 +146,10 @@ class SendMessageProcessor:
         if resp.code in (DCode.NOT_LEADER, DCode.LEADER_NOT_READY):
             return req.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {resp.message or ''}")
         if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
-            phys = np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add
-            host = self.store_host_raw
-            msg_ids = ",".join(create_message_id(host, int(p)) for p in phys)
+            phys = (np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add).tolist()
+            # createMessageId: the store host's bytes then the offset, upper-case hex (the host
+            # part once, not once a message).
+            msg_ids = ",".join(f"{self._host_hex}{p:016X}" for p in phys)
             return req.response(
                 ext_fields={
                     "msgId": msg_ids,
