@@ -118,6 +118,16 @@ class DLedgerConfig:
     flush_disk_type: str = _opt("ASYNC_FLUSH", "ASYNC_FLUSH or SYNC_FLUSH (every put msynced before its answer)")
     default_topic_queue_nums: int = _opt(8, "write queues of every topic; a put to a queue id past them is refused")
     message_index_enable: bool = _opt(True, "build the key index (RocketMQ's messageIndexEnable)")
+    # RocketMQ's remoting protocol for its own clients, name servers and mqadmin (docs/remoting.md).
+    listen_port: int | None = _opt(
+        None, "remoting port for RocketMQ clients (listenPort; VIP channel at -2; unset: off)"
+    )
+    namesrv_addr: str | None = _opt(None, 'name servers to register with every 30 s: "host:port;host:port"')
+    broker_name: str | None = _opt(None, "brokerName this group registers as (unset: the group's name)")
+    broker_cluster_name: str = _opt("DefaultCluster", "brokerClusterName this member registers under")
+    broker_ip1: str | None = _opt(None, "address clients reach this member at (brokerIP1; unset: the listen host)")
+    register_name_server_period: int = _opt(30000, "ms between registrations with the name servers (10000-60000)")
+    auto_create_topic_enable: bool = _opt(True, "create a topic on its first send from TBW102 (autoCreateTopicEnable)")
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -134,6 +144,10 @@ class DLedgerConfig:
         ):
             if getattr(self, high) < getattr(self, low):
                 raise ConfigError(f"{high} = {getattr(self, high)} is below {low} = {getattr(self, low)}")
+        if self.listen_port is not None and not 2 < self.listen_port <= 65535:
+            raise ConfigError(f"listen_port = {self.listen_port}: want a port, 3-65535 (the VIP channel is port - 2)")
+        if not 10000 <= self.register_name_server_period <= 60000:
+            raise ConfigError(f"register_name_server_period = {self.register_name_server_period}: want 10000-60000 ms")
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigError(f"metrics_port = {self.metrics_port}: want a port, 0-65535")
         delete_hours(self.delete_when)
@@ -233,7 +247,11 @@ _IGNORED = {
 }
 
 # RocketMQ spells its DLedger switch "enableDLegerCommitLog".
-_ALIASES = {"enableDLegerCommitLog": "message_store", "enable_dleger_commit_log": "message_store"}
+_ALIASES = {
+    "enableDLegerCommitLog": "message_store",
+    "enable_dleger_commit_log": "message_store",
+    "brokerIP1": "broker_ip1",
+}
 
 
 def snake_case(name: str) -> str:

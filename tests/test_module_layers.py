@@ -172,3 +172,19 @@ def test_the_server_imports_no_application_and_the_store_no_network() -> None:
             assert not bad, (name, bad)
         if name.startswith("dledger.rocketmq.client"):
             assert not {d for d in deps if d.startswith("dledger.rocketmq.broker")} | (deps & STORE_WRITERS), name
+
+
+def test_the_name_server_and_the_remoting_codec_load_no_store_and_no_broker() -> None:
+    loaded = _loaded_by(
+        "import dledger.rocketmq.remoting\n"
+        "from dledger.rocketmq.namesrv.namesrv_controller import NamesrvController\n"
+        "from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient"
+    )
+    assert "dledger.rocketmq.namesrv.route_info_manager" in loaded
+    assert not {
+        m for m in loaded if m.startswith(("dledger.rocketmq.store", "dledger.rocketmq.broker", "dledger.store"))
+    }
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith(("dledger.rocketmq.remoting", "dledger.rocketmq.namesrv")):
+            assert not {d for d in deps if d.startswith(("dledger.rocketmq.store", "dledger.rocketmq.broker"))}, name

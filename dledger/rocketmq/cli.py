@@ -16,6 +16,7 @@ runs it on its own (``python -m dledger.rocketmq.cli produce ...``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -124,8 +125,10 @@ def open_store(root: Path, *, readonly: bool = True, create_mode: str | None = N
 
 def _where(args: argparse.Namespace) -> bool:
     """True for a group (--peers), False for a directory; exactly one must be given."""
-    if bool(args.peers) == bool(args.dir):
-        raise MqCliError("give a store root DIR or --peers of a running group (one of them)")
+    namesrv = getattr(args, "namesrv", None)
+    if bool(args.peers) + bool(args.dir) + bool(namesrv) != 1:
+        also = " or --namesrv of RocketMQ name servers" if hasattr(args, "namesrv") else ""
+        raise MqCliError(f"give a store root DIR or --peers of a running group{also} (one of them)")
     return bool(args.peers)
 
 
@@ -148,6 +151,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
     else:
         source = iter([(None, args.data.encode("utf-8"))])
     lines = _LineReader(source)
+    if args.namesrv:
+        return _produce_namesrv(args, lines)
     if remote:
         return _produce_remote(args, lines)
     if args.delay_level:
@@ -241,6 +246,116 @@ def _produce_remote(args: argparse.Namespace, lines: _LineReader) -> int:
                 _print_stored(args, r.status, r.msg_id, r.queue_id, r.queue_offset, offset_msg_id=r.offset_msg_id)
             sys.stdout.flush()  # each batch's lines as it is acknowledged
     return 1 if failed else 0
+
+
+def _produce_namesrv(args: argparse.Namespace, lines: _LineReader) -> int:
+    """As ``_produce_remote``, over RocketMQ's remoting protocol: the topic's route from the
+    name servers (the default topic's when it is new), batches to the masters' queues in turn."""
+    from dledger.rocketmq.client.mq_client_api import MQClientAPI
+    from dledger.rocketmq.remoting.response_code import ResponseCode
+    from dledger.rocketmq.store.message import UNIQ_KEY, UniqIdGenerator, encode_properties
+
+    gen = UniqIdGenerator()
+    props: dict[str, str] = {"WAIT": "true"}
+    if args.tags:
+        props["TAGS"] = args.tags
+    if args.keys:
+        props["KEYS"] = args.keys
+    if args.delay_level:
+        props["DELAY"] = str(args.delay_level)
+
+    async def run() -> int:
+        failed = 0
+        api = MQClientAPI(_namesrv_addrs(args), args.timeout)
+        try:
+            queues = await api.write_queues(args.topic)
+            if args.queue is not None:
+                queues = [q for q in queues if q[1] == args.queue][:1]
+            if not queues:
+                raise MqCliError(f"no name server has a writable queue for {args.topic!r} (nor TBW102)")
+            turn = 0
+            step = 1 if args.delay_level else max(args.batch, 1)
+            while chunk := await asyncio.to_thread(lines.take, step):
+                addr, qid = queues[turn % len(queues)]
+                turn += 1
+                uniq = [gen.create() for _ in chunk]
+                each = [encode_properties({**props, UNIQ_KEY: u}) for u in uniq]
+                r = await api.send(addr, "dledger-cli", args.topic, qid, [b for _n, b in chunk], each)
+                if r.code != ResponseCode.SUCCESS:
+                    failed += len(chunk)
+                    name = ResponseCode(r.code).name if r.code in ResponseCode._value2member_map_ else str(r.code)
+                    for line, _b in chunk:
+                        _refusal(line, name, r.remark or "")
+                    continue
+                ext = r.ext_fields or {}
+                first = int(ext.get("queueOffset", "0"))
+                ids = ext.get("msgId", "").split(",")
+                for k, u in enumerate(uniq):
+                    print(f"SEND_OK\t{u}\t{ext.get('queueId', qid)}\t{first + k}\t{ids[k] if k < len(ids) else ''}")
+                sys.stdout.flush()
+        finally:
+            await api.close()
+        return 1 if failed else 0
+
+    return asyncio.run(run())
+
+
+def _namesrv_addrs(args: argparse.Namespace) -> list[str]:
+    addrs = [a.strip() for a in str(args.namesrv).split(";") if a.strip()]
+    if not addrs:
+        raise MqCliError(f"--namesrv {args.namesrv!r}: want host:port[;host:port...]")
+    return addrs
+
+
+def _consume_namesrv(args: argparse.Namespace) -> int:
+    """As ``_consume_remote``, over RocketMQ's remoting protocol (the queue's master, found
+    through the name servers)."""
+    from dledger.rocketmq.client.mq_client_api import MQClientAPI
+    from dledger.rocketmq.remoting.response_code import ResponseCode
+    from dledger.rocketmq.store.records import decode_record
+
+    async def run() -> int:
+        api = MQClientAPI(_namesrv_addrs(args), args.timeout)
+        try:
+            queues = [q for q in await api.read_queues(args.topic) if q[1] == args.queue]
+            if not queues:
+                raise MqCliError(f"no name server knows queue {args.queue} of topic {args.topic!r}")
+            addr = queues[0][0]
+            offset = args.offset
+            if offset is None:
+                offset = await api.query_consumer_offset(addr, args.consumer_group, args.topic, args.queue)
+                if offset < 0:
+                    offset = await api.min_offset(addr, args.topic, args.queue)
+            start, left, status, next_offset = offset, args.count, "", offset
+            while left > 0:
+                r = await api.pull(
+                    addr, args.consumer_group, args.topic, args.queue, offset, min(left, 32), int(args.wait * 1000)
+                )
+                status = r.remark or str(r.code)
+                next_offset = int((r.ext_fields or {}).get("nextBeginOffset", offset))
+                if r.code != ResponseCode.SUCCESS:
+                    break
+                body, pos, n = bytes(r.body), 0, 0
+                while pos < len(body):
+                    size = int.from_bytes(body[pos : pos + 4], "big")
+                    phys = int.from_bytes(body[pos + 28 : pos + 36], "big")
+                    m = decode_record(body[pos : pos + size], phys, client=True)
+                    if m is not None:
+                        _print_message(m)
+                        n += 1
+                    pos += size
+                left -= n
+                offset = next_offset
+                if not n:
+                    break
+            if args.commit and next_offset != start:
+                await api.update_consumer_offset(addr, args.consumer_group, args.topic, args.queue, next_offset)
+            print(f"status {status} next {next_offset}", file=sys.stderr)
+        finally:
+            await api.close()
+        return 0
+
+    return asyncio.run(run())
 
 
 class _LineReader:
@@ -362,6 +477,8 @@ def _consume_remote(args: argparse.Namespace) -> int:
 def cmd_consume(args: argparse.Namespace) -> int:
     if _where(args):
         return _consume_remote(args)
+    if args.namesrv:
+        return _consume_namesrv(args)
     if args.offset is None:
         raise MqCliError("--offset is required with a store root")
     with open_store(Path(args.dir)) as store:
@@ -621,6 +738,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
         default="classic",
         help="kind of store to create when DIR is new (default classic)",
     )
+    p.add_argument("--namesrv", default=None, help='RocketMQ name servers "host:port;..." (remoting; Java brokers too)')
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="the body of one message")
     src.add_argument("--stdin", action="store_true", help="each line of standard input is one message")
@@ -630,6 +748,7 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     c = sub.add_parser("consume", help="print messages of a queue from an offset (read-only)")
     c.add_argument("dir", nargs="?", help="store root")
     _add_network_options(c)
+    c.add_argument("--namesrv", default=None, help='RocketMQ name servers "host:port;..." (remoting; Java brokers too)')
     c.add_argument("--topic", required=True, help="topic to read")
     c.add_argument("--queue", type=int, required=True, help="queue id of the topic")
     c.add_argument(
@@ -680,7 +799,30 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     u.add_argument("--self-id", default="n0", help="the DLedger member this store becomes (default n0)")
     u.add_argument("--yes", action="store_true", help="do it (default: a dry run that writes nothing)")
     u.set_defaults(func=_guard(cmd_upgrade))
+
+    n = sub.add_parser(
+        "namesrv", help="a RocketMQ name server (remoting protocol; brokers register, clients find them)"
+    )
+    n.add_argument("--listen", default="0.0.0.0:9876", help="HOST:PORT to serve remoting on (default 0.0.0.0:9876)")
+    n.add_argument(
+        "--kv-config", type=Path, default=None, help="kvConfig.json to keep KV settings in (default: memory)"
+    )
+    n.set_defaults(func=_guard(cmd_namesrv))
     return mq
+
+
+def cmd_namesrv(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.namesrv.namesrv_controller import serve
+
+    host, _, port = str(args.listen).rpartition(":")
+    if not host or not port.isdigit():
+        raise MqCliError(f"--listen {args.listen!r}: want HOST:PORT")
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        asyncio.run(serve(host.strip("[]"), int(port), args.kv_config))
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,8 @@ from dledger.metrics import AppMetric
 from dledger.net.transport import Response
 from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
+from dledger.rocketmq.broker.broker_config import BrokerConfig
+from dledger.rocketmq.broker.broker_remoting import BrokerRemoting
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.schedule_service import ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
@@ -182,7 +184,12 @@ class MessageService:
 
         self.config = config
         self.address = address
-        self.store_config = message_store_config(config, address)
+        # With RocketMQ's remoting on (listen_port), records carry brokerIP1:listenPort as their
+        # store host, as the Java broker stamps them: the offset message ids lead clients there.
+        self.broker_config = BrokerConfig.of(config, address.rpartition(":")[0])
+        self.remoting: BrokerRemoting | None = None
+        store_host = self.broker_config.broker_addr if self.broker_config is not None else address
+        self.store_config = message_store_config(config, store_host)
         self.root = Path(self.store_config.store_path_root_dir)
         opened: list[MmapFileStore] = []
 
@@ -241,6 +248,26 @@ class MessageService:
         self._reput.heavy_pause = _heavy_dispatch_pause(group.role)
         self._reput.kick()
         self._schedule_task = self._loop.create_task(self.schedule.run())
+        if self.broker_config is not None:
+            self.remoting = BrokerRemoting(
+                self,
+                self.broker_config,
+                self.address.rpartition(":")[0].strip("[]") or "0.0.0.0",
+                self.root / "config",
+                self.store.preparer.store_host_raw,
+            )
+            self.remoting.leading = group.is_leader
+            self._remoting_start = self._loop.create_task(self._start_remoting(self.remoting))
+
+    async def _start_remoting(self, remoting: BrokerRemoting) -> None:
+        try:
+            await remoting.start()
+        except OSError as exc:
+            log.error(
+                "remoting on port %d failed to start: %s",
+                self.broker_config.listen_port if self.broker_config else 0,
+                exc,
+            )
 
     def on_role_change(self, role: Role, term: int, leader_id: str | None) -> None:
         # DLedgerRoleChangeHandler's rule, by index as there: a leader takes puts once its
@@ -256,6 +283,8 @@ class MessageService:
             self._reput.heavy_pause = _heavy_dispatch_pause(role)
         if role == Role.LEADER and self._loop is not None:
             self._loop.call_soon(self._ensure_committed_tail, term)
+        if self.remoting is not None:
+            self.remoting.on_role_change(role == Role.LEADER)
 
     def on_committed(self, committed_index: int) -> None:
         self.store.on_committed(int(self.node_store.committed_pos))
@@ -266,6 +295,12 @@ class MessageService:
 
     def close(self) -> None:
         self._stop.set()
+        if self.remoting is not None and self._loop is not None and self._loop.is_running():
+            # Called off the loop: the remoting side unregisters and closes on it.
+            try:
+                asyncio.run_coroutine_threadsafe(self.remoting.close(), self._loop).result(15)
+            except Exception:
+                log.exception("closing the remoting side failed")
         if self._schedule_task is not None:
             self._schedule_task.cancel()
         if self._reput is not None:
@@ -417,7 +452,7 @@ class MessageService:
             self.metric_stats.sent(
                 str(body.get("topic")),
                 resp.body,
-                len(raw) if isinstance(raw, bytes) else 0,
+                len(raw) if isinstance(raw, bytes | memoryview) else 0,
                 time.perf_counter() - started,
             )
         return resp

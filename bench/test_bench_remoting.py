@@ -1,0 +1,197 @@
+"""RocketMQ's remoting protocol against the project's own protocol, on the same member (a
+one-member `dledger server --message-store --listen-port P` on 127.0.0.1), in the same run:
+
+    pytest bench/test_bench_remoting.py -s --benchmark-disable-gc
+
+- send: SEND_BATCH_MESSAGE of 32 x 1 KiB messages (MessageDecoder.encodeMessages bodies, a
+  UNIQ_KEY each, as a Java producer's send(Collection)), WINDOW requests in flight, beside the
+  project's AsyncProducer.send_batch of the same 32 Message objects, same window; messages/s.
+- pull: PULL_MESSAGE of 32 at a time over the queues (records decoded as the Consumer decodes
+  them), beside AsyncConsumer.pull of 32 at a time; messages/s.
+
+The sides alternate for ROUNDS rounds; the figures are medians with the spread (min-max), and
+the ratio remoting / own protocol (the issue asks for at least 0.8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dledger._ext import message as KM
+from dledger.rocketmq.client.consumer import AsyncConsumer
+from dledger.rocketmq.client.producer import AsyncProducer
+from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
+from dledger.rocketmq.remoting.protocol.message_batch import encode_messages
+from dledger.rocketmq.store.message import Message, UniqIdGenerator
+from dledger.rocketmq.store.records import messages_from_columns
+from dledger.rocketmq.store.status import GetMessageStatus
+from dledger.testing import TestCluster, free_ports
+
+BATCH = 32
+BODY = 1024
+BATCHES = 300
+WINDOW = 8
+QUEUES = 4
+ROUNDS = 5
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+async def remoting_send(addr: str, topic: str) -> float:
+    c = NettyRemotingClient()
+    gen = UniqIdGenerator()
+    body = b"x" * BODY
+    sem = asyncio.Semaphore(WINDOW)
+
+    async def one(k: int) -> None:
+        props = [f"UNIQ_KEY\x01{gen.create()}\x02WAIT\x01true".encode() for _ in range(BATCH)]
+        ext = {
+            "a": "BenchPG",
+            "b": topic,
+            "c": "TBW102",
+            "d": str(QUEUES),
+            "e": str(k % QUEUES),
+            "f": "0",
+            "g": str(int(time.time() * 1000)),
+            "h": "0",
+            "i": "WAIT\x01true",
+            "j": "0",
+            "k": "false",
+            "m": "true",
+        }
+        req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, encode_messages([body] * BATCH, props))
+        async with sem:
+            r = await c.invoke(addr, req, timeout=30)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+
+    try:
+        await one(0)  # creates the topic
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(k) for k in range(BATCHES)))
+        return BATCHES * BATCH / (time.perf_counter() - t0)
+    finally:
+        await c.close()
+
+
+async def own_send(peers: str, topic: str) -> float:
+    body = b"x" * BODY
+    sem = asyncio.Semaphore(WINDOW)
+    async with AsyncProducer(peers, timeout=60) as p:
+
+        async def one(k: int) -> None:
+            async with sem:
+                rs = await p.send_batch([Message(topic, body) for _ in range(BATCH)], k % QUEUES)
+            assert rs.ok
+
+        await one(0)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(k) for k in range(BATCHES)))
+        return BATCHES * BATCH / (time.perf_counter() - t0)
+
+
+def decode_records(records: bytes) -> list[Any]:
+    """The messages of a pull body, as the project's Consumer decodes its own (one kernel scan),
+    each record's commit-log offset read from its PHYSICALOFFSET field, as a Java client does."""
+    cols, _stop, _code = KM.scan_records(records, 0, 0, -1, False, -1)
+    sizes = cols["size"].astype(np.int64)
+    starts = np.cumsum(sizes) - sizes
+    buf = np.frombuffer(records, dtype=np.uint8)
+    cols["phys_offset"] = buf[starts[:, None] + 28 + np.arange(8)].copy().view(">i8").ravel().astype(np.int64)
+    return messages_from_columns(records, cols, client=True)
+
+
+async def remoting_pull(addr: str, topic: str) -> float:
+    c = NettyRemotingClient()
+    n = 0
+    try:
+        t0 = time.perf_counter()
+        for qid in range(QUEUES):
+            offset = 0
+            while True:
+                ext = {
+                    "consumerGroup": "BenchCG",
+                    "topic": topic,
+                    "queueId": str(qid),
+                    "queueOffset": str(offset),
+                    "maxMsgNums": str(BATCH),
+                    "sysFlag": "4",
+                    "commitOffset": "0",
+                    "suspendTimeoutMillis": "0",
+                    "subscription": "*",
+                    "subVersion": "0",
+                    "expressionType": "TAG",
+                }
+                r = await c.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout=30)
+                if r.code != ResponseCode.SUCCESS:
+                    break
+                ext_r = r.ext_fields or {}
+                n += len(decode_records(bytes(r.body)))
+                offset = int(ext_r["nextBeginOffset"])
+        return n / (time.perf_counter() - t0)
+    finally:
+        await c.close()
+
+
+async def own_pull(peers: str, topic: str) -> float:
+    n = 0
+    async with AsyncConsumer(peers, "BenchCG", topic, timeout=60) as c:
+        t0 = time.perf_counter()
+        for qid in range(QUEUES):
+            offset = 0
+            while True:
+                r = await c.pull(qid, offset, BATCH)
+                if r.status != GetMessageStatus.FOUND:
+                    break
+                n += len(r.messages)
+                offset = r.next_begin_offset
+        return n / (time.perf_counter() - t0)
+
+
+def _fmt(xs: list[float]) -> str:
+    return f"{statistics.median(xs):,.0f} msg/s ({min(xs):,.0f}-{max(xs):,.0f})"
+
+
+def test_remoting_send_and_pull_beside_the_own_protocol(benchmark: Any) -> None:
+    root = Path(tempfile.mkdtemp(prefix="dledger-bench-remoting-"))
+    port = free_ports(1)[0]
+    extra = ["--message-store", "--listen-port", str(port), "--default-topic-queue-nums", str(QUEUES)]
+    cluster = TestCluster(root, size=1, extra=extra, proxied=False, member_dirs=True)
+    got: dict[str, list[float]] = {"remoting_send": [], "own_send": [], "remoting_pull": [], "own_pull": []}
+    try:
+        cluster.start_all()
+        cluster.wait_leader(30)
+        addr = f"127.0.0.1:{port}"
+
+        def run() -> None:
+            for k in range(ROUNDS):
+                rt, ot = f"BenchR{k}", f"BenchO{k}"
+                got["remoting_send"].append(asyncio.run(remoting_send(addr, rt)))
+                got["own_send"].append(asyncio.run(own_send(cluster.peers, ot)))
+                got["remoting_pull"].append(asyncio.run(remoting_pull(addr, rt)))
+                got["own_pull"].append(asyncio.run(own_pull(cluster.peers, ot)))
+
+        benchmark.pedantic(run, rounds=1, iterations=1)
+    finally:
+        cluster.close()
+        shutil.rmtree(root, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in got.items()}
+    send_ratio = med["remoting_send"] / med["own_send"]
+    pull_ratio = med["remoting_pull"] / med["own_pull"]
+    benchmark.extra_info.update(**got, send_ratio=send_ratio, pull_ratio=pull_ratio)
+    print(
+        f"\n{ROUNDS} rounds, {BATCHES} batches of {BATCH} x {BODY} B, window {WINDOW}:"
+        f"\n  send: remoting {_fmt(got['remoting_send'])}, own protocol {_fmt(got['own_send'])}, "
+        f"ratio {send_ratio:.2f}x"
+        f"\n  pull (32 a pull): remoting {_fmt(got['remoting_pull'])}, own protocol {_fmt(got['own_pull'])}, "
+        f"ratio {pull_ratio:.2f}x"
+    )

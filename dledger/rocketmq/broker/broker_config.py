@@ -1,0 +1,83 @@
+"""RocketMQ's BrokerConfig, the part a member speaking remoting needs (from its DLedgerConfig:
+``listen_port``, ``namesrv_addr``, ``broker_name``, ``broker_cluster_name``, ``broker_ip1``,
+``auto_create_topic_enable``), and the view of the member's message service the remoting
+processors use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dledger.config import DLedgerConfig
+from dledger.net.transport import Response
+
+if TYPE_CHECKING:
+    from dledger.rocketmq.broker.service_metrics import MessageStats
+    from dledger.rocketmq.store.message_store import MessageStore
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    cluster: str
+    broker_name: str
+    broker_ip1: str
+    listen_port: int
+    namesrv_addrs: tuple[str, ...]
+    auto_create_topic_enable: bool
+    queue_nums: int
+    self_id: str
+    # registerNameServerPeriod, in seconds (Java's default 30, clamped to 10-60).
+    register_period_s: float = 30.0
+
+    @property
+    def broker_addr(self) -> str:
+        """brokerIP1:listenPort: what the broker registers and clients connect to."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def vip_port(self) -> int:
+        return self.listen_port - 2
+
+    @property
+    def ha_server_addr(self) -> str:
+        # A DLedger broker replicates through its group, not HAService; Java still announces
+        # brokerIP2:haListenPort (listenPort + 1), and so do we.
+        return f"{self.broker_ip1}:{self.listen_port + 1}"
+
+    @property
+    def slave_id(self) -> int:
+        """DLedgerRoleChangeHandler's brokerId of a follower: its self id's number + 1 (n0 -> 1)."""
+        digits = "".join(ch for ch in self.self_id if ch.isdigit())
+        return int(digits) + 1 if digits else 1
+
+    @staticmethod
+    def of(cfg: DLedgerConfig, host: str) -> BrokerConfig | None:
+        """None when the member does not speak remoting (no listen_port)."""
+        if cfg.listen_port is None:
+            return None
+        ip = cfg.broker_ip1 or (host if host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+        addrs = tuple(a.strip() for a in (cfg.namesrv_addr or "").split(";") if a.strip())
+        return BrokerConfig(
+            cfg.broker_cluster_name,
+            cfg.broker_name or cfg.group,
+            ip,
+            cfg.listen_port,
+            addrs,
+            cfg.auto_create_topic_enable,
+            cfg.default_topic_queue_nums,
+            cfg.self_id,
+            cfg.register_name_server_period / 1000.0,
+        )
+
+
+class MessageServiceView(Protocol):
+    """What the remoting processors use of the member's MessageService: its request entry
+    (the same checks and paths as the project's own protocol) and its store for reads."""
+
+    store: MessageStore
+    metric_stats: MessageStats
+
+    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response: ...
+
+
+__all__ = ["BrokerConfig", "MessageServiceView"]

@@ -1,0 +1,181 @@
+"""The remoting side of a member's broker (RocketMQ's BrokerController: its remotingServer on
+``listenPort`` and fastRemotingServer, the VIP channel, on ``listenPort - 2``; its processors;
+registerBrokerAll every 30 s with each name server).
+
+A member of a DLedger group registers as the master (brokerId 0) while it leads and as a slave
+(its self id's number + 1) otherwise, as Java's DLedgerRoleChangeHandler makes it; a role change
+registers at once, so that clients find the new leader without waiting for the period. The
+requests go to the member's message service (``MessageService.handle``): the same checks, log
+and answers as the project's own protocol on ``--listen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
+from dledger.rocketmq.broker.broker_outer_api import BrokerOuterAPI
+from dledger.rocketmq.broker.consumer_manager import ConsumerManager
+from dledger.rocketmq.broker.processor.admin_broker_processor import AdminBrokerProcessor
+from dledger.rocketmq.broker.processor.client_manage_processor import ClientManageProcessor
+from dledger.rocketmq.broker.processor.consumer_manage_processor import ConsumerManageProcessor
+from dledger.rocketmq.broker.processor.pull_message_processor import PullMessageProcessor
+from dledger.rocketmq.broker.processor.query_message_processor import QueryMessageProcessor
+from dledger.rocketmq.broker.processor.send_message_processor import SendMessageProcessor
+from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
+from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor
+from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID
+from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION
+from dledger.rocketmq.remoting.request_code import RequestCode
+
+log = logging.getLogger(__name__)
+
+
+class BrokerRemoting:
+    def __init__(
+        self, service: MessageServiceView, config: BrokerConfig, bind_host: str, config_dir: Path, store_host_raw: bytes
+    ) -> None:
+        self.service = service
+        self.config = config
+        self.bind_host = bind_host
+        self.leading = False
+        self.topics = TopicConfigManager(
+            config_dir / "topics.json",
+            config.queue_nums,
+            config.auto_create_topic_enable,
+            config.cluster,
+            config.broker_name,
+        )
+        self.consumers = ConsumerManager()
+        self.outer = BrokerOuterAPI(list(config.namesrv_addrs))
+        self._register_now = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        send = SendMessageProcessor(service, self.topics, config, store_host_raw, self.topics_changed)
+        pull = PullMessageProcessor(service, self.topics)
+        client = ClientManageProcessor(self.consumers, self.topics, self.topics_changed)
+        consumer = ConsumerManageProcessor(service, self.consumers)
+        query = QueryMessageProcessor(service)
+        admin = AdminBrokerProcessor(service, self.topics, self.consumers, config, self.topics_changed)
+        R = RequestCode
+        self.processors: dict[int, Processor] = {
+            R.SEND_MESSAGE: send.process,
+            R.SEND_MESSAGE_V2: send.process,
+            R.SEND_BATCH_MESSAGE: send.process,
+            R.PULL_MESSAGE: pull.process,
+            R.HEART_BEAT: client.heart_beat,
+            R.UNREGISTER_CLIENT: client.unregister_client,
+            R.CHECK_CLIENT_CONFIG: client.check_client_config,
+            R.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
+            R.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
+            R.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
+            R.QUERY_MESSAGE: query.query_message,
+            R.VIEW_MESSAGE_BY_ID: query.view_message_by_id,
+            R.GET_MAX_OFFSET: admin.get_max_offset,
+            R.GET_MIN_OFFSET: admin.get_min_offset,
+            R.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
+            R.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+            R.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            R.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
+            R.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            R.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            R.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+            R.GET_CONSUME_STATS: admin.get_consume_stats,
+            R.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
+            R.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
+            R.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+        }
+        self.servers = [
+            NettyRemotingServer(
+                bind_host, port, self.processors, response_version=CURRENT_VERSION, on_channel_close=self._closed
+            )
+            for port in (config.listen_port, config.vip_port)
+        ]
+
+    @property
+    def broker_id(self) -> int:
+        return MASTER_ID if self.leading else self.config.slave_id
+
+    async def start(self) -> None:
+        for s in self.servers:
+            await s.start()
+        self.topics.adopt(sorted({t for t, _q, _cq in self.service.store.consume_queues}))
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._register_loop()))
+        self._tasks.append(loop.create_task(self._scan_clients()))
+        log.info(
+            "remoting on %s:%d (VIP %d) as %s of %s",
+            self.bind_host,
+            self.config.listen_port,
+            self.config.vip_port,
+            self.config.broker_name,
+            self.config.cluster,
+        )
+
+    def on_role_change(self, leading: bool) -> None:
+        if leading != self.leading:
+            self.leading = leading
+            if leading:
+                # Serve what the predecessor created: the topics its queues hold.
+                self.topics.adopt(sorted({t for t, _q, _cq in self.service.store.consume_queues}))
+            self._register_now.set()
+
+    def topics_changed(self) -> None:
+        """A topic was made or changed: the name servers hear of it now (registerIncrementBrokerData)."""
+        self._register_now.set()
+
+    def _closed(self, ch: Channel) -> None:
+        for group in self.consumers.channel_closed(ch):
+            self.consumers.notify_ids_changed(group)
+
+    async def register_broker_all(self) -> None:
+        if not self.outer.namesrv_addrs:
+            return
+        c = self.config
+        # A slave's topics are not read by the name server (only a master's): sent all the same.
+        await self.outer.register_broker_all(
+            c.cluster,
+            c.broker_addr,
+            c.broker_name,
+            self.broker_id,
+            c.ha_server_addr,
+            dict(self.topics.table),
+            self.topics.data_version,
+        )
+
+    async def _register_loop(self) -> None:
+        while True:
+            self._register_now.clear()
+            try:
+                await self.register_broker_all()
+            except Exception:
+                log.exception("registration with the name servers failed")
+            try:
+                await asyncio.wait_for(self._register_now.wait(), self.config.register_period_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _scan_clients(self) -> None:
+        while True:
+            await asyncio.sleep(10.0)
+            self.consumers.scan_not_active()
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.outer.namesrv_addrs:
+            c = self.config
+            try:
+                await asyncio.wait_for(
+                    self.outer.unregister_broker_all(c.cluster, c.broker_addr, c.broker_name, self.broker_id), 5.0
+                )
+            except asyncio.TimeoutError:
+                pass
+        for s in self.servers:
+            await s.close()
+        await self.outer.close()
+
+
+__all__ = ["BrokerRemoting"]
