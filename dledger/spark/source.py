@@ -44,8 +44,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from dledger.codes import ResponseCode
-from dledger.errors import DLedgerError
 from dledger.reader import (
     COLUMNS,
     NODE_COLUMN,
@@ -57,6 +55,10 @@ from dledger.reader import (
     read_segment,
     resolve_nodes,
 )
+from dledger.spark.options import bool_option as _bool_option
+from dledger.spark.options import called_for_pushdown as _called_for_pushdown
+from dledger.spark.options import error as _error
+from dledger.spark.options import int_option as _int_option
 
 try:  # Spark >= 4.2
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
@@ -95,33 +97,6 @@ _OPTIONS = {
     "badrecordspath": "badRecordsPath",
     "maxentriespertrigger": "maxEntriesPerTrigger",
 }
-
-
-def _error(message: str) -> DLedgerError:
-    return DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, message)
-
-
-def _int_option(name: str, raw: str | None, minimum: int) -> int | None:
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise _error(f"option {name}={raw!r} is not an integer") from exc
-    if value < minimum:
-        raise _error(f"option {name}={value} must be >= {minimum}")
-    return value
-
-
-def _bool_option(name: str, raw: str | None, default: bool) -> bool:
-    if raw is None or raw == "":
-        return default
-    low = str(raw).strip().lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise _error(f"option {name}={raw!r} is not a boolean (true/false)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,26 +194,6 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
         NODE_COLUMN: pa.string(),
     }
     return pa.schema([pa.field(f.name, arrow[f.name], nullable=f.nullable) for f in schema.fields])
-
-
-def _called_for_pushdown() -> bool:
-    """Whether Spark's filter-pushdown planner is asking for the reader.
-
-    A reader that defines ``pushFilters`` makes Spark refuse the query unless
-    ``spark.sql.python.filterPushdown.enabled`` is on (DATA_SOURCE_PUSHDOWN_DISABLED), and the
-    data source cannot read that setting. Spark only runs its pushdown planner
-    (``data_source_pushdown_filters``) when the setting is on, so the source hands out the
-    pushdown-capable reader there and the plain one everywhere else. If this check ever
-    misses, the plain reader is used: no pruning, same result.
-    """
-    frame = sys._getframe(1)
-    for _ in range(4):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return False
-        if os.path.basename(frame.f_code.co_filename) == "data_source_pushdown_filters.py":
-            return True
-    return False
 
 
 class DLedgerDataSource(DataSource):
@@ -492,11 +447,14 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
 def register(spark: Any, pushdown: bool = True) -> None:
     """Register the data source and, with ``pushdown``, turn on Spark's filter pushdown for
     Python data sources (``spark.sql.python.filterPushdown.enabled``) so that ``index`` and
-    ``term`` filters prune partitions. In a local session with neither ``PYSPARK_PYTHON`` nor
-    ``spark.pyspark.python`` set, Spark's Python workers run this interpreter (see
-    ``_workers_run_this_python``)."""
+    ``term`` filters prune partitions; also registers the ``rocketmq`` format (message stores).
+    In a local session with neither ``PYSPARK_PYTHON`` nor ``spark.pyspark.python`` set, Spark's
+    Python workers run this interpreter (see ``_workers_run_this_python``)."""
+    from dledger.spark.rocketmq_source import RocketMQDataSource
+
     _workers_run_this_python(spark)
     spark.dataSource.register(DLedgerDataSource)
+    spark.dataSource.register(RocketMQDataSource)
     if pushdown:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
