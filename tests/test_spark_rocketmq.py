@@ -290,6 +290,7 @@ def test_sink_batch_and_stream(rmq: SparkSession, group: TestCluster) -> None:
         rmq.readStream.format("rocketmq")
         .options(topics="TopicA", queues="0")
         .load(fixture)
+        .where("length(body) > 0")  # RocketMQ's client refuses empty bodies; the fixture has some
         .selectExpr("topic", "body", "tags")
         .writeStream.format("rocketmq")
         .option("peers", group.peers)
@@ -299,7 +300,9 @@ def test_sink_batch_and_stream(rmq: SparkSession, group: TestCluster) -> None:
     )
     q.awaitTermination(300)
     assert q.exception() is None
-    want = read_messages(fixture, topics="TopicA", queues=[0], columns=["body"]).column("body").to_pylist()
+    want = [
+        b for b in read_messages(fixture, topics="TopicA", queues=[0], columns=["body"]).column("body").to_pylist() if b
+    ]
     wait_readable(root, "TopicA", len(want))
     copied = read_messages(root, topics="TopicA", columns=["body"]).column("body").to_pylist()
     assert sorted(copied) == sorted(want)

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 # The most messages one request carries (the client splits bigger batches in order anyway).
 DEFAULT_BATCH = 1024
-_OPTIONS = {k.lower(): k for k in ("peers", "topic", "group", "batchSize", "path")}
+# Spark hands a streaming sink its checkpointLocation among the options.
+_OPTIONS = {k.lower(): k for k in ("peers", "topic", "group", "batchSize", "path", "checkpointLocation")}
 _COLUMNS = ("body", "topic", "queue_id", "tags", "keys", "properties")
 
 
