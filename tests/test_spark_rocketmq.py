@@ -218,7 +218,11 @@ def test_stream_over_a_store_being_written(rmq: SparkSession, group: TestCluster
         .start()
     )
     try:
-        produce(group.peers, "Live", 400, (0, 1, 2), "live")  # queue 2 appears mid-stream
+        deadline = time.monotonic() + 120
+        while len(seen) < 40 and time.monotonic() < deadline:  # the stream is under way ...
+            time.sleep(0.2)
+        assert len(seen) == 40
+        produce(group.peers, "Live", 400, (0, 1, 2), "live")  # ... when queue 2 appears
         wait_readable(root, "Live", 40 + 1200)
         deadline = time.monotonic() + 240
         while len(seen) < 1240 and time.monotonic() < deadline:
