@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 from dledger.errors import DLedgerError
 from dledger.rocketmq.client.producer import Producer
 from dledger.rocketmq.store.message import Message
-from dledger.spark.options import error, int_option
+from dledger.spark.options import error, int_option, known_options
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,7 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
-        given = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in given if k not in _OPTIONS)
-        if unknown:
-            raise error(
-                f"unknown option(s) {', '.join(unknown)} for the rocketmq sink; known: peers, topic, group, batchSize"
-            )
+        given = known_options(options, _OPTIONS, "the rocketmq sink", ("path", "checkpointLocation"))
         if not given.get("peers"):
             raise error('the rocketmq sink needs option peers ("n0-host:port;n1-host:port;...")')
         names = set(schema.names)

@@ -38,13 +38,9 @@ from pyspark.sql.datasource import (
     EqualNullSafe,
     EqualTo,
     Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
     In,
     InputPartition,
     IsNotNull,
-    LessThan,
-    LessThanOrEqual,
 )
 from pyspark.sql.types import (
     BinaryType,
@@ -74,13 +70,18 @@ from dledger.rocketmq.store.arrow_reader import (
     read_range,
     topics_of,
 )
-from dledger.spark.options import bool_option, called_for_pushdown, error, int_option
-
-try:  # Spark >= 4.2
-    from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older Spark: no admission control, no availableNow
-    ReadMaxRows = None  # type: ignore[assignment,misc]
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+from dledger.spark.options import (
+    SupportsTriggerAvailableNow,
+    bool_option,
+    bounds,
+    called_for_pushdown,
+    columns_of,
+    default_read_limit,
+    error,
+    int_option,
+    known_options,
+    read_budget,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +175,7 @@ class MessageOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> MessageOptions:
-        given = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in given if k not in _OPTIONS)
-        if unknown:
-            raise error(
-                f"unknown option(s) {', '.join(unknown)} for format rocketmq; known: "
-                f"{', '.join(v for v in _OPTIONS.values() if v != 'path')}"
-            )
+        given = known_options(options, _OPTIONS, "format rocketmq", ("path",))
         path = given.get("path")
         if not path:
             raise error("no path: use spark.read.format('rocketmq').load('<store root directory>')")
@@ -218,20 +213,6 @@ class MessagePartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"MessagePartition({self.rng})"
-
-
-def _columns_of(schema: StructType) -> tuple[str, ...]:
-    """The columns a (possibly user-given) schema asks for; they must be ours, with our types."""
-    cols = []
-    for f in schema.fields:
-        if f.name not in SPARK_TYPES:
-            raise error(f"schema field {f.name!r} is not a rocketmq column; columns are {', '.join(COLUMNS)}")
-        if f.dataType != SPARK_TYPES[f.name]:
-            raise error(
-                f"schema field {f.name!r} must be {SPARK_TYPES[f.name].simpleString()}, not {f.dataType.simpleString()}"
-            )
-        cols.append(f.name)
-    return tuple(cols)
 
 
 def _spark_arrow(schema: StructType) -> pa.Schema:
@@ -305,7 +286,9 @@ class _ReadMixin:
 
     def _setup(self, opts: MessageOptions, schema: StructType) -> None:
         self.opts = opts
-        self.args = ReadArgs(_columns_of(schema), opts.batch_size, opts.decompress, opts.committed_only)
+        self.args = ReadArgs(
+            columns_of(schema, SPARK_TYPES, "rocketmq"), opts.batch_size, opts.decompress, opts.committed_only
+        )
         self.arrow = _spark_arrow(schema)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -375,38 +358,31 @@ class MessagePushdownReader(MessageReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         return [f for f in filters if not self._absorb(f)]
 
-    def _narrow_offsets(self, lo: int | None, hi: int | None) -> None:
+    def _narrow(self, low: str, high: str, lo: int | None, hi: int | None) -> None:
+        """Intersect the range kept in attributes ``low``/``high`` with ``[lo, hi]``."""
+        cur_lo, cur_hi = getattr(self, low), getattr(self, high)
         if lo is not None:
-            self.offset_min = lo if self.offset_min is None else max(self.offset_min, lo)
+            cur_lo = lo if cur_lo is None else max(cur_lo, lo)
         if hi is not None:
-            self.offset_max = hi if self.offset_max is None else min(self.offset_max, hi)
-        if self.offset_min is not None and self.offset_max is not None and self.offset_min > self.offset_max:
-            self.empty = True
-
-    def _narrow_times(self, lo: int | None, hi: int | None) -> None:
-        if lo is not None:
-            self.ts_min = lo if self.ts_min is None else max(self.ts_min, lo)
-        if hi is not None:
-            self.ts_max = hi if self.ts_max is None else min(self.ts_max, hi)
-        if self.ts_min is not None and self.ts_max is not None and self.ts_min > self.ts_max:
+            cur_hi = hi if cur_hi is None else min(cur_hi, hi)
+        setattr(self, low, cur_lo)
+        setattr(self, high, cur_hi)
+        if cur_lo is not None and cur_hi is not None and cur_lo > cur_hi:
             self.empty = True
 
     def _absorb_set(self, column: str, values: list[Any]) -> bool:
-        if column == "topic" and all(isinstance(v, str) for v in values):
-            if not self.opts.by_queue:
-                return False
-            wanted = set(values)
-            self.topics = wanted if self.topics is None else self.topics & wanted
-            self.empty = self.empty or not self.topics
-            return True
-        if column == "queue_id" and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            if not self.opts.by_queue:
-                return False
-            ids = set(values)
-            self.queue_ids = ids if self.queue_ids is None else self.queue_ids & ids
-            self.empty = self.empty or not self.queue_ids
-            return True
-        return False
+        """A topic or queue-id set narrows a queue read (a walk leaves it to Spark)."""
+        kind = str if column == "topic" else int
+        if column not in ("topic", "queue_id") or not self.opts.by_queue:
+            return False
+        if not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+            return False
+        attr = "topics" if column == "topic" else "queue_ids"
+        have = getattr(self, attr)
+        wanted = set(values) if have is None else have & set(values)
+        setattr(self, attr, wanted)
+        self.empty = self.empty or not wanted
+        return True
 
     def _absorb(self, f: Filter) -> bool:
         attr = getattr(f, "attribute", None)
@@ -423,36 +399,21 @@ class MessagePushdownReader(MessageReader):
         if column == "queue_offset":
             if not isinstance(value, int) or isinstance(value, bool):
                 return False
-            lo_hi = _bounds(f, value, 1)
+            lo_hi = bounds(f, value)
             if lo_hi is None:
                 return False
-            self._narrow_offsets(*lo_hi)
+            self._narrow("offset_min", "offset_max", *lo_hi)
             return True
         if column == "store_timestamp":
             ms = _to_millis(value)
             if ms is None or value.microsecond % 1000:
                 return False  # not a whole millisecond: Spark keeps the exact test
-            lo_hi = _bounds(f, ms, 1)
+            lo_hi = bounds(f, ms)
             if lo_hi is None:
                 return False
-            self._narrow_times(*lo_hi)
+            self._narrow("ts_min", "ts_max", *lo_hi)
             return True
         return False
-
-
-def _bounds(f: Filter, value: int, step: int) -> tuple[int | None, int | None] | None:
-    """The inclusive [lo, hi] a comparison with ``value`` keeps (``step`` apart on an integer scale)."""
-    if isinstance(f, EqualTo | EqualNullSafe):
-        return value, value
-    if isinstance(f, GreaterThan):
-        return value + step, None
-    if isinstance(f, GreaterThanOrEqual):
-        return value, None
-    if isinstance(f, LessThan):
-        return None, value - step
-    if isinstance(f, LessThanOrEqual):
-        return None, value
-    return None
 
 
 class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -493,9 +454,7 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
     def latestOffset(self, start: Offsets | None = None, limit: Any = None) -> Offsets:
         latest = self._target if self._target is not None else self._latest()
         start = start or {}
-        budget = None
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            budget = int(limit.max_rows)
+        budget = read_budget(limit)
         out: Offsets = {}
         for topic in sorted(set(latest) | set(start)):
             have, now = start.get(topic, {}), latest.get(topic, {})
@@ -516,9 +475,7 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
             return queue_bounds(store, topic, qid)[0]
 
     def getDefaultReadLimit(self) -> Any:
-        if ReadMaxRows is not None and self.opts.max_offsets_per_trigger:
-            return ReadMaxRows(self.opts.max_offsets_per_trigger)
-        return super().getDefaultReadLimit()
+        return default_read_limit(self.opts.max_offsets_per_trigger) or super().getDefaultReadLimit()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest()

@@ -31,16 +31,10 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    EqualNullSafe,
-    EqualTo,
     Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
     In,
     InputPartition,
     IsNotNull,
-    LessThan,
-    LessThanOrEqual,
 )
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
@@ -55,16 +49,18 @@ from dledger.reader import (
     read_segment,
     resolve_nodes,
 )
+from dledger.spark.options import (
+    SupportsTriggerAvailableNow,
+    bounds,
+    columns_of,
+    default_read_limit,
+    known_options,
+    read_budget,
+)
 from dledger.spark.options import bool_option as _bool_option
 from dledger.spark.options import called_for_pushdown as _called_for_pushdown
 from dledger.spark.options import error as _error
 from dledger.spark.options import int_option as _int_option
-
-try:  # Spark >= 4.2
-    from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older Spark: no admission control, no availableNow
-    ReadMaxRows = None  # type: ignore[assignment,misc]
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +112,7 @@ class Options:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
-        given = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in given if k not in _OPTIONS)
-        if unknown:
-            raise _error(
-                f"unknown option(s) {', '.join(unknown)} for format dledger; known: "
-                f"{', '.join(v for v in _OPTIONS.values() if v not in ('path', 'paths'))}"
-            )
+        given = known_options(options, _OPTIONS, "format dledger", ("path", "paths"))
         paths: list[str] = []
         if given.get("paths"):
             try:
@@ -168,18 +158,8 @@ def spark_schema(node_column: bool) -> StructType:
 
 def _columns_of(schema: StructType, node_column: bool) -> tuple[str, ...]:
     """The columns a (possibly user-given) schema asks for; they must be ours, with our types."""
-    available = spark_schema(node_column)
-    types = {f.name: f.dataType for f in available.fields}
-    cols = []
-    for f in schema.fields:
-        if f.name not in types:
-            raise _error(f"schema field {f.name!r} is not a dledger column; columns are {', '.join(types)}")
-        if f.dataType != types[f.name]:
-            raise _error(
-                f"schema field {f.name!r} must be {types[f.name].simpleString()}, not {f.dataType.simpleString()}"
-            )
-        cols.append(f.name)
-    return tuple(cols)
+    types = {f.name: f.dataType for f in spark_schema(node_column).fields}
+    return columns_of(schema, types, "dledger")
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -360,18 +340,10 @@ class DLedgerPushdownReader(DLedgerReader):
             return False  # pruned by range; Spark keeps the exact test
         if not isinstance(value, int) or isinstance(value, bool):
             return False
-        if isinstance(f, EqualTo | EqualNullSafe):
-            self._narrow(column, value, value)
-        elif isinstance(f, GreaterThan):
-            self._narrow(column, value + 1, None)
-        elif isinstance(f, GreaterThanOrEqual):
-            self._narrow(column, value, None)
-        elif isinstance(f, LessThan):
-            self._narrow(column, None, value - 1)
-        elif isinstance(f, LessThanOrEqual):
-            self._narrow(column, None, value)
-        else:
+        lo_hi = bounds(f, value)
+        if lo_hi is None:
             return False
+        self._narrow(column, *lo_hi)
         return True
 
 
@@ -404,9 +376,7 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
         latest = self._target if self._target is not None else self._limits()
         start = start or {}
-        budget = None
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            budget = int(limit.max_rows)
+        budget = read_budget(limit)
         out = {}
         for name, _ in self.nodes:
             begin = int(start.get(name, -1))
@@ -418,9 +388,7 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
         return out
 
     def getDefaultReadLimit(self) -> Any:
-        if ReadMaxRows is not None and self.opts.max_entries_per_trigger:
-            return ReadMaxRows(self.opts.max_entries_per_trigger)
-        return super().getDefaultReadLimit()
+        return default_read_limit(self.opts.max_entries_per_trigger) or super().getDefaultReadLimit()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._limits()

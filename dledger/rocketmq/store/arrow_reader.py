@@ -558,6 +558,19 @@ def read_range(
     return _read_log(store, rng, args, schema)
 
 
+def _topic_list(topics: Iterable[str] | str | None) -> Iterable[str] | None:
+    return [topics] if isinstance(topics, str) else topics
+
+
+def _setup(
+    columns: Iterable[str] | None, batch_rows: int, decompress: bool, committed_only: bool
+) -> tuple[ReadArgs, pa.Schema]:
+    if batch_rows <= 0:
+        raise ValueError(f"batch_rows must be positive, got {batch_rows}")
+    args = ReadArgs(check_columns(columns), batch_rows, decompress, committed_only)
+    return args, message_schema(args.columns)
+
+
 def iter_message_batches(
     path: str | os.PathLike[str],
     topics: Iterable[str] | str | None = None,
@@ -572,12 +585,9 @@ def iter_message_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The messages of the store at ``path`` as record batches: queue by queue (topics in
     order, then queue ids) when reading by topic or queue, else in commit-log order."""
-    if isinstance(topics, str):
-        topics = [topics]
-    args = ReadArgs(check_columns(columns), batch_rows, decompress, committed_only)
-    schema = message_schema(args.columns)
+    args, schema = _setup(columns, batch_rows, decompress, committed_only)
     with open_store(path) as store:
-        for rng in plan_ranges(store, topics, queues, start, end, committed_only):
+        for rng in plan_ranges(store, _topic_list(topics), queues, start, end, committed_only):
             yield from read_range(store, rng, args, schema)
 
 
@@ -597,12 +607,11 @@ def read_messages(
     """The messages of the store at ``path`` as one ``pyarrow.Table`` (see
     :func:`iter_message_batches`). Ranges are read on ``threads`` threads (default: the CPU
     count, at most 8); the kernels release the GIL. Rows stay in the order of the ranges."""
-    if isinstance(topics, str):
-        topics = [topics]
-    args = ReadArgs(check_columns(columns), batch_rows, decompress, committed_only)
-    schema = message_schema(args.columns)
+    args, schema = _setup(columns, batch_rows, decompress, committed_only)
     with open_store(path) as store:
-        ranges: Sequence[QueueRange | LogRange] = plan_ranges(store, topics, queues, start, end, committed_only)
+        ranges: Sequence[QueueRange | LogRange] = plan_ranges(
+            store, _topic_list(topics), queues, start, end, committed_only
+        )
 
         def one(rng: QueueRange | LogRange) -> list[pa.RecordBatch]:
             return list(read_range(store, rng, args, schema))
