@@ -285,3 +285,17 @@ def message_ext(buf: Buffer, phys_offset: int, cls: type[Any], client: bool = Fa
 def message_exts(
     buf: Buffer, cols: dict[str, NDArray[Any]], rows: ArrayLike | None, cls: type[Any], client: bool = False
 ) -> list[Any]: ...
+
+# -- the Arrow message reader (message_arrow.pxi) --
+def scan_at(
+    buf: Buffer, base_offset: int, offsets: NDArray[np.int64], sizes: NDArray[np.int32]
+) -> tuple[dict[str, NDArray[Any]], int]: ...
+def offset_msg_ids(
+    buf: Buffer, host_off: NDArray[np.int64], sys_flag: NDArray[np.int32], phys: NDArray[np.int64]
+) -> tuple[NDArray[np.uint8], NDArray[np.int32]]: ...
+def host_codes(
+    buf: Buffer, host_off: NDArray[np.int64], sys_flag: NDArray[np.int32], v6_flag: int
+) -> tuple[NDArray[np.int32], list[bytes]]: ...
+def property_pairs(
+    buf: Buffer, props_off: ArrayLike, props_len: ArrayLike
+) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]: ...

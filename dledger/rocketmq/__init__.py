@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from dledger.rocketmq.client.consumer import AsyncConsumer, Consumer, PullResult
     from dledger.rocketmq.client.producer import AsyncProducer, Producer
     from dledger.rocketmq.client.send_result import SendResult
+    from dledger.rocketmq.store.arrow_reader import iter_message_batches, read_messages
     from dledger.rocketmq.store.config import MessageStoreConfig
     from dledger.rocketmq.store.message import Message, MessageConst, MessageExt, MessageSysFlag
     from dledger.rocketmq.store.message_store import MessageStore
@@ -46,6 +47,8 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "SendResult",
+    "iter_message_batches",
+    "read_messages",
 ]
 
 # Every name is imported when first used: `dledger mq --help` and the entry-level CLI import this
@@ -69,6 +72,8 @@ _MODULE_OF = {
     "Consumer": "client.consumer",
     "AsyncConsumer": "client.consumer",
     "PullResult": "client.consumer",
+    "read_messages": "store.arrow_reader",
+    "iter_message_batches": "store.arrow_reader",
 }
 
 

@@ -31,21 +31,13 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    EqualNullSafe,
-    EqualTo,
     Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
     In,
     InputPartition,
     IsNotNull,
-    LessThan,
-    LessThanOrEqual,
 )
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from dledger.codes import ResponseCode
-from dledger.errors import DLedgerError
 from dledger.reader import (
     COLUMNS,
     NODE_COLUMN,
@@ -57,12 +49,18 @@ from dledger.reader import (
     read_segment,
     resolve_nodes,
 )
-
-try:  # Spark >= 4.2
-    from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - older Spark: no admission control, no availableNow
-    ReadMaxRows = None  # type: ignore[assignment,misc]
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+from dledger.spark.options import (
+    SupportsTriggerAvailableNow,
+    bounds,
+    columns_of,
+    default_read_limit,
+    known_options,
+    read_budget,
+)
+from dledger.spark.options import bool_option as _bool_option
+from dledger.spark.options import called_for_pushdown as _called_for_pushdown
+from dledger.spark.options import error as _error
+from dledger.spark.options import int_option as _int_option
 
 log = logging.getLogger(__name__)
 
@@ -97,33 +95,6 @@ _OPTIONS = {
 }
 
 
-def _error(message: str) -> DLedgerError:
-    return DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, message)
-
-
-def _int_option(name: str, raw: str | None, minimum: int) -> int | None:
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise _error(f"option {name}={raw!r} is not an integer") from exc
-    if value < minimum:
-        raise _error(f"option {name}={value} must be >= {minimum}")
-    return value
-
-
-def _bool_option(name: str, raw: str | None, default: bool) -> bool:
-    if raw is None or raw == "":
-        return default
-    low = str(raw).strip().lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise _error(f"option {name}={raw!r} is not a boolean (true/false)")
-
-
 @dataclass(frozen=True, slots=True)
 class Options:
     """The data source options, parsed and checked once when the source is created."""
@@ -141,13 +112,7 @@ class Options:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
-        given = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in given if k not in _OPTIONS)
-        if unknown:
-            raise _error(
-                f"unknown option(s) {', '.join(unknown)} for format dledger; known: "
-                f"{', '.join(v for v in _OPTIONS.values() if v not in ('path', 'paths'))}"
-            )
+        given = known_options(options, _OPTIONS, "format dledger", ("path", "paths"))
         paths: list[str] = []
         if given.get("paths"):
             try:
@@ -193,18 +158,8 @@ def spark_schema(node_column: bool) -> StructType:
 
 def _columns_of(schema: StructType, node_column: bool) -> tuple[str, ...]:
     """The columns a (possibly user-given) schema asks for; they must be ours, with our types."""
-    available = spark_schema(node_column)
-    types = {f.name: f.dataType for f in available.fields}
-    cols = []
-    for f in schema.fields:
-        if f.name not in types:
-            raise _error(f"schema field {f.name!r} is not a dledger column; columns are {', '.join(types)}")
-        if f.dataType != types[f.name]:
-            raise _error(
-                f"schema field {f.name!r} must be {types[f.name].simpleString()}, not {f.dataType.simpleString()}"
-            )
-        cols.append(f.name)
-    return tuple(cols)
+    types = {f.name: f.dataType for f in spark_schema(node_column).fields}
+    return columns_of(schema, types, "dledger")
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -219,26 +174,6 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
         NODE_COLUMN: pa.string(),
     }
     return pa.schema([pa.field(f.name, arrow[f.name], nullable=f.nullable) for f in schema.fields])
-
-
-def _called_for_pushdown() -> bool:
-    """Whether Spark's filter-pushdown planner is asking for the reader.
-
-    A reader that defines ``pushFilters`` makes Spark refuse the query unless
-    ``spark.sql.python.filterPushdown.enabled`` is on (DATA_SOURCE_PUSHDOWN_DISABLED), and the
-    data source cannot read that setting. Spark only runs its pushdown planner
-    (``data_source_pushdown_filters``) when the setting is on, so the source hands out the
-    pushdown-capable reader there and the plain one everywhere else. If this check ever
-    misses, the plain reader is used: no pruning, same result.
-    """
-    frame = sys._getframe(1)
-    for _ in range(4):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return False
-        if os.path.basename(frame.f_code.co_filename) == "data_source_pushdown_filters.py":
-            return True
-    return False
 
 
 class DLedgerDataSource(DataSource):
@@ -405,18 +340,10 @@ class DLedgerPushdownReader(DLedgerReader):
             return False  # pruned by range; Spark keeps the exact test
         if not isinstance(value, int) or isinstance(value, bool):
             return False
-        if isinstance(f, EqualTo | EqualNullSafe):
-            self._narrow(column, value, value)
-        elif isinstance(f, GreaterThan):
-            self._narrow(column, value + 1, None)
-        elif isinstance(f, GreaterThanOrEqual):
-            self._narrow(column, value, None)
-        elif isinstance(f, LessThan):
-            self._narrow(column, None, value - 1)
-        elif isinstance(f, LessThanOrEqual):
-            self._narrow(column, None, value)
-        else:
+        lo_hi = bounds(f, value)
+        if lo_hi is None:
             return False
+        self._narrow(column, *lo_hi)
         return True
 
 
@@ -449,9 +376,7 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
         latest = self._target if self._target is not None else self._limits()
         start = start or {}
-        budget = None
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            budget = int(limit.max_rows)
+        budget = read_budget(limit)
         out = {}
         for name, _ in self.nodes:
             begin = int(start.get(name, -1))
@@ -463,9 +388,7 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
         return out
 
     def getDefaultReadLimit(self) -> Any:
-        if ReadMaxRows is not None and self.opts.max_entries_per_trigger:
-            return ReadMaxRows(self.opts.max_entries_per_trigger)
-        return super().getDefaultReadLimit()
+        return default_read_limit(self.opts.max_entries_per_trigger) or super().getDefaultReadLimit()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._limits()
@@ -492,11 +415,14 @@ class DLedgerStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
 def register(spark: Any, pushdown: bool = True) -> None:
     """Register the data source and, with ``pushdown``, turn on Spark's filter pushdown for
     Python data sources (``spark.sql.python.filterPushdown.enabled``) so that ``index`` and
-    ``term`` filters prune partitions. In a local session with neither ``PYSPARK_PYTHON`` nor
-    ``spark.pyspark.python`` set, Spark's Python workers run this interpreter (see
-    ``_workers_run_this_python``)."""
+    ``term`` filters prune partitions; also registers the ``rocketmq`` format (message stores).
+    In a local session with neither ``PYSPARK_PYTHON`` nor ``spark.pyspark.python`` set, Spark's
+    Python workers run this interpreter (see ``_workers_run_this_python``)."""
+    from dledger.spark.rocketmq_source import RocketMQDataSource
+
     _workers_run_this_python(spark)
     spark.dataSource.register(DLedgerDataSource)
+    spark.dataSource.register(RocketMQDataSource)
     if pushdown:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 

@@ -1,0 +1,188 @@
+"""Reading a message store's messages: ``read_messages`` rows/s, and Spark's ``rocketmq`` format
+against Spark's own Parquet reader on the same rows, in the same run.
+
+Run (N messages of 100-byte bodies over 8 queues of one topic; the issue's full run is 10 million):
+
+    DLEDGER_BENCH_ROWS=10000000 PYTHONPATH=. .venv/bin/python -m pytest bench/test_bench_rocketmq_reader.py \
+        --benchmark-only -s
+
+Default N is 1 million. Groups:
+
+- ``mq-arrow-<N>``: ``read_messages`` walking the commit log, through the 8 consume queues, and
+  with 4 columns; baseline: ``pyarrow.parquet.read_table`` of the same rows (every column) from
+  a Parquet copy in the page cache;
+- ``mq-spark-count-<N>`` and ``mq-spark-agg-<N>``: ``count()`` and a filter + aggregate over
+  ``topic``, ``queue_id``, ``store_timestamp`` and ``length(body)``, through the ``rocketmq``
+  format (all 19 columns: Python data sources get no column pruning from Spark; and with a
+  user-given 4-column schema) and through Spark's Parquet reader on the same rows.
+
+The module prints rows/s and the ratios at the end (targets: read_messages >= 10 M rows/s, Spark
+>= 0.7x Parquet).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from dledger.rocketmq import iter_message_batches, read_messages
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.spark import register
+
+ROWS = int(os.environ.get("DLEDGER_BENCH_ROWS", "1000000"))
+ROUNDS = int(os.environ.get("DLEDGER_BENCH_ROUNDS", "3"))
+BODY = 100
+QUEUES = 8
+TOPIC = "BenchTopic"
+# Messages per put: each batch goes to the next queue.
+CHUNK = 4096
+REPO = Path(__file__).resolve().parents[1]
+NARROW = "topic string, queue_id int, store_timestamp timestamp, body binary"
+AGG = (
+    "SELECT topic, queue_id, count(*) AS n, max(store_timestamp) AS last, sum(length(body)) AS bytes "
+    "FROM t WHERE queue_id < 6 GROUP BY topic, queue_id"
+)
+
+RESULTS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench-mq-reader") / "store"
+    cfg = MessageStoreConfig()  # 1 GiB commit-log files: a walk's partitions are files
+    body = bytes(range(BODY))
+    chunk = CHUNK
+    with MessageStore(root, cfg) as s:
+        done = 0
+        while done < ROWS:
+            n = min(chunk, ROWS - done)
+            assert s.put_batch(TOPIC, [body] * n, queue_id=(done // chunk) % QUEUES, tags="bench").ok
+            done += n
+        assert s.wait_dispatched(600)
+    return root
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(store: Path) -> Path:
+    out = store.parent / "parquet"
+    out.mkdir()
+    # Written batch by batch (a table of every column of 10 M messages is ~3 GB), in files of
+    # about 1 M rows, as Spark would write them.
+    writer: pq.ParquetWriter | None = None
+    rows = files = 0
+    for batch in iter_message_batches(store):
+        if writer is None or rows >= 1_000_000:
+            if writer is not None:
+                writer.close()
+            writer = pq.ParquetWriter(out / f"part-{files:04d}.parquet", batch.schema)
+            files += 1
+            rows = 0
+        writer.write_batch(batch, row_group_size=1 << 17)
+        rows += batch.num_rows
+    assert writer is not None
+    writer.close()
+    assert pq.ParquetDataset(out).read(columns=["queue_id"]).num_rows == ROWS
+    return out
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
+    os.environ["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dledger-bench-mq")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def _run(benchmark: BenchmarkFixture, name: str, group: str, fn: Any) -> None:
+    benchmark.group = group
+    benchmark.extra_info["rows"] = ROWS
+    benchmark.pedantic(fn, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    RESULTS[name] = ROWS / benchmark.stats.stats.median
+    benchmark.extra_info["rows_per_s_median"] = round(RESULTS[name])
+
+
+@pytest.mark.parametrize("how", ["walk", "queues", "4-columns"])
+def test_read_messages(benchmark: BenchmarkFixture, store: Path, how: str) -> None:
+    kwargs: dict[str, Any] = {
+        "walk": {},
+        "queues": {"topics": [TOPIC]},
+        "4-columns": {"columns": ["topic", "queue_id", "store_timestamp", "body"]},
+    }[how]
+
+    def read() -> pa.Table:
+        return read_messages(store, **kwargs)
+
+    assert read().num_rows == ROWS
+    _run(benchmark, f"read_messages {how}", f"mq-arrow-{ROWS}", read)
+
+
+def test_parquet_read_table(benchmark: BenchmarkFixture, parquet_dir: Path) -> None:
+    _run(benchmark, "pyarrow parquet", f"mq-arrow-{ROWS}", lambda: pq.read_table(parquet_dir))
+
+
+def _frames(spark: SparkSession, store: Path, parquet_dir: Path) -> dict[str, DataFrame]:
+    return {
+        "rocketmq": spark.read.format("rocketmq").load(str(store)),
+        "rocketmq 4-col schema": spark.read.format("rocketmq").schema(NARROW).load(str(store)),
+        "parquet": spark.read.parquet(str(parquet_dir)),
+    }
+
+
+@pytest.mark.parametrize("source", ["rocketmq", "rocketmq 4-col schema", "parquet"])
+def test_spark_count(
+    benchmark: BenchmarkFixture, spark: SparkSession, store: Path, parquet_dir: Path, source: str
+) -> None:
+    df = _frames(spark, store, parquet_dir)[source]
+    assert df.count() == ROWS
+    _run(benchmark, f"spark count, {source}", f"mq-spark-count-{ROWS}", df.count)
+
+
+@pytest.mark.parametrize("source", ["rocketmq", "rocketmq 4-col schema", "parquet"])
+def test_spark_filter_aggregate(
+    benchmark: BenchmarkFixture, spark: SparkSession, store: Path, parquet_dir: Path, source: str
+) -> None:
+    df = _frames(spark, store, parquet_dir)[source]
+    df.createOrReplaceTempView("t")
+    got = spark.sql(AGG).collect()
+    chunks = [min(CHUNK, ROWS - at) for at in range(0, ROWS, CHUNK)]
+    assert sum(r.n for r in got) == sum(n for k, n in enumerate(chunks) if k % QUEUES < 6)
+    _run(benchmark, f"spark agg, {source}", f"mq-spark-agg-{ROWS}", lambda: spark.sql(AGG).collect())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def summary() -> Iterator[None]:
+    yield
+    if not RESULTS:
+        return
+    lines = [f"message reader benchmark, {ROWS} messages of {BODY}-byte bodies over {QUEUES} queues, rows/s (median):"]
+    lines += [f"  {name:34s} {rate / 1e6:8.2f} M" for name, rate in RESULTS.items()]
+    for q in ("count", "agg"):
+        base = RESULTS.get(f"spark {q}, parquet")
+        for src in ("rocketmq", "rocketmq 4-col schema"):
+            ours = RESULTS.get(f"spark {q}, {src}")
+            if base and ours:
+                lines.append(f"  spark {q}: {src} / parquet = {ours / base:.2f}x (target >= 0.7x)")
+    print("\n" + "\n".join(lines))

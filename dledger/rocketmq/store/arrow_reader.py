@@ -1,0 +1,625 @@
+"""The messages of a RocketMQ message store on disk as Arrow tables, without a broker.
+
+``read_messages(path, ...)`` returns a ``pyarrow.Table``; ``iter_message_batches`` yields
+``pyarrow.RecordBatch``es. The Spark ``rocketmq`` format (``dledger.spark``) plans and reads
+with the same pieces: :func:`plan_ranges` cuts a read into :class:`QueueRange`\\ s (a run of
+one consume queue) or :class:`LogRange`\\ s (one commit-log file), and :func:`read_range`
+turns one into record batches. The record scan kernel fills numpy columns straight from the
+mapped files and the kernels of ``_ext/message_arrow.pxi`` make the string, map and binary
+columns from them: there is no Python object per message.
+
+Reading with ``topics`` (or ``queues``) goes through the consume queues: only those queues'
+records are touched, and a message is there once dispatch put its unit in the queue (a
+store-level PREPARED or ROLLBACK transaction record never is). Reading without walks the
+commit log as ReputMessageService does and gives every record. Classic and DLedger commit
+logs, written by this package or by Java RocketMQ 4.9.
+
+``start``/``end`` (end exclusive) are queue offsets when reading by queue, as an int for every
+queue or ``{topic: {queue_id: offset}}`` (-2: the queue's earliest, -1: its latest); when
+walking they are commit-log offsets (DLedger: entry positions). ``committed_only``: the walk
+stops at the committed position of a DLedger log (False: at the end of the local ledger);
+queue reads never go past what the queues hold, which dispatch wrote from committed records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dledger._ext import load as _load_ext
+from dledger.rocketmq.store.message import format_host
+from dledger.rocketmq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+K = _load_ext("message")
+_gather = _load_ext("gather")
+
+EARLIEST = -2
+LATEST = -1
+
+# Rows per batch: large enough that per-batch Python calls vanish, small enough for the cache.
+DEFAULT_BATCH_ROWS = 1 << 16
+# A walk maps this much of a commit-log file per scan (more than the largest record).
+_WALK_WINDOW = 64 << 20
+
+TYPES: dict[str, pa.DataType] = {
+    "topic": pa.string(),
+    "queue_id": pa.int32(),
+    "queue_offset": pa.int64(),
+    "commit_log_offset": pa.int64(),
+    "size": pa.int32(),
+    "msg_id": pa.string(),
+    "tags": pa.string(),
+    "keys": pa.string(),
+    "properties": pa.map_(pa.string(), pa.string()),
+    "body": pa.binary(),
+    "body_crc": pa.int32(),
+    "flag": pa.int32(),
+    "sys_flag": pa.int32(),
+    "born_timestamp": pa.timestamp("ms"),
+    "store_timestamp": pa.timestamp("ms"),
+    "born_host": pa.string(),
+    "store_host": pa.string(),
+    "reconsume_times": pa.int32(),
+    "prepared_transaction_offset": pa.int64(),
+}
+COLUMNS: tuple[str, ...] = tuple(TYPES)
+# Absent tags or keys are null; everything else always has a value.
+NULLABLE = frozenset({"tags", "keys"})
+
+# Scan column behind each plain fixed-width column.
+_FIXED = {
+    "queue_id": "queue_id",
+    "queue_offset": "queue_offset",
+    "commit_log_offset": "phys_offset",
+    "size": "size",
+    "body_crc": "body_crc",
+    "flag": "flag",
+    "sys_flag": "sys_flag",
+    "born_timestamp": "born_timestamp",
+    "store_timestamp": "store_timestamp",
+    "reconsume_times": "reconsume_times",
+    "prepared_transaction_offset": "prepared_offset",
+}
+
+
+def message_schema(columns: Sequence[str] = COLUMNS) -> pa.Schema:
+    return pa.schema([pa.field(c, TYPES[c], nullable=c in NULLABLE) for c in columns])
+
+
+def check_columns(columns: Iterable[str] | None) -> tuple[str, ...]:
+    if columns is None:
+        return COLUMNS
+    cols = tuple(columns)
+    unknown = [c for c in cols if c not in TYPES]
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(unknown)}; columns are {', '.join(COLUMNS)}")
+    return cols
+
+
+# -- columns from scan columns ----------------------------------------------------------------
+
+
+def _binary(typ: pa.DataType, n: int, data: Any, offsets: Any, valid: np.ndarray | None = None) -> pa.Array:
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _slices(buf: Any, typ: pa.DataType, off: np.ndarray, length: np.ndarray) -> pa.Array:
+    data, vo = _gather.gather(buf, np.ascontiguousarray(off, np.int64), np.ascontiguousarray(length, np.int32))
+    return _binary(typ, len(off), data, vo)
+
+
+def _optional(buf: Any, off: np.ndarray, length: np.ndarray) -> pa.Array:
+    """A string column from property spans (offset -1: absent, a null)."""
+    valid = off >= 0
+    if valid.all():
+        return _slices(buf, pa.string(), off, length)
+    data, vo = _gather.gather(buf, np.where(valid, off, 0), np.where(valid, length, 0).astype(np.int32))
+    return _binary(pa.string(), len(off), data, vo, valid)
+
+
+_HOST_TEXT: dict[bytes, str] = {}
+
+
+def _host_text(raw: bytes) -> str:
+    text = _HOST_TEXT.get(raw)
+    if text is None:
+        port = int.from_bytes(raw[-4:], "big", signed=True)
+        if len(raw) == 8:
+            addr = ".".join(str(b) for b in raw[:4])
+        else:
+            import ipaddress
+
+            addr = str(ipaddress.ip_address(raw[:-4]))
+        text = format_host((addr, port))
+        if len(_HOST_TEXT) < 4096:
+            _HOST_TEXT[raw] = text
+    return text
+
+
+def _hosts(buf: Any, off: np.ndarray, sys_flag: np.ndarray, v6_flag: int) -> pa.Array:
+    codes, fields = K.host_codes(buf, off, sys_flag, v6_flag)
+    dictionary = pa.array([_host_text(f) for f in fields], pa.string())
+    return dictionary.take(pa.Array.from_buffers(pa.int32(), len(codes), [None, pa.py_buffer(codes)]))
+
+
+def _properties(buf: Any, off: np.ndarray, length: np.ndarray) -> pa.Array:
+    entry_offsets, ko, kl, vo, vl = K.property_pairs(buf, off, length)
+    keys = _slices(buf, pa.string(), ko, kl)
+    values = _slices(buf, pa.string(), vo, vl)
+    return pa.MapArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), len(entry_offsets), [None, pa.py_buffer(entry_offsets)]), keys, values
+    )
+
+
+def _bodies(buf: Any, cols: Mapping[str, np.ndarray], decompress: bool) -> pa.Array:
+    if not decompress:
+        return _slices(buf, pa.binary(), cols["body_off"], cols["body_len"])
+    compressed = np.flatnonzero(cols["sys_flag"] & K.COMPRESSED_FLAG)
+    if not len(compressed):
+        return _slices(buf, pa.binary(), cols["body_off"], cols["body_len"])
+    # Compressed bodies are rare (RocketMQ compresses bodies above 4 KiB): inflate those one
+    # by one and gather the rest as they are.
+    data, vo = _gather.gather(buf, cols["body_off"], cols["body_len"])
+    mv = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    lengths = np.diff(vo).astype(np.int64)
+    at = 0
+    for k in compressed.tolist():
+        parts.append(mv[vo[at] : vo[k]])
+        parts.append(zlib.decompress(mv[vo[k] : vo[k + 1]]))
+        lengths[k] = len(parts[-1])
+        at = k + 1
+    parts.append(mv[vo[at] :])
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > 2**31 - 1:
+        raise ValueError("decompressed bodies exceed the 2 GiB of an Arrow binary column in one batch")
+    return _binary(pa.binary(), len(lengths), b"".join(parts), offsets.astype(np.int32))
+
+
+def batch_from_columns(
+    buf: Any,
+    cols: Mapping[str, np.ndarray],
+    columns: Sequence[str] = COLUMNS,
+    *,
+    decompress: bool = False,
+    schema: pa.Schema | None = None,
+) -> pa.RecordBatch:
+    """One record batch of ``columns`` from scan columns over ``buf`` (see ``scan_records``)."""
+    n = len(cols["size"])
+    arrays: list[pa.Array] = []
+    spans: list[tuple[np.ndarray, np.ndarray]] | None = None
+    for name in columns:
+        src = _FIXED.get(name)
+        if src is not None:
+            values = np.ascontiguousarray(cols[src])
+            arrays.append(pa.Array.from_buffers(TYPES[name], n, [None, pa.py_buffer(values)]))
+        elif name == "topic":
+            arrays.append(_slices(buf, pa.string(), cols["topic_off"], cols["topic_len"]))
+        elif name == "body":
+            arrays.append(_bodies(buf, cols, decompress))
+        elif name in ("tags", "keys"):
+            if spans is None:
+                spans = K.property_spans_many(buf, cols["props_off"], cols["props_len"], (b"TAGS", b"KEYS"))
+            arrays.append(_optional(buf, *spans[0 if name == "tags" else 1]))
+        elif name == "properties":
+            arrays.append(_properties(buf, cols["props_off"], cols["props_len"]))
+        elif name == "msg_id":
+            data, vo = K.offset_msg_ids(buf, cols["store_host_off"], cols["sys_flag"], cols["phys_offset"])
+            arrays.append(_binary(pa.string(), n, data, vo))
+        elif name == "born_host":
+            arrays.append(_hosts(buf, cols["born_host_off"], cols["sys_flag"], K.BORNHOST_V6_FLAG))
+        elif name == "store_host":
+            arrays.append(_hosts(buf, cols["store_host_off"], cols["sys_flag"], K.STOREHOSTADDRESS_V6_FLAG))
+        else:
+            raise ValueError(f"unknown column {name!r}")
+    return pa.RecordBatch.from_arrays(arrays, schema=schema or message_schema(columns))
+
+
+def _take(cols: Mapping[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[keep] for k, v in cols.items()}
+
+
+# -- ranges -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    """Queue offsets ``[start, end)`` of one consume queue."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return max(self.end - self.start, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRange:
+    """Commit-log offsets (DLedger: entry positions) ``[start, end)`` within one file."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowFilter:
+    """Rows a walk keeps (None: any): what pushed-down filters ask, applied exactly."""
+
+    topics: frozenset[str] | None = None
+    queue_ids: frozenset[int] | None = None
+    offset_min: int | None = None
+    offset_max: int | None = None
+    ts_min: int | None = None
+    ts_max: int | None = None
+
+    def mask(self, buf: Any, cols: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        n = len(cols["size"])
+        keep = np.ones(n, dtype=bool)
+        if self.queue_ids is not None:
+            keep &= np.isin(cols["queue_id"], np.fromiter(self.queue_ids, np.int32))
+        if self.offset_min is not None:
+            keep &= cols["queue_offset"] >= self.offset_min
+        if self.offset_max is not None:
+            keep &= cols["queue_offset"] <= self.offset_max
+        if self.ts_min is not None:
+            keep &= cols["store_timestamp"] >= self.ts_min
+        if self.ts_max is not None:
+            keep &= cols["store_timestamp"] <= self.ts_max
+        if self.topics is not None and keep.any():
+            topic_ids, firsts = K.topic_ids(buf, cols["topic_off"], cols["topic_len"])
+            mv = memoryview(buf)
+            off, ln = cols["topic_off"], cols["topic_len"]
+            wanted = np.array(
+                [
+                    bytes(mv[int(off[i]) : int(off[i] + ln[i])]).decode("utf-8", "replace") in self.topics
+                    for i in firsts
+                ],
+                dtype=bool,
+            )
+            keep &= wanted[topic_ids]
+        return None if keep.all() else keep
+
+    @property
+    def empty(self) -> bool:
+        return self == RowFilter()
+
+
+def open_store(path: str | os.PathLike[str]) -> MessageStore:
+    """The store at ``path`` opened read-only (no byte written, no lock: a running writer may
+    have it open)."""
+    return MessageStore(Path(path), readonly=True)
+
+
+def queue_ids_of(store: MessageStore, topic: str) -> list[int]:
+    return store.consume_queues.queue_ids(topic)
+
+
+def readable_queue_end(store: MessageStore, topic: str, queue_id: int) -> int:
+    """The queue offset past the last unit whose record is readable (committed, dispatched)."""
+    cq = store.consume_queues.get(topic, queue_id)
+    if cq is None:
+        return 0
+    hi, lo = int(cq.max_offset), int(cq.min_offset)
+    limit = int(store.commitlog.readable_end)
+    while hi > lo:
+        phys, sizes, _tags = cq.get_units(hi - 1, 1)
+        if len(phys) and int(phys[0]) + int(sizes[0]) <= limit:
+            return hi
+        hi -= 1
+    return hi
+
+
+def queue_bounds(store: MessageStore, topic: str, queue_id: int) -> tuple[int, int]:
+    """``(earliest, latest)`` offsets of a queue: its min offset and past its last readable unit."""
+    cq = store.consume_queues.get(topic, queue_id)
+    if cq is None:
+        return 0, 0
+    return int(cq.min_offset), readable_queue_end(store, topic, queue_id)
+
+
+def store_timestamp_of_unit(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
+    cq = store.consume_queues.get(topic, queue_id)
+    unit = cq.get_unit(offset) if cq is not None else None
+    if unit is None:
+        return -1
+    return store.store_timestamp_at(unit[0], unit[1])
+
+
+def offset_for_timestamp(store: MessageStore, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    """The first queue offset whose message was stored at or after ``timestamp_ms`` (the end of
+    the queue when none was): a binary search on the consume queue, reading one record per
+    step (store times never decrease along the log, so neither along a queue)."""
+    lo, hi = queue_bounds(store, topic, queue_id)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        ts = store_timestamp_of_unit(store, topic, queue_id, mid)
+        if 0 <= ts < timestamp_ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+OffsetSpec = int | Mapping[str, Mapping[Any, int]] | None
+
+
+def _resolve(spec: OffsetSpec, topic: str, queue_id: int, earliest: int, latest: int, default: int) -> int:
+    if spec is None:
+        return default
+    if isinstance(spec, Mapping):
+        per_queue = spec.get(topic)
+        if per_queue is None:
+            return default
+        value = per_queue.get(str(queue_id), per_queue.get(queue_id))
+        if value is None:
+            return default
+        spec = int(value)
+    if spec == EARLIEST:
+        return earliest
+    if spec == LATEST:
+        return latest
+    if spec < -2:
+        raise ValueError(f"offset {spec} of {topic}/{queue_id}: -2 (earliest), -1 (latest) or >= 0")
+    return min(max(int(spec), earliest), latest)
+
+
+def topics_of(store: MessageStore, topics: Iterable[str] | None) -> list[str]:
+    return sorted(store.consume_queues.topics()) if topics is None else list(dict.fromkeys(topics))
+
+
+def queue_ranges(
+    store: MessageStore,
+    topics: Iterable[str] | None = None,
+    queues: Iterable[int] | None = None,
+    start: OffsetSpec = None,
+    end: OffsetSpec = None,
+) -> list[QueueRange]:
+    """One range per queue of ``topics`` (every topic with a consume queue when None), only
+    ``queues`` when given, from ``start`` to ``end`` (see the module docstring)."""
+    wanted = None if queues is None else set(queues)
+    out = []
+    for topic in topics_of(store, topics):
+        for qid in queue_ids_of(store, topic):
+            if wanted is not None and qid not in wanted:
+                continue
+            earliest, latest = queue_bounds(store, topic, qid)
+            lo = _resolve(start, topic, qid, earliest, latest, earliest)
+            hi = _resolve(end, topic, qid, earliest, latest, latest)
+            out.append(QueueRange(topic, qid, lo, max(lo, hi)))
+    return out
+
+
+def walk_end(store: MessageStore, committed_only: bool) -> int:
+    cl = store.commitlog
+    if store.mode == "dledger" and not committed_only:
+        return int(cl.ledger_end_pos)
+    return int(cl.readable_end)
+
+
+def log_ranges(store: MessageStore, start: int | None, end: int | None, committed_only: bool) -> list[LogRange]:
+    """One range per commit-log file holding ``[start, end)`` (positions; None: the whole log)."""
+    cl = store.commitlog
+    lo = max(int(cl.min_offset), 0) if start is None else max(int(start), max(int(cl.min_offset), 0))
+    hi = walk_end(store, committed_only) if end is None else min(int(end), walk_end(store, committed_only))
+    size = int(cl.file_size)
+    out = []
+    pos = lo
+    while pos < hi:
+        file_end = pos - pos % size + size
+        out.append(LogRange(pos, min(file_end, hi)))
+        pos = file_end
+    return out
+
+
+def plan_ranges(
+    store: MessageStore,
+    topics: Iterable[str] | None = None,
+    queues: Iterable[int] | None = None,
+    start: OffsetSpec = None,
+    end: OffsetSpec = None,
+    committed_only: bool = True,
+) -> list[QueueRange] | list[LogRange]:
+    """Queue ranges when ``topics`` or ``queues`` are given, else commit-log file ranges."""
+    if topics is not None or queues is not None:
+        return queue_ranges(store, topics, queues, start, end)
+    if isinstance(start, Mapping) or isinstance(end, Mapping):
+        raise ValueError("per-queue start/end offsets need topics")
+    return log_ranges(store, start, end, committed_only)
+
+
+# -- reading ranges ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadArgs:
+    columns: tuple[str, ...] = COLUMNS
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    decompress: bool = False
+    committed_only: bool = True
+    rows: RowFilter = RowFilter()
+
+
+def _read_queue(store: MessageStore, rng: QueueRange, args: ReadArgs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    cq = store.consume_queues.get(rng.topic, rng.queue_id)
+    if cq is None:
+        return
+    cl = store.commitlog
+    offset = max(rng.start, int(cq.min_offset))
+    fsize = int(cl.file_size)
+    while offset < rng.end:
+        phys, sizes, _tags = cq.get_units(offset, min(args.batch_rows, rng.end - offset))
+        if not len(phys):
+            return
+        ok = (phys + sizes <= int(cl.readable_end)) & (phys >= int(cl.min_offset))
+        if not ok.all():
+            cut = int(np.argmin(ok))
+            phys, sizes = phys[:cut], sizes[:cut]
+            if not len(phys):
+                return
+        cuts = np.flatnonzero(np.diff(phys // fsize)) + 1
+        got = 0
+        for part, part_sizes in zip(np.split(phys, cuts), np.split(sizes, cuts), strict=True):
+            with cl.reading():
+                f = cl.files.find(int(part[0]))
+                if f is None:
+                    return
+                view = f.view()
+                try:
+                    base = int(f.file_from_offset)
+                    cols, n = K.scan_at(view, base, np.ascontiguousarray(part - base), np.ascontiguousarray(part_sizes))
+                    if n:
+                        cols["queue_offset"] = np.arange(offset + got, offset + got + n, dtype=np.int64)
+                        mask = args.rows.mask(view, cols)
+                        if mask is not None:
+                            cols = _take(cols, mask)
+                        if len(cols["size"]):
+                            yield batch_from_columns(
+                                view, cols, args.columns, decompress=args.decompress, schema=schema
+                            )
+                finally:
+                    view.release()
+            got += n
+            if n < len(part):
+                log.warning(
+                    "%s/%d: the record of queue offset %d at %d is not whole; the read stops there",
+                    rng.topic,
+                    rng.queue_id,
+                    offset + got,
+                    int(part[n]),
+                )
+                return
+        offset += got
+
+
+def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    cl = store.commitlog
+    dledger = store.mode == "dledger"
+    scan = K.scan_dledger_records if dledger else K.scan_records
+    pos = rng.start
+    while pos < rng.end:
+        with cl.reading():
+            f = cl.files.find(pos)
+            if f is None:
+                return
+            base = int(f.file_from_offset)
+            stop_at = min(int(f.wrote_position), rng.end - base, pos - base + _WALK_WINDOW)
+            view = f.view()
+            try:
+                cur = pos - base
+                code = K.STOP_END
+                while cur < stop_at:
+                    cols, stop, code = scan(view, base, cur, stop_at, False, args.batch_rows)
+                    if len(cols["size"]):
+                        mask = args.rows.mask(view, cols)
+                        if mask is not None:
+                            cols = _take(cols, mask)
+                        if len(cols["size"]):
+                            yield batch_from_columns(
+                                view, cols, args.columns, decompress=args.decompress, schema=schema
+                            )
+                    cur = stop
+                    if code != K.STOP_LIMIT:
+                        break
+            finally:
+                view.release()
+        if code in (K.STOP_BLANK, K.STOP_ZERO) or cur >= int(f.file_size):
+            return  # the rest of this file holds no record; the next range starts the next file
+        if code == K.STOP_END or (code == K.STOP_BAD and base + stop_at < rng.end and cur > pos - base):
+            if base + cur <= pos:
+                return
+            pos = base + cur  # the window ended, maybe inside a record: go on from the last whole one
+            continue
+        log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], base + cur)
+        return
+
+
+def read_range(
+    store: MessageStore, rng: QueueRange | LogRange, args: ReadArgs = ReadArgs(), schema: pa.Schema | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of one range, in queue (or log) order."""
+    schema = schema or message_schema(args.columns)
+    if isinstance(rng, QueueRange):
+        return _read_queue(store, rng, args, schema)
+    return _read_log(store, rng, args, schema)
+
+
+def _topic_list(topics: Iterable[str] | str | None) -> Iterable[str] | None:
+    return [topics] if isinstance(topics, str) else topics
+
+
+def _setup(
+    columns: Iterable[str] | None, batch_rows: int, decompress: bool, committed_only: bool
+) -> tuple[ReadArgs, pa.Schema]:
+    if batch_rows <= 0:
+        raise ValueError(f"batch_rows must be positive, got {batch_rows}")
+    args = ReadArgs(check_columns(columns), batch_rows, decompress, committed_only)
+    return args, message_schema(args.columns)
+
+
+def iter_message_batches(
+    path: str | os.PathLike[str],
+    topics: Iterable[str] | str | None = None,
+    queues: Iterable[int] | None = None,
+    start: OffsetSpec = None,
+    end: OffsetSpec = None,
+    columns: Iterable[str] | None = None,
+    committed_only: bool = True,
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    decompress: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """The messages of the store at ``path`` as record batches: queue by queue (topics in
+    order, then queue ids) when reading by topic or queue, else in commit-log order."""
+    args, schema = _setup(columns, batch_rows, decompress, committed_only)
+    with open_store(path) as store:
+        for rng in plan_ranges(store, _topic_list(topics), queues, start, end, committed_only):
+            yield from read_range(store, rng, args, schema)
+
+
+def read_messages(
+    path: str | os.PathLike[str],
+    topics: Iterable[str] | str | None = None,
+    queues: Iterable[int] | None = None,
+    start: OffsetSpec = None,
+    end: OffsetSpec = None,
+    columns: Iterable[str] | None = None,
+    committed_only: bool = True,
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    decompress: bool = False,
+    threads: int | None = None,
+) -> pa.Table:
+    """The messages of the store at ``path`` as one ``pyarrow.Table`` (see
+    :func:`iter_message_batches`). Ranges are read on ``threads`` threads (default: the CPU
+    count, at most 8); the kernels release the GIL. Rows stay in the order of the ranges."""
+    args, schema = _setup(columns, batch_rows, decompress, committed_only)
+    with open_store(path) as store:
+        ranges: Sequence[QueueRange | LogRange] = plan_ranges(
+            store, _topic_list(topics), queues, start, end, committed_only
+        )
+
+        def one(rng: QueueRange | LogRange) -> list[pa.RecordBatch]:
+            return list(read_range(store, rng, args, schema))
+
+        workers = min(threads if threads is not None else min(os.cpu_count() or 1, 8), len(ranges))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="rocketmq-read") as pool:
+                parts = list(pool.map(one, ranges))
+        else:
+            parts = [one(r) for r in ranges]
+    return pa.Table.from_batches([b for p in parts for b in p], schema=schema)

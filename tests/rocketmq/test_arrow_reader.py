@@ -1,0 +1,181 @@
+"""read_messages: the Java-written RocketMQ 4.9.4 fixtures read through Arrow exactly as their
+``expected/messages.tsv`` and ``consumequeue.tsv`` list them, walking the commit log and through
+the consume queues; stores written here read as the store's own decoder reads them."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from dledger.rocketmq import read_messages
+from dledger.rocketmq.store.arrow_reader import (
+    COLUMNS,
+    iter_message_batches,
+    offset_for_timestamp,
+    open_store,
+)
+from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.listing import escape, message_line, unescape
+from dledger.rocketmq.store.message import Message, decode_properties
+from dledger.rocketmq.store.message_store import MessageStore
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES_MQ = REPO / "tests" / "fixtures" / "rocketmq-4.9"
+NAMES = ["classic-3topics", "dledger-1node"]
+
+
+def expected(name: str, listing: str) -> list[str]:
+    return (FIXTURES_MQ / name / "expected" / listing).read_text(encoding="utf-8").splitlines()[1:]
+
+
+def _ms(v: Any) -> int:
+    return int(pa.scalar(v, pa.timestamp("ms")).cast(pa.int64()).as_py())
+
+
+def line_of(r: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The messages.tsv line of a row (its properties column left out), and the properties."""
+    body = r["body"]
+    fields = [
+        r["commit_log_offset"],
+        r["size"],
+        escape(r["topic"]),
+        r["queue_id"],
+        r["queue_offset"],
+        r["sys_flag"],
+        _ms(r["born_timestamp"]),
+        _ms(r["store_timestamp"]),
+        r["born_host"],
+        r["store_host"],
+        r["reconsume_times"],
+        r["prepared_transaction_offset"],
+        r["body_crc"],
+        hashlib.sha256(body).hexdigest()[:16],
+        len(body),
+        escape(r["tags"]),
+        escape(r["keys"]),
+        r["msg_id"],
+        r["flag"],
+    ]
+    props = dict(r["properties"])
+    assert len(props) == len(r["properties"]), "a name twice in one map"
+    return "\t".join(str(f) for f in fields), props
+
+
+def split_expected(line: str) -> tuple[str, dict[str, str]]:
+    cols = line.split("\t")
+    props = decode_properties(unescape(cols[17]))
+    return "\t".join(cols[:17] + cols[18:]), props
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_walk_reads_every_record_as_java_listed(name: str) -> None:
+    table = read_messages(FIXTURES_MQ / name)
+    assert table.column_names == list(COLUMNS)
+    want = [split_expected(line) for line in expected(name, "messages.tsv")]
+    got = [line_of(r) for r in table.to_pylist()]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g == w
+    # Properties are a map<string, string>; a name given twice keeps its last value (the batch's WAIT).
+    assert table.schema.field("properties").type == pa.map_(pa.string(), pa.string())
+    assert table.schema.field("store_timestamp").type == pa.timestamp("ms")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_topics_read_through_the_consume_queues(name: str) -> None:
+    root = FIXTURES_MQ / name
+    units = [line.split("\t") for line in expected(name, "consumequeue.tsv")]
+    topics = sorted({unescape(u[0]) for u in units})
+    table = read_messages(root, topics=topics)
+    rows = table.to_pylist()
+    got = sorted(
+        (escape(r["topic"]), r["queue_id"], r["queue_offset"], r["commit_log_offset"], r["size"]) for r in rows
+    )
+    want = sorted((u[0], int(u[1]), int(u[2]), int(u[3]), int(u[4])) for u in units)
+    assert got == want
+    # Each row is the message the walk lists at that offset.
+    by_phys = {int(line.split("\t", 1)[0]): split_expected(line) for line in expected(name, "messages.tsv")}
+    for r in rows:
+        line, props = line_of(r)
+        want_line, want_props = by_phys[r["commit_log_offset"]]
+        # The queue offset of a delivered schedule copy or a committed half is its unit's.
+        assert line.split("\t")[:4] == want_line.split("\t")[:4]
+        assert line.split("\t")[5:] == want_line.split("\t")[5:] and props == want_props
+    # Queues come in order, each in queue-offset order.
+    for topic in topics:
+        for qid in {r["queue_id"] for r in rows if r["topic"] == topic}:
+            offs = [r["queue_offset"] for r in rows if r["topic"] == topic and r["queue_id"] == qid]
+            assert offs == sorted(offs) and offs == list(range(offs[0], offs[0] + len(offs)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_offsets_queues_columns_and_timestamps(name: str) -> None:
+    root = FIXTURES_MQ / name
+    units = [line.split("\t") for line in expected(name, "consumequeue.tsv")]
+    a0 = [int(u[3]) for u in units if u[0] == "TopicA" and u[1] == "0"]
+    t = read_messages(root, topics="TopicA", queues=[0], start=2, end=5, columns=["queue_offset", "commit_log_offset"])
+    assert t.column_names == ["queue_offset", "commit_log_offset"]
+    assert t.column("queue_offset").to_pylist() == [2, 3, 4]
+    assert t.column("commit_log_offset").to_pylist() == a0[2:5]
+    # Per queue, Kafka style: -2 earliest, -1 latest.
+    per = read_messages(root, topics=["TopicA"], start={"TopicA": {"0": 3, "1": -1}}, end={"TopicA": {"2": 1}})
+    counts: dict[int, int] = {}
+    for q in per.column("queue_id").to_pylist():
+        counts[q] = counts.get(q, 0) + 1
+    total = {q: sum(1 for u in units if u[0] == "TopicA" and int(u[1]) == q) for q in range(4)}
+    assert counts == {0: total[0] - 3, 2: 1, 3: total[3]}
+    # The store-time binary search: the first offset stored at or after a time.
+    stamps = read_messages(root, topics="TopicB", queues=[0], columns=["store_timestamp"])
+    ts = [_ms(v) for v in stamps.column("store_timestamp").to_pylist()]
+    with open_store(root) as store:
+        for i in (0, 1, len(ts) // 2, len(ts) - 1):
+            assert offset_for_timestamp(store, "TopicB", 0, ts[i]) == ts.index(ts[i])
+            assert offset_for_timestamp(store, "TopicB", 0, ts[i] + 1) == next(
+                (k for k, v in enumerate(ts) if v > ts[i]), len(ts)
+            )
+        assert offset_for_timestamp(store, "TopicB", 0, 0) == 0
+    # Batches carry the same rows as the table.
+    batches = list(iter_message_batches(root, batch_rows=100, columns=["commit_log_offset"]))
+    assert len(batches) > 5 and all(b.num_rows <= 100 for b in batches)
+    assert [v for b in batches for v in b.column(0).to_pylist()] == read_messages(
+        root, columns=["commit_log_offset"]
+    ).column(0).to_pylist()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decompress_inflates_compressed_bodies(name: str) -> None:
+    table = read_messages(FIXTURES_MQ / name, columns=["sys_flag", "body"], decompress=True)
+    raw = read_messages(FIXTURES_MQ / name, columns=["sys_flag", "body"])
+    flags = table.column("sys_flag").to_pylist()
+    assert sum(f & 1 for f in flags) > 5
+    for f, body, stored in zip(flags, table.column("body").to_pylist(), raw.column("body").to_pylist(), strict=True):
+        assert body == (zlib.decompress(stored) if f & 1 else stored)
+
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+def test_our_stores_read_as_the_decoder_reads_them(tmp_path: Path, mode: str) -> None:
+    cfg = MessageStoreConfig(
+        enable_dledger_commit_log=mode == "dledger", mapped_file_size_commit_log=64 * 1024, store_host="10.0.0.1:10911"
+    )
+    with MessageStore(tmp_path, cfg) as s:
+        for k in range(60):
+            assert s.put_batch("T", [bytes([k]) * (k * 7 % 500) for _ in range(20)], queue_id=k % 3, tags=f"t{k}").ok
+            m = Message("U", b"x" * k, tags="only", keys="a b", properties={"p": "v", "\u00e9": "\u4e2d"})
+            assert s.put_message(m).ok
+        assert s.wait_dispatched()
+        assert len(s.commitlog.files.files) > 3
+        msgs = list(s.iter_messages())
+    table = read_messages(tmp_path)
+    assert table.num_rows == len(msgs) == 60 * 21
+    for r, m in zip(table.to_pylist(), msgs, strict=True):
+        line, props = line_of(r)
+        want, want_props = split_expected(message_line(m))
+        assert line == want and props == want_props
+    by_queue = read_messages(tmp_path, topics=["T"])
+    assert by_queue.num_rows == 1200
+    assert sorted(by_queue.column("commit_log_offset").to_pylist()) == [m.phys_offset for m in msgs if m.topic == "T"]
