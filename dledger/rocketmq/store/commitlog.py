@@ -527,6 +527,21 @@ class CommitLog(LogFiles):
             lock.release()
         return AppendMessageResult(_PUT_OK, pos, length, now, queue_offset, 1, tpl.store_host)
 
+    def append_data(self, start_offset: int, data: Any) -> bool:
+        """appendData (a slave's HA append): ``data`` as the master wrote it, at ``start_offset``,
+        which must be this log's end (or anywhere in an empty log: the file holding it is made)
+        and within one file. False, nothing written, otherwise."""
+        with self.put_lock:
+            end = self.max_offset
+            if self.files.files and start_offset != end:
+                log.error("HA append at %d refused: the commit log ends at %d", start_offset, end)
+                return False
+            f = self.files.last_file(start_offset, True)
+            if f.file_from_offset + f.wrote_position != start_offset:
+                log.error("HA append at %d refused: the file %s ends elsewhere", start_offset, f.path)
+                return False
+            return bool(f.append(data, True) >= 0)
+
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]
         if remaining >= K.END_FILE_MIN_BLANK_LENGTH:

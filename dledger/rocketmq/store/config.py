@@ -52,6 +52,10 @@ _POSITIVE = (
     "max_msgs_num_batch",
     "max_hash_slot_num",
     "max_index_num",
+    "ha_send_heartbeat_interval",
+    "ha_housekeeping_interval",
+    "ha_transfer_batch_size",
+    "ha_slave_fallbehind_max",
 )
 
 
@@ -107,6 +111,16 @@ class MessageStoreConfig:
 
     # role
     broker_role: str = ASYNC_MASTER
+
+    # classic HA (store/ha/): the master listens on ha_listen_port, a slave connects to
+    # ha_master_address ("host:port"; none: it waits to be told, as RocketMQ's slave waits for
+    # the name server). Intervals in ms, sizes in bytes.
+    ha_listen_port: int = 10912  # 0: any free port (tests)
+    ha_master_address: str | None = None
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
 
     # DLedger
     enable_dledger_commit_log: bool = False

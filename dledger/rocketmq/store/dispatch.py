@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -316,6 +317,11 @@ class ReputMessageService:
                     self.reput_from = seg.base + cl.file_size
                 elif code == K.STOP_END and not to_end:
                     break
+            elif self._partial_tail(seg, stop):
+                # A slave's log may end inside a record (HA frames are cut by size, not by
+                # record): the rest comes with the next frame.
+                self.reput_from = seg.base + stop
+                break
             else:
                 # A record dispatch cannot read: RocketMQ's master skips the rest of the
                 # segment (its data came through the put path, so this is a bug or damage).
@@ -327,6 +333,15 @@ class ReputMessageService:
                 )
                 self.reput_from = seg.base + seg.end
         return done
+
+    def _partial_tail(self, seg: Any, stop: int) -> bool:
+        """The bytes at ``stop`` are the beginning of a record that ends past the segment,
+        within its file (or too few to hold a record's size and magic)."""
+        left = seg.end - stop
+        if left < 8:
+            return left >= 0
+        size, magic = struct.unpack_from(">ii", seg.view, stop)
+        return bool(magic == K.MESSAGE_MAGIC_CODE and stop + size > seg.end and stop + size <= len(seg.view))
 
     def _read_ahead(self, cl: Any, end: int) -> None:
         """Have the reader keep up to READ_AHEAD read past dispatch (not past ``end``), a

@@ -777,6 +777,21 @@ class MessageStore:
         """What readers may see: the committed position in DLedger mode, the written end otherwise."""
         return int(self.commitlog.readable_end)
 
+    def append_to_commit_log(self, start_offset: int, data: Any) -> bool:
+        """appendToCommitLog: a slave appends what its master pushed (classic log only); dispatch
+        then builds the consume queues and the index from it."""
+        if self._closed or self.readonly or self.mode != CLASSIC:
+            return False
+        if not self.commitlog.append_data(start_offset, data):
+            return False
+        reput = self.reput
+        if reput.reput_from < self.commitlog.min_offset:
+            # An empty slave starts at the master's last file: dispatch starts there too.
+            with reput._lock:
+                reput.reput_from = max(reput.reput_from, int(self.commitlog.min_offset))
+        self.reput.wakeup()
+        return True
+
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind()
 

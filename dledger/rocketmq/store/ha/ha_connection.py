@@ -1,0 +1,242 @@
+"""HAConnection: the master's side of one slave's link, RocketMQ 4.9.4's wire protocol.
+
+- Read side (ReadSocketService): the slave sends its max physical offset as 8-byte big-endian
+  reports; the last complete 8 bytes read count. The first report is where the transfer starts
+  (``slave_request_offset``); every report is an acknowledgement (``slave_ack_offset``), which
+  a SYNC_MASTER's puts wait for. A report past the master's own end closes the link (4.9.4).
+- Write side (WriteSocketService): frames of a 12-byte header ``{phyOffset int64, size int32}``
+  and ``size`` bytes of commit log, at most ``ha_transfer_batch_size`` and never past the end of
+  the commit-log file they start in; a size-0 heartbeat after ``ha_send_heartbeat_interval`` of
+  silence. A slave that reports 0 (empty) is sent the master's last file from its first byte.
+- Either side ends the link: a read of nothing for ``ha_housekeeping_interval``, a closed or
+  failed socket; both stop and the service forgets the connection.
+
+Each side is a thread on a blocking socket. A frame's body goes by ``sendfile`` from the
+commit-log file (no copy, no lock of the store held while the socket blocks): the store's
+writers never wait on a slave.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dledger.rocketmq.store.ha.ha_service import HAService
+
+log = logging.getLogger(__name__)
+
+REPORT = struct.Struct(">q")
+HEADER = struct.Struct(">qi")
+# ReadSocketService.READ_MAX_BUFFER_SIZE
+READ_MAX_BUFFER_SIZE = 1024 * 1024
+# HAConnection's socket buffers (setReceiveBufferSize / setSendBufferSize)
+SOCKET_BUFFER = 64 * 1024
+# WriteSocketService: sleep(10) while the slave has not reported; allWaitForRunning(100) idle.
+FIRST_REPORT_POLL_S = 0.01
+IDLE_WAIT_S = 0.1
+SELECT_S = 1.0
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+
+
+def configure_socket(sock: socket.socket) -> None:
+    """HAConnection's (and HAClient's) socket options: no Nagle, 64 KiB buffers, blocking."""
+    sock.setblocking(True)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+
+
+class _FileFds:
+    """Read-only descriptors of the commit-log files the write side sends from (the last two:
+    a link moves through the files in order). A file retention deleted stays readable through
+    a descriptor opened before; after, its data is gone and the link ends."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def get(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY)
+            self._fds[path] = fd
+            while len(self._fds) > 2:
+                old = next(iter(self._fds))
+                os.close(self._fds.pop(old))
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class HAConnection:
+    """One slave's link; ``start`` runs its read and write sides."""
+
+    def __init__(self, service: HAService, sock: socket.socket, client_addr: str) -> None:
+        self.service = service
+        self.sock = sock
+        self.client_addr = client_addr
+        configure_socket(sock)
+        # -1 until the slave's first report.
+        self.slave_request_offset = -1
+        self.slave_ack_offset = -1
+        # Where the write side sends from next (-1 until the first report).
+        self.next_transfer_from_where = -1
+        self._stop = threading.Event()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        # The socket is closed by the last of the two sides to end.
+        self._running = 2
+        self._reader = threading.Thread(target=self._read_loop, name=f"rocketmq-ha-read-{client_addr}", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name=f"rocketmq-ha-write-{client_addr}", daemon=True)
+
+    def start(self) -> None:
+        self._reader.start()
+        self._writer.start()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # -- read side -------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        cfg = self.service.config
+        housekeeping = cfg.ha_housekeeping_interval / 1000.0
+        pending = bytearray()
+        last_read = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([self.sock], [], [], SELECT_S)
+                if ready:
+                    data = self.sock.recv(READ_MAX_BUFFER_SIZE)
+                    if not data:
+                        log.info("slave %s closed the HA link", self.client_addr)
+                        break
+                    last_read = time.monotonic()
+                    pending += data
+                    whole = len(pending) - len(pending) % 8
+                    if whole:
+                        # The last complete report counts; the ones before it are older news.
+                        (offset,) = REPORT.unpack_from(pending, whole - 8)
+                        del pending[:whole]
+                        if not self._on_report(offset):
+                            break
+                if time.monotonic() - last_read > housekeeping:
+                    log.warning("HA link of slave %s silent for %.0f s: closing it", self.client_addr, housekeeping)
+                    break
+        except OSError as exc:
+            if not self._stop.is_set():
+                log.info("HA link of slave %s failed reading: %s", self.client_addr, exc)
+        finally:
+            self.close()
+            self._side_ended()
+
+    def _on_report(self, offset: int) -> bool:
+        self.slave_ack_offset = offset
+        if self.slave_request_offset < 0:
+            self.slave_request_offset = offset
+            log.info("slave %s requests offset %d", self.client_addr, offset)
+        elif offset > self.service.master_max_offset():
+            log.warning(
+                "slave %s reports offset %d, past this master's commit log end %d: closing the link",
+                self.client_addr,
+                offset,
+                self.service.master_max_offset(),
+            )
+            return False
+        self.service.notify_transfer_some(offset)
+        return True
+
+    # -- write side ------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        cfg = self.service.config
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
+        batch = cfg.ha_transfer_batch_size
+        fds = _FileFds()
+        last_write = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                if self.slave_request_offset == -1:
+                    self._stop.wait(FIRST_REPORT_POLL_S)
+                    continue
+                if self.next_transfer_from_where == -1:
+                    self.next_transfer_from_where = self.service.transfer_start(self.slave_request_offset)
+                    log.info(
+                        "master transfers from %d to slave %s, which requested %d",
+                        self.next_transfer_from_where,
+                        self.client_addr,
+                        self.slave_request_offset,
+                    )
+                if time.monotonic() - last_write > heartbeat:
+                    self.sock.sendall(HEADER.pack(self.next_transfer_from_where, 0))
+                    last_write = time.monotonic()
+                chunk = self.service.select_data(self.next_transfer_from_where, batch)
+                if chunk is None:
+                    self.service.wait_for_data(IDLE_WAIT_S)
+                    continue
+                path, rel, size = chunk
+                try:
+                    fd = fds.get(path)
+                except FileNotFoundError:
+                    log.warning("%s went (retention) before slave %s had it: closing the link", path, self.client_addr)
+                    break
+                self._send_frame(fd, rel, size)
+                self.next_transfer_from_where += size
+                last_write = time.monotonic()
+        except OSError as exc:
+            if not self._stop.is_set():
+                log.info("HA link of slave %s failed writing: %s", self.client_addr, exc)
+        finally:
+            fds.close()
+            self.close()
+            self._side_ended()
+
+    def _send_frame(self, fd: int, rel: int, size: int) -> None:
+        """The header, then the body straight from the file (MSG_MORE: one segment when it fits)."""
+        self.sock.send(HEADER.pack(self.next_transfer_from_where, size), _MSG_MORE)
+        out = self.sock.fileno()
+        sent = 0
+        while sent < size:
+            n = os.sendfile(out, fd, rel + sent, size - sent)
+            if n == 0:
+                raise OSError(f"the commit-log file ends before {rel + size}")
+            sent += n
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop both sides (from either side, or the service); the service forgets the link."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.service.remove_connection(self)
+        self.service.wakeup_all()
+
+    def _side_ended(self) -> None:
+        with self._close_lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            self.sock.close()
+
+    def join(self, timeout: float | None = None) -> None:
+        me = threading.current_thread()
+        for t in (self._reader, self._writer):
+            if t is not me and t.is_alive():
+                t.join(timeout)

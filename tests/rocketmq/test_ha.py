@@ -1,0 +1,344 @@
+"""Classic HA on RocketMQ 4.9.4's wire protocol: each side against a raw socket playing the other
+(exact bytes of reports, headers and heartbeats; a report split across reads; a push at the
+wrong offset; frames within one commit-log file), then a master and a slave store linked."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dledger.rocketmq.store.config import SLAVE, MessageStoreConfig
+from dledger.rocketmq.store.ha.ha_service import HAService
+from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
+
+FILE = 64 * 1024
+BATCH = 20_000  # not a divisor of FILE: a frame would cross a file if the master let it
+HDR = struct.Struct(">qi")
+REP = struct.Struct(">q")
+
+
+def config(**kw: object) -> MessageStoreConfig:
+    return MessageStoreConfig(
+        mapped_file_size_commit_log=FILE,
+        mapped_file_size_consume_queue=300 * 20,
+        max_hash_slot_num=64,
+        max_index_num=512,
+        store_host="127.0.0.1:10911",
+        ha_listen_port=0,
+        ha_transfer_batch_size=BATCH,
+    ).replace(**kw)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def fill(store: MessageStore, n: int, start: int = 0) -> None:
+    for k in range(start, start + n, 10):
+        msgs = [
+            Message("TopicHA", bytes([i % 251]) * (300 + i % 500), queue_id=i % 2, keys=f"k{i}")
+            for i in range(k, k + 10)
+        ]
+        assert store.put_messages(msgs).status == PutMessageStatus.PUT_OK
+
+
+def log_bytes(store: MessageStore, start: int, end: int) -> bytes:
+    out = bytearray()
+    at = start
+    while at < end:
+        f = store.commitlog.files.find(at)
+        assert f is not None, at
+        rel = at - f.file_from_offset
+        n = min(end - at, f.file_size - rel)
+        out += f.read(rel, n)
+        at += n
+    return bytes(out)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
+    """True when the peer closes (reads drain what it sent before)."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[tuple[MessageStore, HAService]]:
+    store = MessageStore(tmp_path / "master", config(ha_send_heartbeat_interval=300))
+    ha = HAService(store)
+    ha.start()
+    try:
+        yield store, ha
+    finally:
+        ha.shutdown()
+        store.close()
+
+
+def frames_until(sock: socket.socket, end: int, start: int) -> list[tuple[int, int, bytes]]:
+    """Frames from the master until its pushes reach ``end`` (heartbeats kept too)."""
+    out = []
+    at = start
+    sock.settimeout(10)
+    while at < end:
+        off, size = HDR.unpack(recv_exact(sock, 12))
+        body = recv_exact(sock, size) if size else b""
+        out.append((off, size, body))
+        if size:
+            at = off + size
+    return out
+
+
+def test_master_pushes_from_the_report_in_frames_within_one_file(master: tuple[MessageStore, HAService]) -> None:
+    store, ha = master
+    fill(store, 400)
+    end = store.max_phys_offset
+    assert end > 3 * FILE
+    start = 1000  # mid-file, as a non-empty slave resumes
+    with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+        sock.sendall(REP.pack(start))
+        frames = frames_until(sock, end, start)
+    data = [f for f in frames if f[1]]
+    assert data[0][0] == start
+    at = start
+    for off, size, body in data:
+        assert off == at  # contiguous
+        assert 0 < size <= BATCH
+        assert off // FILE == (off + size - 1) // FILE  # never crosses a commit-log file
+        assert body == log_bytes(store, off, off + size)
+        at = off + size
+    assert at == end
+
+
+def test_empty_slave_starts_at_the_masters_last_file_and_heartbeats_exactly(
+    master: tuple[MessageStore, HAService],
+) -> None:
+    store, ha = master
+    fill(store, 400)
+    end = store.max_phys_offset
+    last_file = end - end % FILE
+    with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+        sock.sendall(REP.pack(0))
+        frames = frames_until(sock, end, last_file)
+        assert next(f for f in frames if f[1])[0] == last_file
+        # Silent now: the next bytes are a heartbeat at the end, {end, 0}, within the interval.
+        sock.settimeout(5)
+        assert recv_exact(sock, 12) == struct.pack(">qi", end, 0)
+
+
+def test_master_sends_nothing_before_the_first_report(master: tuple[MessageStore, HAService]) -> None:
+    store, ha = master
+    fill(store, 20)
+    with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+        sock.settimeout(1.0)
+        with pytest.raises((TimeoutError, socket.timeout)):
+            sock.recv(1)
+        sock.sendall(REP.pack(0))
+        # The report came later than the heartbeat interval (as a Java slave's, 5 s after it
+        # connects): first a heartbeat where the transfer starts, then the data.
+        assert recv_exact(sock, 12) == struct.pack(">qi", 0, 0)
+        off, size = HDR.unpack(recv_exact(sock, 12))
+        assert (off, size) == (0, store.max_phys_offset)
+
+
+def test_report_split_across_reads_is_one_acknowledgement(master: tuple[MessageStore, HAService]) -> None:
+    store, ha = master
+    fill(store, 50)
+    end = store.max_phys_offset
+    with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+        sock.sendall(REP.pack(0))
+        frames_until(sock, end, 0)
+        raw = REP.pack(end - 7)
+        sock.sendall(raw[:3])
+        time.sleep(0.3)
+        assert ha.push2slave_max_offset == 0  # 3 bytes are no report
+        sock.sendall(raw[3:])
+        wait_for(lambda: ha.push2slave_max_offset == end - 7)
+        # Two reports and half of a third in one write: the last complete one counts, and the
+        # half waits for its rest.
+        third = REP.pack(end - 1)
+        sock.sendall(REP.pack(end - 5) + REP.pack(end - 3) + third[:4])
+        wait_for(lambda: ha.push2slave_max_offset == end - 3)
+        sock.sendall(third[4:])
+        wait_for(lambda: ha.push2slave_max_offset == end - 1)
+
+
+def test_report_past_the_masters_end_closes_the_link(master: tuple[MessageStore, HAService]) -> None:
+    store, ha = master
+    fill(store, 20)
+    end = store.max_phys_offset
+    with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+        sock.sendall(REP.pack(0))
+        frames_until(sock, end, 0)
+        sock.sendall(REP.pack(end + 1))
+        assert closed_by_peer(sock)
+    wait_for(lambda: ha.connection_count == 0)
+
+
+def test_master_closes_a_silent_link(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "m", config(ha_housekeeping_interval=500, ha_send_heartbeat_interval=100))
+    ha = HAService(store)
+    ha.start()
+    try:
+        with socket.create_connection(("127.0.0.1", ha.port)) as sock:
+            sock.sendall(REP.pack(0))
+            wait_for(lambda: ha.connection_count == 1)
+            assert closed_by_peer(sock, 5.0)
+        wait_for(lambda: ha.connection_count == 0)
+    finally:
+        ha.shutdown()
+        store.close()
+
+
+# -- the slave against a raw master ------------------------------------------------------------
+
+
+class RawMaster:
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(10)
+        self.port = self.server.getsockname()[1]
+
+    def accept(self) -> socket.socket:
+        conn, _ = self.server.accept()
+        conn.settimeout(10)
+        return conn
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path) -> None:
+    src = MessageStore(tmp_path / "src", config())
+    fill(src, 400)
+    end = src.max_phys_offset
+    last_file = end - end % FILE
+    raw = RawMaster()
+    slave = MessageStore(tmp_path / "slave", config(broker_role=SLAVE, ha_master_address=f"127.0.0.1:{raw.port}"))
+    ha = HAService(slave)
+    ha.start()
+    try:
+        conn = raw.accept()
+        assert recv_exact(conn, 8) == REP.pack(0)  # reports on connect: empty
+        # The master's last file, as a master sends an empty slave, in uneven frames.
+        at = last_file
+        for size in (5000, 12, 30_000):
+            size = min(size, end - at)
+            conn.sendall(HDR.pack(at, size) + log_bytes(src, at, at + size))
+            at += size
+            assert recv_exact(conn, 8) == REP.pack(at)  # a report after each append
+        conn.sendall(HDR.pack(at, 0))  # a heartbeat appends nothing
+        conn.sendall(HDR.pack(at, end - at)[:7])
+        time.sleep(0.1)
+        conn.sendall(HDR.pack(at, end - at)[7:] + log_bytes(src, at, end))
+        assert recv_exact(conn, 8) == REP.pack(end)
+        assert slave.max_phys_offset == end
+        assert log_bytes(slave, last_file, end) == log_bytes(src, last_file, end)
+        # Dispatch built the queues of what arrived, as on the master.
+        wait_for(lambda: slave.dispatch_behind_bytes() == 0)
+        for qid in (0, 1):
+            hi = src.max_offset_in_queue("TopicHA", qid)
+            assert slave.max_offset_in_queue("TopicHA", qid) == hi
+            lo = slave.min_offset_in_queue("TopicHA", qid)
+            got = slave.get_messages("TopicHA", qid, lo, 1000, 1 << 30)
+            want = src.get_messages("TopicHA", qid, lo, 1000, 1 << 30)
+            assert got.status == GetMessageStatus.FOUND
+            assert [(m.phys_offset, m.body) for m in got.messages] == [(m.phys_offset, m.body) for m in want.messages]
+        assert [m.phys_offset for m in slave.query_by_key("TopicHA", "k399")] == [
+            m.phys_offset for m in src.query_by_key("TopicHA", "k399")
+        ]
+        conn.close()
+    finally:
+        ha.shutdown()
+        slave.close()
+        src.close()
+        raw.close()
+
+
+def test_slave_closes_on_a_push_at_the_wrong_offset_and_reports_again(tmp_path: Path) -> None:
+    src = MessageStore(tmp_path / "src", config())
+    fill(src, 20)
+    end = src.max_phys_offset
+    raw = RawMaster()
+    slave = MessageStore(tmp_path / "slave", config(broker_role=SLAVE, ha_master_address=f"127.0.0.1:{raw.port}"))
+    ha = HAService(slave)
+    ha.start()
+    try:
+        conn = raw.accept()
+        assert recv_exact(conn, 8) == REP.pack(0)
+        conn.sendall(HDR.pack(0, 1000) + log_bytes(src, 0, 1000))
+        assert recv_exact(conn, 8) == REP.pack(1000)
+        conn.sendall(HDR.pack(1001, 10) + log_bytes(src, 1001, 1011))  # not at 1000
+        assert closed_by_peer(conn)
+        assert slave.max_phys_offset == 1000  # nothing appended
+        conn.close()
+        conn = raw.accept()  # back, where it is
+        assert recv_exact(conn, 8) == REP.pack(1000)
+        conn.sendall(HDR.pack(1000, end - 1000) + log_bytes(src, 1000, end))
+        assert recv_exact(conn, 8) == REP.pack(end)
+        conn.close()
+    finally:
+        ha.shutdown()
+        slave.close()
+        src.close()
+        raw.close()
+
+
+# -- a master and a slave ------------------------------------------------------------------------
+
+
+def test_master_and_slave_stores_replicate_byte_for_byte(tmp_path: Path) -> None:
+    m = MessageStore(tmp_path / "m", config())
+    mha = HAService(m)
+    mha.start()
+    s = MessageStore(tmp_path / "s", config(broker_role=SLAVE, ha_master_address=f"127.0.0.1:{mha.port}"))
+    sha = HAService(s)
+    sha.start()
+    try:
+        wait_for(lambda: mha.connection_count == 1 and sha.ha_client.connected)
+        for k in range(5):
+            fill(m, 100, k * 100)
+            mha.wakeup_all()
+        end = m.max_phys_offset
+        assert end > 4 * FILE
+        wait_for(lambda: s.max_phys_offset == end and mha.push2slave_max_offset == end)
+        assert log_bytes(s, 0, end) == log_bytes(m, 0, end)
+        assert s.put_messages([Message("TopicHA", b"x")]).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        wait_for(lambda: s.dispatch_behind_bytes() == 0 and m.dispatch_behind_bytes() == 0)
+        for qid in (0, 1):
+            a = m.get_messages("TopicHA", qid, 0, 10_000, 1 << 30)
+            b = s.get_messages("TopicHA", qid, 0, 10_000, 1 << 30)
+            assert [(x.queue_offset, x.phys_offset, x.body) for x in a.messages] == [
+                (x.queue_offset, x.phys_offset, x.body) for x in b.messages
+            ]
+    finally:
+        sha.shutdown()
+        mha.shutdown()
+        s.close()
+        m.close()
