@@ -219,7 +219,7 @@ class AsyncClient:
         gives up after this many seconds in which every member refused the connection (nothing
         listens at any address: the command line's case); None: retried until ``timeout``, as
         members that are restarting refuse for a while."""
-        self.peers = parse_peers(peers) if isinstance(peers, str) else dict(peers)
+        self.peers = parse_peers(peers, bare=True) if isinstance(peers, str) else dict(peers)
         if not self.peers:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "no peers")
         self.group = group

@@ -41,9 +41,26 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def parse_peers(peers: str) -> dict[str, str]:
+def _bare_ip_peer(part: str) -> bool:
+    """``ip:port`` with no id (a classic broker, known by its address): an IPv4 or bracketed
+    IPv6 literal, so that a DLedger peer missing its ``-`` is still refused."""
+    host, sep, port = part.rpartition(":")
+    if not sep or not port.isdigit():
+        return False
+    if host.startswith("[") and host.endswith("]"):
+        return True
+    pieces = host.split(".")
+    return len(pieces) == 4 and all(p.isdigit() and int(p) < 256 for p in pieces)
+
+
+def parse_peers(peers: str, *, bare: bool = False) -> dict[str, str]:
     """DLedger's peers string to ``{id: "host:port"}``, with every address checked; bad input
-    is a DLedgerError (UNEXPECTED_ARGUMENT) the CLI and the client can report."""
+    is a DLedgerError (UNEXPECTED_ARGUMENT) the CLI and the client can report. With ``bare``
+    (clients), an ``ip:port`` without an id is a classic broker whose id is that address."""
+    if bare:
+        parts = [p.strip() for p in peers.split(";") if p.strip()]
+        if parts and all(_bare_ip_peer(p) for p in parts):
+            peers = ";".join(f"{p}-{p}" for p in parts)
     try:
         out = split_peers(peers)
     except ValueError as exc:

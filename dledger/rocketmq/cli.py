@@ -787,6 +787,9 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     _add_network_options(s)
     s.set_defaults(func=_guard(cmd_stats))
 
+    from dledger.rocketmq.broker.broker_startup import add_broker_commands
+
+    add_broker_commands(sub)
     d = sub.add_parser("dump", help="list messages or consume-queue units as TSV (read-only)")
     d.add_argument("dir", help="store root")
     what = d.add_mutually_exclusive_group()

@@ -25,10 +25,9 @@ import socket
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from dledger.rocketmq.store.ha.ha_service import HAService
+from dledger.rocketmq.store.config import MessageStoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +76,30 @@ class _FileFds:
         self._fds.clear()
 
 
+class ConnectionOwner(Protocol):
+    """What a link needs of its HAService."""
+
+    config: MessageStoreConfig
+
+    def master_max_offset(self) -> int: ...
+
+    def transfer_start(self, requested: int) -> int: ...
+
+    def select_data(self, offset: int, limit: int) -> tuple[str, int, int] | None: ...
+
+    def wait_for_data(self, timeout_s: float) -> None: ...
+
+    def notify_transfer_some(self, offset: int) -> None: ...
+
+    def remove_connection(self, conn: HAConnection) -> None: ...
+
+    def wakeup_all(self) -> None: ...
+
+
 class HAConnection:
     """One slave's link; ``start`` runs its read and write sides."""
 
-    def __init__(self, service: HAService, sock: socket.socket, client_addr: str) -> None:
+    def __init__(self, service: ConnectionOwner, sock: socket.socket, client_addr: str) -> None:
         self.service = service
         self.sock = sock
         self.client_addr = client_addr

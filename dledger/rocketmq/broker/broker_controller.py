@@ -1,0 +1,397 @@
+"""BrokerController of a classic broker: one master or slave of a RocketMQ 4.9 master/slave pair.
+
+It opens the store (classic commit log) with its role, runs the HAService (the master serves
+slaves on ``ha_listen_port``; a slave follows ``ha_master_address``) and answers the message
+requests of the project's transport on ``listen``, as a DLedger-group member does:
+
+- Puts go to the master (SendMessageProcessor's checks, then the commit log). A SLAVE refuses
+  them with SERVICE_NOT_AVAILABLE (and NOT_LEADER, so a client asks the next broker). An
+  ASYNC_MASTER answers once the records are written (flushed first under SYNC_FLUSH); a
+  SYNC_MASTER once a slave acknowledged past them (GroupTransferService): FLUSH_SLAVE_TIMEOUT
+  after ``sync_flush_timeout``, SLAVE_NOT_AVAILABLE at once when no slave is connected or the
+  best is ``ha_slave_fallbehind_max`` behind.
+- Reads (pulls, offsets, queries) are served by both. A read the client wants from the master
+  (``leader_only``) is sent on to it by a slave whose HA link is up; while its link is down (the
+  master unreachable) the slave serves it, as RocketMQ's consumers read from a slave then.
+- Consumer offsets are committed to the master (``config/consumerOffset.json``).
+- Clients find the broker as a group member: METADATA answers role LEADER (a master) or
+  FOLLOWER (a slave), the group being the broker name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from dledger.api import MetadataResponse
+from dledger.codes import RequestCode, ResponseCode
+from dledger.errors import DLedgerError
+from dledger.net.transport import Request, Response, RpcServer
+from dledger.peers import parse_addr
+from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
+from dledger.rocketmq.broker.send_message_processor import (
+    SendMessagePreparer,
+    _packed,
+    _PackedSend,
+    _parse_host,
+    _peer_host,
+    _stem_properties,
+)
+from dledger.rocketmq.broker.service_metrics import MessageStats
+from dledger.rocketmq.store.config import SLAVE, SYNC_MASTER, MessageStoreConfig
+from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
+from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
+from dledger.rocketmq.store.ha.ha_service import HAService
+from dledger.rocketmq.store.message import format_host
+from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.status import AppendMessageStatus, PutMessageStatus
+from dledger.rocketmq.store.topic_validator import validate_group
+from dledger.rocketmq.wire import (
+    MESSAGE_REQUEST_CODES,
+    ConsumerOffsetRequest,
+    MessageRequestCode,
+    PullRequest,
+    QueryMessageRequest,
+    QueueRequest,
+    SendRequest,
+    SendResponse,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_QUEUE_NUMS = 4  # BrokerConfig.defaultTopicQueueNums
+# How often held pulls look whether dispatch moved (the reput thread runs on its own).
+ARRIVAL_POLL_S = 0.005
+
+
+class BrokerController:
+    """A classic broker (see the module docstring). ``listen`` is ``host:port`` (port 0: any)."""
+
+    def __init__(
+        self,
+        store_config: MessageStoreConfig,
+        listen: str = "127.0.0.1:10911",
+        *,
+        broker_name: str = "broker-a",
+        queue_nums: int = DEFAULT_QUEUE_NUMS,
+    ) -> None:
+        self.listen_host, self.listen_port = parse_addr(listen)
+        if not store_config.store_host:
+            store_config = store_config.replace(store_host=listen)
+        self.store_config = store_config
+        self.broker_name = broker_name
+        self.queue_nums = queue_nums
+        self.store: MessageStore | None = None
+        self.ha: HAService | None = None
+        self.server: RpcServer | None = None
+        self.metric_stats = MessageStats()
+        self._arrivals: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self.store_config.broker_role
+
+    @property
+    def is_master(self) -> bool:
+        return self.role != SLAVE
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None
+        return f"{self.listen_host}:{self.server.port}"
+
+    @property
+    def member_id(self) -> str:
+        """The id clients know this broker by: its address (``a peer without an id``)."""
+        return self.address
+
+    async def start(self) -> None:
+        root = self.store_config.store_path_root_dir
+        self.store = await asyncio.to_thread(MessageStore, root, self.store_config)
+        store = self.store
+        if store.mode != "classic":
+            store.close()
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"{root} holds a DLedger commit log, not a classic one"
+            )
+        self.ha = HAService(store, self.store_config, host=self.listen_host)
+        self.ha.start()
+        self.sends = SendMessagePreparer(store, self.store_config, self.queue_nums)
+        self.pulls = PullMessageProcessor(
+            store, store.commitlog.read_lock, self.queue_nums, self.metric_stats, self._role_body
+        )
+        self.server = RpcServer(self._handle, self.listen_host, self.listen_port)
+        await self.server.start()
+        self._arrivals = asyncio.get_running_loop().create_task(self._watch_arrivals())
+        log.info(
+            "classic broker %s (%s) serves on %s, HA port %d%s",
+            self.broker_name,
+            self.role,
+            self.address,
+            self.ha.port,
+            f", master HA {self.store_config.ha_master_address}" if self.role == SLAVE else "",
+        )
+
+    async def shutdown(self) -> None:
+        """Stop serving, stop HA, close the store (flushed, checkpoint written, no ``abort``)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._arrivals is not None:
+            self._arrivals.cancel()
+        if self.server is not None:
+            await self.server.close()
+        if self.ha is not None:
+            await asyncio.to_thread(self.ha.shutdown)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.close)
+
+    async def _watch_arrivals(self) -> None:
+        """MessageArrivingListener: wake held pulls when dispatch moved."""
+        assert self.store is not None
+        reput = self.store.reput
+        seen = reput.reput_from
+        while True:
+            await asyncio.sleep(ARRIVAL_POLL_S)
+            now_at = reput.reput_from
+            if now_at != seen:
+                seen = now_at
+                if self.pulls.held:
+                    self.pulls.notify_message_arriving()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _role_body(self) -> dict[str, Any]:
+        me = self.member_id
+        return {
+            "role": "LEADER" if self.is_master else "FOLLOWER",
+            "term": 0,
+            "leader": me if self.is_master else None,
+            "id": me,
+        }
+
+    def _metadata(self) -> Response:
+        store = self.store
+        assert store is not None
+        me = self.member_id
+        return Response(
+            ResponseCode.SUCCESS,
+            MetadataResponse(
+                me,
+                self.address,
+                self.broker_name,
+                "LEADER" if self.is_master else "FOLLOWER",
+                0,
+                me if self.is_master else None,
+                -1,
+                -1,
+                0,
+                os.getpid(),
+                {me: self.address},
+            ).to_wire(),
+        )
+
+    async def _handle(self, request: Request) -> Response:
+        if request.group is not None and request.group != self.broker_name:
+            return Response(
+                ResponseCode.UNKNOWN_GROUP, {}, f"this broker is {self.broker_name!r}, not {request.group!r}"
+            )
+        code = request.code
+        if code == RequestCode.METADATA:
+            return self._metadata()
+        if code not in MESSAGE_REQUEST_CODES:
+            return Response(ResponseCode.UNSUPPORTED, {}, f"request code {code}")
+        try:
+            return await self._handle_message(MessageRequestCode(code), request.body, request.peer)
+        except DLedgerError as exc:
+            return Response(exc.code, {}, exc.message)
+
+    def _not_master(self, what: str) -> Response:
+        return Response(
+            ResponseCode.NOT_LEADER, {"leader": None}, f"{self.member_id} is a slave: {what} go to the master"
+        )
+
+    def _master_reachable(self) -> bool:
+        return self.ha is not None and self.ha.ha_client.connected
+
+    async def _handle_message(self, c: MessageRequestCode, body: dict[str, Any], peer: str) -> Response:
+        store = self.store
+        assert store is not None
+        if c in (MessageRequestCode.SEND_MESSAGE, MessageRequestCode.SEND_BATCH_MESSAGE):
+            started = time.perf_counter()
+            resp = await self._send(body, peer)
+            raw = body.get("raw")
+            self.metric_stats.sent(
+                str(body.get("topic")),
+                resp.body,
+                len(raw) if isinstance(raw, bytes) else 0,
+                time.perf_counter() - started,
+            )
+            return resp
+        if body.get("leader_only") and not self.is_master and self._master_reachable():
+            return self._not_master("reads for the master")
+        if c == MessageRequestCode.PULL_MESSAGE:
+            return await self.pulls.pull(PullRequest.from_wire(body))
+        if c == MessageRequestCode.UPDATE_CONSUMER_OFFSET:
+            if not self.is_master:
+                return self._not_master("offset commits")
+            req = ConsumerOffsetRequest.from_wire(body)
+            why = validate_group(req.group) or self.pulls.queue_problem(req.topic, req.queue_id)
+            if why is None and req.offset < 0:
+                why = "offset must be >= 0"
+            if why is not None:
+                return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
+            store.commit_offset(req.group, req.topic, req.queue_id, req.offset)
+            return Response(ResponseCode.SUCCESS, {"offset": req.offset})
+        if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
+            req = ConsumerOffsetRequest.from_wire(body)
+            return Response(ResponseCode.SUCCESS, {"offset": store.query_offset(req.group, req.topic, req.queue_id)})
+        if c in (
+            MessageRequestCode.GET_MAX_OFFSET,
+            MessageRequestCode.GET_MIN_OFFSET,
+            MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        ):
+            q = QueueRequest.from_wire(body)
+            if c == MessageRequestCode.GET_MAX_OFFSET:
+                off = store.max_offset_in_queue(q.topic, q.queue_id)
+            elif c == MessageRequestCode.GET_MIN_OFFSET:
+                off = store.min_offset_in_queue(q.topic, q.queue_id)
+            else:
+                off = await asyncio.to_thread(store.offset_for_timestamp, q.topic, q.queue_id, q.timestamp)
+            return Response(ResponseCode.SUCCESS, {"offset": off})
+        if c in (MessageRequestCode.QUERY_MESSAGE, MessageRequestCode.VIEW_MESSAGE_BY_ID):
+            return await asyncio.to_thread(self._query, c, QueryMessageRequest.from_wire(body))
+        if c == MessageRequestCode.GET_ROUTEINFO_BY_TOPIC:
+            return Response(
+                ResponseCode.SUCCESS,
+                {
+                    "queue_nums": self.queue_nums,
+                    "max_message_size": self.store_config.max_message_size,
+                    **self._role_body(),
+                },
+            )
+        if c == MessageRequestCode.GET_BROKER_RUNTIME_INFO:
+            return Response(ResponseCode.SUCCESS, self.stats())
+        return Response(ResponseCode.UNSUPPORTED, {}, f"request code {int(c)}")
+
+    # -- puts --------------------------------------------------------------------------------
+
+    async def _send(self, body: dict[str, Any], peer: str) -> Response:
+        if not self.is_master:
+            reason = f"{self.member_id} is a slave"
+            return Response(
+                ResponseCode.NOT_LEADER, SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason).to_wire(), reason
+            )
+        qid = 0
+        try:
+            req, bodies, props = SendRequest.from_wire(body)
+            qid = req.queue_id
+            batch = self.sends.prepare(req, bodies, props, peer)
+            if isinstance(batch, _PackedSend):
+                # The classic log takes message columns (the packed kernel writes DLedger frames).
+                born = _parse_host(req.born_host) if req.born_host else _peer_host(peer)
+                if props is None:
+                    assert req.props_stem is not None
+                    props = _packed(_stem_properties(req.props_stem, req.uniq_first, len(bodies)))
+                batch = self.sends._messages(req, bodies, props, born)
+        except (IllegalMessage, DLedgerError) as exc:
+            reason = exc.message if isinstance(exc, DLedgerError) else str(exc)
+            return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, reason, qid).to_wire())
+        status, result = await self._put(batch)
+        if result is None or result.status != AppendMessageStatus.PUT_OK:
+            reason = "message larger than a commit-log file" if result is not None else "put failed"
+            return Response(ResponseCode.SUCCESS, SendResponse(status, reason, qid).to_wire())
+        phys = result.wrote_offsets if result.wrote_offsets is not None else [result.wrote_offset]
+        resp = SendResponse(
+            status,
+            "" if status == PutMessageStatus.PUT_OK else status.name,
+            qid,
+            int(result.logics_offset),
+            phys,
+            format_host(self.store.store_host) if self.store is not None else "",
+            self.member_id,
+        )
+        return Response(ResponseCode.SUCCESS, resp.to_wire())
+
+    async def _put(self, batch: PreparedBatch) -> tuple[PutMessageStatus, Any]:
+        """The commit log's put, then the flush (SYNC_FLUSH) and the slaves (SYNC_MASTER)."""
+        store, ha = self.store, self.ha
+        assert store is not None and ha is not None
+        try:
+            result = store.commitlog.put(batch)
+        except Exception:
+            log.exception("put failed")
+            return PutMessageStatus.UNKNOWN_ERROR, None
+        if result.status != AppendMessageStatus.PUT_OK:
+            return PutMessageStatus.MESSAGE_ILLEGAL, result
+        ha.wakeup_all()
+        end = (
+            int(result.wrote_offsets[-1]) + int(batch.record_lengths()[-1])
+            if result.wrote_offsets is not None
+            else (int(result.wrote_offset + result.wrote_bytes))
+        )
+        if not batch.wait_store:
+            return PutMessageStatus.PUT_OK, result
+        if store.config.sync_flush and not await asyncio.to_thread(store.commitlog.wait_flushed, end):
+            return PutMessageStatus.FLUSH_DISK_TIMEOUT, result
+        if self.role != SYNC_MASTER:
+            return PutMessageStatus.PUT_OK, result
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutMessageStatus] = loop.create_future()
+
+        def done(status: PutMessageStatus) -> None:
+            loop.call_soon_threadsafe(_settle, fut, status)
+
+        waited = ha.handle_ha(end, done)
+        if not isinstance(waited, GroupCommitRequest):
+            return waited, result
+        return await fut, result
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def _query(self, code: MessageRequestCode, req: QueryMessageRequest) -> Response:
+        store = self.store
+        assert store is not None
+        if code == MessageRequestCode.VIEW_MESSAGE_BY_ID:
+            msgs = [m for m in [store.view_by_msg_id(req.msg_id)] if m is not None]
+        else:
+            msgs = store.query_by_key(req.topic, req.key, req.max_num, req.begin_ts, req.end_ts)
+        records = []
+        for m in msgs:
+            data = store.commitlog.read(m.phys_offset, m.size)
+            if data is not None:
+                records.append(data)
+        return Response(ResponseCode.SUCCESS, {"records": records, "phys": [m.phys_offset for m in msgs]})
+
+    def stats(self) -> dict[str, Any]:
+        """GET_BROKER_RUNTIME_INFO: role, HA state, positions and queues."""
+        store, ha = self.store, self.ha
+        assert store is not None and ha is not None
+        queues = [[topic, qid, int(cq.min_offset), int(cq.max_offset)] for topic, qid, cq in list(store.consume_queues)]
+        return {
+            **self._role_body(),
+            "broker_role": self.role,
+            "min_phys_offset": store.min_phys_offset,
+            "committed_phys_offset": store.max_phys_offset,
+            "dispatch_behind_bytes": store.dispatch_behind_bytes(),
+            "writable": self.is_master,
+            "ha_port": ha.port,
+            "ha_slaves": ha.connection_count,
+            "ha_push2slave_max_offset": ha.push2slave_max_offset,
+            "ha_master_address": ha.ha_client.master_address,
+            "ha_connected": ha.ha_client.connected,
+            "queues": queues,
+            "store_host": format_host(store.store_host),
+            "root": str(store.root),
+        }
+
+
+def _settle(fut: asyncio.Future[PutMessageStatus], status: PutMessageStatus) -> None:
+    if not fut.done():
+        fut.set_result(status)

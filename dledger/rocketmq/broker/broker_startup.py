@@ -1,0 +1,203 @@
+"""BrokerStartup: ``dledger mq broker`` (one classic broker) and ``dledger mq cluster --classic``.
+
+``-c broker.conf`` is read as RocketMQ reads it (Java properties, RocketMQ's key names: the
+MessageStoreConfig keys, plus ``brokerName``, ``listenPort``, ``brokerIP1`` and
+``defaultTopicQueueNums``). Keys that do nothing here are named in one warning line. Flags
+override the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dledger.config import snake_case
+from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
+
+log = logging.getLogger(__name__)
+
+# BrokerConfig / NettyServerConfig keys the classic broker takes from broker.conf.
+_BROKER_KEYS = {"brokerName", "listenPort", "brokerIP1", "defaultTopicQueueNums"}
+
+
+@dataclasses.dataclass(slots=True)
+class BrokerSettings:
+    store: dict[str, Any]
+    broker_name: str = "broker-a"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10911
+    queue_nums: int = 4
+    unsupported: list[str] = dataclasses.field(default_factory=list)
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """java.util.Properties, as broker.conf uses it: ``key=value`` or ``key: value`` lines,
+    ``#``/``!`` comments, surrounding blanks dropped."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            key, value = line, ""
+        else:
+            key, value = line[:cut].strip(), line[cut + 1 :].strip()
+        out[key] = value
+    return out
+
+
+def _convert(name: str, value: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"{name} = {value!r}: want true or false")
+        return value.lower() == "true"
+    if isinstance(default, int):
+        return int(value)
+    if isinstance(default, float):
+        return float(value)
+    return value
+
+
+def broker_settings(props: dict[str, str]) -> BrokerSettings:
+    """The store options, broker options and unsupported keys of a broker.conf."""
+    fields = {f.name: f for f in dataclasses.fields(MessageStoreConfig)}
+    defaults = MessageStoreConfig()
+    s = BrokerSettings(store={})
+    for key, value in props.items():
+        if key in _BROKER_KEYS:
+            if key == "brokerName":
+                s.broker_name = value
+            elif key == "listenPort":
+                s.listen_port = int(value)
+            elif key == "brokerIP1":
+                s.listen_host = value
+            else:
+                s.queue_nums = int(value)
+            continue
+        name = snake_case(key)
+        if name not in fields or name in ("store_host", "topic_queue_nums", "dledger_store_options"):
+            s.unsupported.append(key)
+            continue
+        default = getattr(defaults, name)
+        s.store[name] = value if default is None else _convert(key, value, default)
+    return s
+
+
+def add_broker_commands(sub: Any) -> None:
+    b = sub.add_parser("broker", help="run a classic broker: a master or a slave of a RocketMQ 4.9 pair")
+    b.add_argument("-c", "--config", type=Path, help="RocketMQ's broker.conf (Java properties, RocketMQ key names)")
+    b.add_argument("--store-dir", type=Path, help="the store root (storePathRootDir)")
+    b.add_argument("--role", choices=[ASYNC_MASTER, SYNC_MASTER, SLAVE], help="brokerRole (default ASYNC_MASTER)")
+    b.add_argument("--listen", help="host:port clients connect to (default 127.0.0.1:10911)")
+    b.add_argument("--ha-port", type=int, help="haListenPort (default 10912; 0: any free port)")
+    b.add_argument("--master-ha", help="a slave's master HA address host:port (haMasterAddress)")
+    b.add_argument("--broker-name", help="brokerName, the group clients name (default broker-a)")
+    b.set_defaults(func=cmd_broker)
+    c = sub.add_parser("cluster", help="start a classic master and slaves on 127.0.0.1 with a few messages")
+    c.add_argument("--classic", action="store_true", required=True, help="a RocketMQ 4.9 master/slave pair")
+    c.add_argument("--slaves", type=int, default=1, help="how many slaves (default 1)")
+    c.add_argument("--dir", type=Path, help="where the stores go (default a new temporary directory)")
+    c.add_argument("--port", type=int, default=10911, help="the master's client port; the next brokers +10")
+    c.add_argument("--sync", action="store_true", help="the master is a SYNC_MASTER")
+    c.set_defaults(func=cmd_cluster)
+
+
+def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
+    props = read_properties(args.config.read_text()) if args.config is not None else {}
+    s = broker_settings(props)
+    if s.unsupported:
+        log.warning("broker.conf keys not supported here (ignored): %s", ", ".join(s.unsupported))
+    if args.store_dir is not None:
+        s.store["store_path_root_dir"] = str(args.store_dir)
+    if args.role is not None:
+        s.store["broker_role"] = args.role
+    if args.ha_port is not None:
+        s.store["ha_listen_port"] = args.ha_port
+    if args.master_ha is not None:
+        s.store["ha_master_address"] = args.master_ha
+    if args.broker_name is not None:
+        s.broker_name = args.broker_name
+    if args.listen is not None:
+        host, _, port = args.listen.rpartition(":")
+        s.listen_host, s.listen_port = host.strip("[]") or "127.0.0.1", int(port)
+    return s
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    s = settings_from_args(args)
+    if not s.store.get("store_path_root_dir"):
+        print("dledger mq broker: give --store-dir or storePathRootDir in -c", file=sys.stderr)
+        return 2
+    cfg = MessageStoreConfig(**s.store)
+    return asyncio.run(_serve(cfg, s))
+
+
+async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
+    from dledger.rocketmq.broker.broker_controller import BrokerController
+
+    broker = BrokerController(
+        cfg, f"{s.listen_host}:{s.listen_port}", broker_name=s.broker_name, queue_nums=s.queue_nums
+    )
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    assert broker.ha is not None
+    print(f"broker {s.broker_name} {cfg.broker_role} serving on {broker.address} HA {broker.ha.port}", flush=True)
+    await stop.wait()
+    log.info("stopping the broker")
+    await broker.shutdown()
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """A master and ``--slaves`` slaves as processes, a few messages through the master; runs
+    until Ctrl-C (each broker stops cleanly)."""
+    root = args.dir or Path(tempfile.mkdtemp(prefix="dledger-classic-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    peers = []
+    exe = [sys.executable, "-m", "dledger.cli", "mq", "broker"]
+    try:
+        for k in range(args.slaves + 1):
+            port = args.port + 10 * k
+            role = (SYNC_MASTER if args.sync else ASYNC_MASTER) if k == 0 else SLAVE
+            cmd = [*exe, "--store-dir", str(root / f"broker-{k}"), "--role", role, "--listen", f"127.0.0.1:{port}"]
+            cmd += ["--ha-port", str(port + 1)]
+            if k:
+                cmd += ["--master-ha", f"127.0.0.1:{args.port + 1}"]
+            procs.append(subprocess.Popen(cmd, cwd=root if root.exists() else None))
+            peers.append(f"127.0.0.1:{port}")
+        peer_text = ";".join(peers)
+        from dledger.rocketmq.client.producer import Producer
+        from dledger.rocketmq.store.message import Message
+
+        with Producer(peer_text, timeout=30.0) as producer:
+            for i in range(3):
+                r = producer.send(Message("TopicTest", f"hello {i}".encode()))
+                print(f"sent {r.msg_id} to queue {r.queue_id} offset {r.queue_offset}", flush=True)
+        print(f"classic brokers running: --peers {peer_text!r} (Ctrl-C stops them)", flush=True)
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()

@@ -1,0 +1,248 @@
+"""Classic brokers as processes (``dledger mq broker``): a master and slaves under producer load,
+byte-identical commit logs, a slave killed and restarted, SYNC_MASTER's answers, a slave
+promoted after its sync master is killed."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dledger.rocketmq.client.consumer import Consumer
+from dledger.rocketmq.client.producer import Producer
+from dledger.rocketmq.client.send_result import SendResult
+from dledger.rocketmq.store.message import Message
+
+READY = re.compile(r"broker (\S+) (\S+) serving on (\S+) HA (\d+)")
+FILE = 256 * 1024
+
+
+class Broker:
+    def __init__(self, root: Path, name: str, role: str, master_ha: str | None = None, conf: str = "") -> None:
+        self.root = root
+        self.dir = root / name
+        self.name = name
+        self.role = role
+        self.master_ha = master_ha
+        self.conf = root / f"{name}.conf"
+        self.conf.write_text(
+            f"mappedFileSizeCommitLog={FILE}\nmappedFileSizeConsumeQueue=6000\nmaxHashSlotNum=64\nmaxIndexNum=4096\n{conf}"
+        )
+        self.proc: subprocess.Popen[str] | None = None
+        self.addr = ""
+        self.ha_port = 0
+        self.listen = "127.0.0.1:0"
+
+    def start(self) -> Broker:
+        cmd = [
+            sys.executable,
+            "-m",
+            "dledger.cli",
+            "mq",
+            "-v",
+            "broker",
+            "-c",
+            str(self.conf),
+            "--store-dir",
+            str(self.dir),
+        ]
+        cmd += ["--role", self.role, "--listen", self.listen, "--ha-port", str(self.ha_port)]
+        if self.master_ha:
+            cmd += ["--master-ha", self.master_ha]
+        with open(self.root / f"{self.name}.log", "a") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.root, start_new_session=True
+            )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        m = READY.search(line)
+        assert m is not None, (line, (self.root / f"{self.name}.log").read_text())
+        self.addr = m.group(3)
+        self.ha_port = int(m.group(4))
+        self.listen = self.addr  # a restart comes back where it was
+        return self
+
+    @property
+    def ha(self) -> str:
+        return f"127.0.0.1:{self.ha_port}"
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(30)
+        self.proc = None
+        return rc
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def brokers(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    made: list[Broker] = []
+
+    def make(name: str, role: str, master_ha: str | None = None, conf: str = "") -> Broker:
+        b = Broker(tmp_path, name, role, master_ha, conf)
+        made.append(b)
+        return b.start()
+
+    yield make
+    for b in made:
+        if b.proc is not None:
+            b.proc.kill()
+            b.proc.wait(10)
+
+
+def stats(peer: str) -> dict:
+    with Consumer(peer, "probe", "", read_from="follower", timeout=5) as c:
+        return next(iter(c.stats().values()))
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def log_bytes(root: Path, start: int, end: int) -> bytes:
+    out = bytearray()
+    at = start
+    while at < end:
+        base = at - at % FILE
+        with open(root / "commitlog" / f"{base:020d}", "rb") as f:
+            f.seek(at - base)
+            n = min(end - at, base + FILE - at)
+            out += f.read(n)
+        at += n
+    return bytes(out)
+
+
+def produce(peers: str, n: int, tag: str) -> list[SendResult]:
+    out: list[SendResult] = []
+    with Producer(peers, timeout=20) as p:
+        for k in range(0, n, 50):
+            res = p.send_batch(
+                [Message("TopicHA", f"{tag}-{i}".encode() * 20) for i in range(k, k + 50)], queue_id=k // 50 % 4
+            )
+            out.extend(res)
+    return out
+
+
+def caught_up(master: Broker, slave: Broker) -> Callable[[], bool]:
+    def check() -> bool:
+        m, s = stats(master.addr), stats(slave.addr)
+        return m["committed_phys_offset"] == s["committed_phys_offset"] == m["ha_push2slave_max_offset"]
+
+    return check
+
+
+def test_master_and_slaves_under_load_replicate_byte_for_byte(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    s1 = brokers("s1", "SLAVE", master.ha)
+    s2 = brokers("s2", "SLAVE", master.ha)
+    peers = f"{master.addr};{s1.addr};{s2.addr}"
+    sent = produce(peers, 3000, "a")
+    assert all(r.ok for r in sent)
+    wait_for(caught_up(master, s1))
+    wait_for(caught_up(master, s2))
+    end = stats(master.addr)["committed_phys_offset"]
+    assert end > 2 * FILE
+    # A slave serves reads, and refuses puts.
+    with Consumer(s1.addr, "g", "TopicHA", read_from="follower") as c:
+        got = c.pull(0, 0, 32)
+        assert [m.body for m in got.messages][:2] == [b"a-0" * 20, b"a-1" * 20]
+    with Producer(s1.addr, timeout=1.5) as p:
+        refused = p.send(Message("TopicHA", b"no"))
+    assert not refused.ok and "SERVICE_NOT_AVAILABLE" in (refused.status + refused.reason)
+    for b in (s1, s2, master):
+        assert b.stop() == 0
+        assert not (b.dir / "abort").exists()
+    m_bytes = log_bytes(master.dir, 0, end)
+    assert log_bytes(s1.dir, 0, end) == m_bytes
+    assert log_bytes(s2.dir, 0, end) == m_bytes
+
+
+def test_a_killed_slave_resumes_from_its_own_max_offset(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    slave = brokers("s", "SLAVE", master.ha)
+    produce(master.addr, 1000, "a")
+    wait_for(caught_up(master, slave))
+    had = stats(slave.addr)["committed_phys_offset"]
+    slave.kill()
+    produce(master.addr, 1000, "b")
+    slave.start()
+    wait_for(caught_up(master, slave))
+    end = stats(master.addr)["committed_phys_offset"]
+    assert end > had
+    # The restarted slave asked for the transfer to start where its own log ends.
+    assert f"requests offset {had}" in (master.root / "m.log").read_text()
+    slave.stop()
+    master.stop()
+    assert log_bytes(slave.dir, 0, end) == log_bytes(master.dir, 0, end)
+
+
+def test_sync_master_answers_as_its_slaves_allow(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "SYNC_MASTER", conf="syncFlushTimeout=1000\n")
+    with Producer(master.addr, timeout=10) as p:
+        # No slave: SLAVE_NOT_AVAILABLE at once (the message is in the master's log all the same).
+        alone = p.send(Message("TopicHA", b"alone"))
+        assert alone.status == "SLAVE_NOT_AVAILABLE"
+        slave = brokers("s", "SLAVE", master.ha)
+        wait_for(lambda: stats(master.addr)["ha_slaves"] == 1)
+        ok = p.send_batch([Message("TopicHA", b"x%d" % i) for i in range(20)], queue_id=1)
+        assert all(r.ok for r in ok)
+        # Every message a SYNC_MASTER answered SEND_OK for is on the slave when the answer comes.
+        assert stats(slave.addr)["committed_phys_offset"] >= stats(master.addr)["committed_phys_offset"]
+        # A slave that stops acknowledging (stopped, its link still open): FLUSH_SLAVE_TIMEOUT
+        # after syncFlushTimeout.
+        assert slave.proc is not None
+        os.kill(slave.proc.pid, signal.SIGSTOP)
+        try:
+            late = p.send(Message("TopicHA", b"late"))
+        finally:
+            os.kill(slave.proc.pid, signal.SIGCONT)
+        assert late.status == "FLUSH_SLAVE_TIMEOUT"
+
+
+def test_promoted_slave_of_a_killed_sync_master_has_every_acknowledged_message(
+    brokers: Callable[..., Broker],
+) -> None:
+    master = brokers("m", "SYNC_MASTER")
+    slave = brokers("s", "SLAVE", master.ha)
+    wait_for(lambda: stats(master.addr)["ha_slaves"] == 1)
+    acked: list[str] = []
+    with Producer(master.addr, timeout=10) as p:
+        for k in range(40):
+            for r in p.send_batch([Message("TopicHA", b"m%d-%d" % (k, i)) for i in range(25)], queue_id=k % 4):
+                if r.ok:
+                    acked.append(r.msg_id)
+        master.kill()
+    assert len(acked) == 1000
+    # Promotion by restart: the slave's store opened as a master.
+    assert slave.stop() == 0
+    slave.role = "ASYNC_MASTER"
+    slave.master_ha = None
+    slave.start()
+    seen: set[str] = set()
+    with Consumer(slave.addr, "g", "TopicHA") as c:
+        for q in range(4):
+            off = 0
+            while True:
+                got = c.pull(q, off, 256)
+                if not got.messages:
+                    break
+                seen.update(m.msg_id for m in got.messages)
+                off = got.next_begin_offset
+    assert set(acked) <= seen
+    # It takes puts now, after the last acknowledged ones.
+    with Producer(slave.addr, timeout=10) as p:
+        assert p.send(Message("TopicHA", b"after"), queue_id=0).ok
