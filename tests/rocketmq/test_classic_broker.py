@@ -216,17 +216,26 @@ def test_sync_master_answers_as_its_slaves_allow(brokers: Callable[..., Broker])
 def test_promoted_slave_of_a_killed_sync_master_has_every_acknowledged_message(
     brokers: Callable[..., Broker],
 ) -> None:
-    master = brokers("m", "SYNC_MASTER")
+    master = brokers("m", "SYNC_MASTER", conf="syncFlushTimeout=500\n")
     slave = brokers("s", "SLAVE", master.ha)
     wait_for(lambda: stats(master.addr)["ha_slaves"] == 1)
     acked: list[str] = []
+    answers: list[str] = []
+    assert slave.proc is not None
     with Producer(master.addr, timeout=10) as p:
-        for k in range(40):
+        for k in range(24):
+            if k == 20:
+                # The slave stops acknowledging: what the master writes now is on it alone, and
+                # it must not answer SEND_OK for it.
+                os.kill(slave.proc.pid, signal.SIGSTOP)
             for r in p.send_batch([Message("TopicHA", b"m%d-%d" % (k, i)) for i in range(25)], queue_id=k % 4):
+                answers.append(r.status)
                 if r.ok:
                     acked.append(r.msg_id)
         master.kill()
-    assert len(acked) == 1000
+    os.kill(slave.proc.pid, signal.SIGCONT)
+    assert len(acked) == 500
+    assert answers[500:] == ["FLUSH_SLAVE_TIMEOUT"] * 100
     # Promotion by restart: the slave's store opened as a master.
     assert slave.stop() == 0
     slave.role = "ASYNC_MASTER"
