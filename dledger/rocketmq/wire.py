@@ -38,6 +38,8 @@ class MessageRequestCode(IntEnum):
     QUERY_MESSAGE = 12
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
+    # A classic broker's brokerRole and haMasterAddress, changed on the running broker.
+    UPDATE_BROKER_CONFIG = 25
     GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30

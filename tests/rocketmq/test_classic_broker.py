@@ -255,3 +255,36 @@ def test_promoted_slave_of_a_killed_sync_master_has_every_acknowledged_message(
     # It takes puts now, after the last acknowledged ones.
     with Producer(slave.addr, timeout=10) as p:
         assert p.send(Message("TopicHA", b"after"), queue_id=0).ok
+
+
+def test_role_switch_without_restart(brokers: Callable[..., Broker]) -> None:
+    """The slave becomes the master and takes puts after the last message it holds; the old
+    master becomes its slave and follows it."""
+    master = brokers("m", "ASYNC_MASTER")
+    slave = brokers("s", "SLAVE", master.ha)
+    produce(master.addr, 500, "a")
+    wait_for(caught_up(master, slave))
+    before = stats(slave.addr)
+    assert before["role"] == "FOLLOWER"
+    out = subprocess.run(
+        [sys.executable, "-m", "dledger.cli", "mq", "role", "--peers", slave.addr, "--to", "master"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=slave.root,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ASYNC_MASTER" in out.stdout
+    from dledger.rocketmq.client.mq_admin import update_broker_role
+
+    assert update_broker_role(master.addr, "SLAVE", slave.ha)["role"] == "FOLLOWER"
+    with Producer(f"{master.addr};{slave.addr}", timeout=20) as p:
+        res = p.send_batch([Message("TopicHA", b"b%d" % i) for i in range(10)], queue_id=0)
+    assert all(r.ok for r in res)
+    # Queue offsets go on from the last message the new master held (rebuilt from its queues).
+    assert res[0].queue_offset == 150  # queue 0 had batches 0, 4 and 8 of 50
+    wait_for(caught_up(slave, master))
+    end = stats(slave.addr)["committed_phys_offset"]
+    slave.stop()
+    master.stop()
+    assert log_bytes(master.dir, 0, end) == log_bytes(slave.dir, 0, end)

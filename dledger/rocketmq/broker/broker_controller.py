@@ -14,6 +14,8 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
   (``leader_only``) is sent on to it by a slave whose HA link is up; while its link is down (the
   master unreachable) the slave serves it, as RocketMQ's consumers read from a slave then.
 - Consumer offsets are committed to the master (``config/consumerOffset.json``).
+- Role switch without restart (``change_to_master``/``change_to_slave``, or the
+  UPDATE_BROKER_CONFIG request with ``brokerRole`` and ``haMasterAddress``: ``dledger mq role``).
 - Clients find the broker as a group member: METADATA answers role LEADER (a master) or
   FOLLOWER (a slave), the group being the broker name.
 """
@@ -41,7 +43,7 @@ from dledger.rocketmq.broker.send_message_processor import (
     _stem_properties,
 )
 from dledger.rocketmq.broker.service_metrics import MessageStats
-from dledger.rocketmq.store.config import SLAVE, SYNC_MASTER, MessageStoreConfig
+from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
 from dledger.rocketmq.store.ha.ha_service import HAService
@@ -165,6 +167,48 @@ class BrokerController:
                 if self.pulls.held:
                     self.pulls.notify_message_arriving()
 
+    # -- roles -------------------------------------------------------------------------------
+
+    async def change_to_master(self, role: str = SYNC_MASTER) -> None:
+        """changeToMaster: stop following, then take puts (after the store rebuilt its
+        topic-queue table from its consume queues)."""
+        if role not in (ASYNC_MASTER, SYNC_MASTER):
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"role {role!r}: want ASYNC_MASTER or SYNC_MASTER")
+        store, ha = self.store, self.ha
+        assert store is not None and ha is not None
+        ha.update_master_address(None)
+        await asyncio.to_thread(ha.ha_client.wait_unlinked, 5.0)
+        await asyncio.to_thread(store.change_role, role)
+        self.store_config = self.store_config.replace(broker_role=role, ha_master_address=None)
+        log.info("changed to %s", role)
+
+    async def change_to_slave(self, master_ha: str | None) -> None:
+        """changeToSlave: refuse puts from now, follow ``master_ha`` (None: keep the address)."""
+        store, ha = self.store, self.ha
+        assert store is not None and ha is not None
+        store.change_role(SLAVE)
+        addr = master_ha or self.store_config.ha_master_address
+        self.store_config = self.store_config.replace(broker_role=SLAVE, ha_master_address=addr)
+        ha.update_master_address(addr)
+        log.info("changed to SLAVE of %s", addr)
+
+    async def _update_config(self, body: dict[str, Any]) -> Response:
+        role = body.get("brokerRole")
+        master_ha = body.get("haMasterAddress")
+        if master_ha is not None and not isinstance(master_ha, str):
+            return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, "haMasterAddress must be host:port")
+        if role == SLAVE:
+            if not (master_ha or self.store_config.ha_master_address):
+                return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, "a slave needs haMasterAddress")
+            await self.change_to_slave(master_ha)
+        elif role in (ASYNC_MASTER, SYNC_MASTER):
+            await self.change_to_master(role)
+        else:
+            return Response(
+                ResponseCode.UNEXPECTED_ARGUMENT, {}, f"brokerRole {role!r}: want ASYNC_MASTER, SYNC_MASTER or SLAVE"
+            )
+        return Response(ResponseCode.SUCCESS, self._role_body())
+
     # -- requests ----------------------------------------------------------------------------
 
     def _role_body(self) -> dict[str, Any]:
@@ -205,6 +249,8 @@ class BrokerController:
         code = request.code
         if code == RequestCode.METADATA:
             return self._metadata()
+        if code == MessageRequestCode.UPDATE_BROKER_CONFIG:
+            return await self._update_config(request.body)
         if code not in MESSAGE_REQUEST_CODES:
             return Response(ResponseCode.UNSUPPORTED, {}, f"request code {code}")
         try:

@@ -103,6 +103,12 @@ def add_broker_commands(sub: Any) -> None:
     b.add_argument("--master-ha", help="a slave's master HA address host:port (haMasterAddress)")
     b.add_argument("--broker-name", help="brokerName, the group clients name (default broker-a)")
     b.set_defaults(func=cmd_broker)
+    r = sub.add_parser("role", help="switch a running classic broker to master or slave (no restart)")
+    r.add_argument("--peers", required=True, help="the broker's client address host:port")
+    r.add_argument("--to", required=True, choices=["master", "slave"], help="the new role")
+    r.add_argument("--master-ha", help="with --to slave: the master's HA address host:port")
+    r.add_argument("--sync", action="store_true", help="with --to master: a SYNC_MASTER (default ASYNC_MASTER)")
+    r.set_defaults(func=cmd_role)
     c = sub.add_parser("cluster", help="start a classic master and slaves on 127.0.0.1 with a few messages")
     c.add_argument("--classic", action="store_true", required=True, help="a RocketMQ 4.9 master/slave pair")
     c.add_argument("--slaves", type=int, default=1, help="how many slaves (default 1)")
@@ -158,6 +164,15 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
     await stop.wait()
     log.info("stopping the broker")
     await broker.shutdown()
+    return 0
+
+
+def cmd_role(args: argparse.Namespace) -> int:
+    from dledger.rocketmq.client.mq_admin import update_broker_role
+
+    role = SLAVE if args.to == "slave" else (SYNC_MASTER if args.sync else ASYNC_MASTER)
+    body = update_broker_role(args.peers, role, args.master_ha)
+    print(f"{args.peers} is now {role} ({body.get('role')})")
     return 0
 
 

@@ -792,6 +792,26 @@ class MessageStore:
         self.reput.wakeup()
         return True
 
+    def change_role(self, role: str) -> None:
+        """A classic store changes role (BrokerController.changeToMaster / changeToSlave). A new
+        master first dispatches everything, cuts a record its last HA frame left half-written
+        (frames are cut by size), and rebuilds the topic-queue table from its consume queues,
+        so its first put follows the last record it holds."""
+        if self.mode != CLASSIC or self.readonly:
+            raise ValueError(f"{self.root}: only a writable classic store changes role")
+        cfg = self.config.replace(broker_role=role)
+        if role != SLAVE:
+            self.reput.dispatch_now()
+            cl = self.commitlog
+            with cl.put_lock:
+                end = int(self.reput.reput_from)
+                if end < cl.max_offset:
+                    log.warning("new master: the log's last %d bytes are half a record: cut", cl.max_offset - end)
+                    cl._truncate(end, True)
+            self.recover_topic_queue_table()
+        self.config = cfg
+        self.commitlog.config = cfg
+
     def dispatch_behind_bytes(self) -> int:
         return self.reput.behind()
 

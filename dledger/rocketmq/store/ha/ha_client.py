@@ -53,6 +53,7 @@ class HAClient:
         self.config = config
         self._master_address: str | None = config.ha_master_address
         self._sock: socket.socket | None = None
+        self._linked_to: str | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rocketmq-ha-client", daemon=True)
@@ -84,6 +85,15 @@ class HAClient:
     def start(self) -> None:
         self._thread.start()
 
+    def wait_unlinked(self, timeout_s: float) -> bool:
+        """After ``update_master_address(None)``: wait until the link is down (no append after)."""
+        deadline = time.monotonic() + timeout_s
+        while self._sock is not None and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def shutdown(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -105,8 +115,8 @@ class HAClient:
                     continue
                 sock = self._sock
                 assert sock is not None
-                if self._master_address is None:
-                    self._close_master()
+                if self._master_address != self._linked_to:
+                    self._close_master()  # re-pointed (a role change): link anew, or not
                     continue
                 if time.monotonic() - self._last_report > heartbeat and not self._report(self.current_reported_offset):
                     self._close_master()
@@ -143,6 +153,7 @@ class HAClient:
             return False
         configure_socket(sock)
         self._sock = sock
+        self._linked_to = addr
         self.connects += 1
         self._filled = self._dispatch_pos = 0
         self.current_reported_offset = int(self.store.max_phys_offset)
