@@ -354,3 +354,87 @@ class TestCluster:
                     proc.wait()
         for p in self.proxies.values():
             p.close()
+
+
+class ClassicBroker:
+    """A classic broker process (``dledger mq broker``) on 127.0.0.1 for tests and benches:
+    ``start`` waits for its ready line (its client address and HA port), ``stop`` sends a
+    signal and waits, ``kill`` is kill -9; a restart comes back on the same ports. Its log is
+    ``<root>/<name>.log``, its store ``<root>/<name>/``, its broker.conf ``<root>/<name>.conf``
+    (``conf`` lines after small test sizes)."""
+
+    __test__ = False
+
+    def __init__(
+        self, root: Path, name: str, role: str, master_ha: str | None = None, conf: str = "", file_size: int = 1 << 18
+    ) -> None:
+        self.root = root
+        self.dir = root / name
+        self.name = name
+        self.role = role
+        self.master_ha = master_ha
+        self.file_size = file_size
+        self.conf = root / f"{name}.conf"
+        self.conf.write_text(
+            f"mappedFileSizeCommitLog={file_size}\nmappedFileSizeConsumeQueue=6000\n"
+            f"maxHashSlotNum=64\nmaxIndexNum=4096\n{conf}"
+        )
+        self.proc: subprocess.Popen[str] | None = None
+        self.addr = ""
+        self.ha_port = 0
+        self.listen = "127.0.0.1:0"
+
+    @property
+    def log(self) -> Path:
+        return self.root / f"{self.name}.log"
+
+    @property
+    def ha(self) -> str:
+        return f"127.0.0.1:{self.ha_port}"
+
+    def start(self, timeout: float = 30.0) -> ClassicBroker:
+        cmd = [sys.executable, "-m", "dledger.cli", "mq", "-v", "broker", "-c", str(self.conf)]
+        cmd += ["--store-dir", str(self.dir), "--role", self.role, "--listen", self.listen]
+        cmd += ["--ha-port", str(self.ha_port)]
+        if self.master_ha:
+            cmd += ["--master-ha", self.master_ha]
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.root, start_new_session=True
+            )
+        line = wait_ready(self.proc, timeout)
+        # "broker NAME ROLE listening on HOST:PORT HA PORT"
+        words = line.split()
+        self.addr = words[words.index("on") + 1]
+        self.ha_port = int(words[words.index("HA") + 1])
+        self.listen = self.addr
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return 0
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            raise
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def log_bytes(self, start: int, end: int) -> bytes:
+        """The commit log's bytes from ``start`` to ``end``, read from its files."""
+        out = bytearray()
+        at = start
+        size = self.file_size
+        while at < end:
+            base = at - at % size
+            with open(self.dir / "commitlog" / f"{base:020d}", "rb") as f:
+                f.seek(at - base)
+                n = min(end - at, base + size - at)
+                out += f.read(n)
+            at += n
+        return bytes(out)

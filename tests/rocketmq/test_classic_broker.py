@@ -5,7 +5,6 @@ promoted after its sync master is killed."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,69 +18,10 @@ from dledger.rocketmq.client.consumer import Consumer
 from dledger.rocketmq.client.producer import Producer
 from dledger.rocketmq.client.send_result import SendResult
 from dledger.rocketmq.store.message import Message
+from dledger.testing import ClassicBroker, Proxy
 
-READY = re.compile(r"broker (\S+) (\S+) serving on (\S+) HA (\d+)")
 FILE = 256 * 1024
-
-
-class Broker:
-    def __init__(self, root: Path, name: str, role: str, master_ha: str | None = None, conf: str = "") -> None:
-        self.root = root
-        self.dir = root / name
-        self.name = name
-        self.role = role
-        self.master_ha = master_ha
-        self.conf = root / f"{name}.conf"
-        self.conf.write_text(
-            f"mappedFileSizeCommitLog={FILE}\nmappedFileSizeConsumeQueue=6000\nmaxHashSlotNum=64\nmaxIndexNum=4096\n{conf}"
-        )
-        self.proc: subprocess.Popen[str] | None = None
-        self.addr = ""
-        self.ha_port = 0
-        self.listen = "127.0.0.1:0"
-
-    def start(self) -> Broker:
-        cmd = [
-            sys.executable,
-            "-m",
-            "dledger.cli",
-            "mq",
-            "-v",
-            "broker",
-            "-c",
-            str(self.conf),
-            "--store-dir",
-            str(self.dir),
-        ]
-        cmd += ["--role", self.role, "--listen", self.listen, "--ha-port", str(self.ha_port)]
-        if self.master_ha:
-            cmd += ["--master-ha", self.master_ha]
-        with open(self.root / f"{self.name}.log", "a") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.root, start_new_session=True
-            )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        m = READY.search(line)
-        assert m is not None, (line, (self.root / f"{self.name}.log").read_text())
-        self.addr = m.group(3)
-        self.ha_port = int(m.group(4))
-        self.listen = self.addr  # a restart comes back where it was
-        return self
-
-    @property
-    def ha(self) -> str:
-        return f"127.0.0.1:{self.ha_port}"
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        rc = self.proc.wait(30)
-        self.proc = None
-        return rc
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
+Broker = ClassicBroker
 
 
 @pytest.fixture
@@ -89,15 +29,14 @@ def brokers(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     made: list[Broker] = []
 
     def make(name: str, role: str, master_ha: str | None = None, conf: str = "") -> Broker:
-        b = Broker(tmp_path, name, role, master_ha, conf)
+        b = Broker(tmp_path, name, role, master_ha, conf, FILE)
         made.append(b)
         return b.start()
 
     yield make
     for b in made:
         if b.proc is not None:
-            b.proc.kill()
-            b.proc.wait(10)
+            b.kill()
 
 
 def stats(peer: str) -> dict:
@@ -111,19 +50,6 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.05)
-
-
-def log_bytes(root: Path, start: int, end: int) -> bytes:
-    out = bytearray()
-    at = start
-    while at < end:
-        base = at - at % FILE
-        with open(root / "commitlog" / f"{base:020d}", "rb") as f:
-            f.seek(at - base)
-            n = min(end - at, base + FILE - at)
-            out += f.read(n)
-        at += n
-    return bytes(out)
 
 
 def produce(peers: str, n: int, tag: str) -> list[SendResult]:
@@ -166,9 +92,9 @@ def test_master_and_slaves_under_load_replicate_byte_for_byte(brokers: Callable[
     for b in (s1, s2, master):
         assert b.stop() == 0
         assert not (b.dir / "abort").exists()
-    m_bytes = log_bytes(master.dir, 0, end)
-    assert log_bytes(s1.dir, 0, end) == m_bytes
-    assert log_bytes(s2.dir, 0, end) == m_bytes
+    m_bytes = master.log_bytes(0, end)
+    assert s1.log_bytes(0, end) == m_bytes
+    assert s2.log_bytes(0, end) == m_bytes
 
 
 def test_a_killed_slave_resumes_from_its_own_max_offset(brokers: Callable[..., Broker]) -> None:
@@ -187,7 +113,7 @@ def test_a_killed_slave_resumes_from_its_own_max_offset(brokers: Callable[..., B
     assert f"requests offset {had}" in (master.root / "m.log").read_text()
     slave.stop()
     master.stop()
-    assert log_bytes(slave.dir, 0, end) == log_bytes(master.dir, 0, end)
+    assert slave.log_bytes(0, end) == master.log_bytes(0, end)
 
 
 def test_sync_master_answers_as_its_slaves_allow(brokers: Callable[..., Broker]) -> None:
@@ -287,4 +213,38 @@ def test_role_switch_without_restart(brokers: Callable[..., Broker]) -> None:
     end = stats(slave.addr)["committed_phys_offset"]
     slave.stop()
     master.stop()
-    assert log_bytes(master.dir, 0, end) == log_bytes(slave.dir, 0, end)
+    assert master.log_bytes(0, end) == slave.log_bytes(0, end)
+
+
+def test_a_cut_link_resumes_when_restored(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    proxy = Proxy(master.ha_port)
+    try:
+        slave = brokers("s", "SLAVE", f"127.0.0.1:{proxy.port}")
+        produce(master.addr, 500, "a")
+        wait_for(caught_up(master, slave))
+        proxy.block()
+        wait_for(lambda: not stats(slave.addr)["ha_connected"])
+        produce(master.addr, 500, "b")
+        assert stats(slave.addr)["committed_phys_offset"] < stats(master.addr)["committed_phys_offset"]
+        proxy.unblock()
+        wait_for(caught_up(master, slave))
+        end = stats(master.addr)["committed_phys_offset"]
+        slave.stop()
+        master.stop()
+        assert slave.log_bytes(0, end) == master.log_bytes(0, end)
+    finally:
+        proxy.close()
+
+
+def test_consumer_reads_from_the_slave_while_the_master_is_down(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    slave = brokers("s", "SLAVE", master.ha)
+    produce(master.addr, 100, "a")
+    wait_for(caught_up(master, slave))
+    with Consumer(f"{master.addr};{slave.addr}", "g", "TopicHA", timeout=20) as c:
+        assert c.pull(0, 0, 10).member == master.addr  # the master, while it is up
+        master.kill()
+        got = c.pull(0, 0, 10)
+    assert got.member == slave.addr
+    assert [m.body for m in got.messages][:1] == [b"a-0" * 20]

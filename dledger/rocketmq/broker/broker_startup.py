@@ -160,7 +160,7 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     assert broker.ha is not None
-    print(f"broker {s.broker_name} {cfg.broker_role} serving on {broker.address} HA {broker.ha.port}", flush=True)
+    print(f"broker {s.broker_name} {cfg.broker_role} listening on {broker.address} HA {broker.ha.port}", flush=True)
     await stop.wait()
     log.info("stopping the broker")
     await broker.shutdown()
