@@ -1,7 +1,7 @@
 """HAClient: a slave's link to its master, RocketMQ 4.9.4's wire protocol.
 
 It connects to ``ha_master_address`` and reports its max physical offset (8 bytes, big-endian)
-at once, after each frame it appends, and after ``ha_send_heartbeat_interval`` without a report.
+at once, after the frames of each read it appends, and after ``ha_send_heartbeat_interval`` without a report.
 The master pushes frames ``{phyOffset int64, size int32}`` + ``size`` bytes; each is appended at
 that offset in one call (``append_to_commit_log``), and the store's dispatch builds the consume
 queues and the index from the appended records as the master's did. A frame that does not start
@@ -243,8 +243,10 @@ class HAClient:
                     return False
                 self.frames += 1
             self._dispatch_pos = pos + hsize + size
-            if not self._report_plus():
-                return False
+        # One report for the frames of this read (RocketMQ's slave reports after each frame; the
+        # last is the one that counts, and each send costs the GIL a hand-over).
+        if not self._report_plus():
+            return False
         if self._dispatch_pos == self._filled:
             self._filled = self._dispatch_pos = 0
         return True

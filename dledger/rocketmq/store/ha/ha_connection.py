@@ -11,21 +11,21 @@
 - Either side ends the link: a read of nothing for ``ha_housekeeping_interval``, a closed or
   failed socket; both stop and the service forgets the connection.
 
-Each side is a thread on a blocking socket. A frame's body goes by ``sendfile`` from the
-commit-log file (no copy, no lock of the store held while the socket blocks): the store's
-writers never wait on a slave.
+Each side is a thread. The write side sends up to SEND_MOST of log at a time as frames, each a
+header and a view of the mapped file, in one ``sendmsg`` (no copy), under the log's read lock
+(which only retention and close take, never a put): the store's writers never wait on a slave.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import select
 import socket
 import struct
 import threading
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from dledger.rocketmq.store.config import MessageStoreConfig
 
@@ -35,45 +35,24 @@ REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
 # ReadSocketService.READ_MAX_BUFFER_SIZE
 READ_MAX_BUFFER_SIZE = 1024 * 1024
-# HAConnection's socket buffers (setReceiveBufferSize / setSendBufferSize)
-SOCKET_BUFFER = 64 * 1024
 # WriteSocketService: sleep(10) while the slave has not reported; allWaitForRunning(100) idle.
 FIRST_REPORT_POLL_S = 0.01
 IDLE_WAIT_S = 0.1
 SELECT_S = 1.0
-_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+# Log bytes a write side sends in one go (as frames of ha_transfer_batch_size), and how long a
+# send may wait for a slave that reads nothing.
+SEND_MOST = 1024 * 1024
+SEND_TIMEOUT_S = 5.0
 
 
 def configure_socket(sock: socket.socket) -> None:
-    """HAConnection's (and HAClient's) socket options: no Nagle, 64 KiB buffers, blocking."""
-    sock.setblocking(True)
+    """HAConnection's (and HAClient's) socket options: no Nagle; reads wait in select, a send
+    at most SEND_TIMEOUT_S."""
+    sock.settimeout(SEND_TIMEOUT_S)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
-
-
-class _FileFds:
-    """Read-only descriptors of the commit-log files the write side sends from (the last two:
-    a link moves through the files in order). A file retention deleted stays readable through
-    a descriptor opened before; after, its data is gone and the link ends."""
-
-    def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
-
-    def get(self, path: str) -> int:
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = os.open(path, os.O_RDONLY)
-            self._fds[path] = fd
-            while len(self._fds) > 2:
-                old = next(iter(self._fds))
-                os.close(self._fds.pop(old))
-        return fd
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+    # RocketMQ fixes both buffers at 64 KiB; here the kernel sizes them (autotuning, which a
+    # fixed size turns off): a 1 MiB send through 64 KiB took ~16 partial sends, each a GIL
+    # hand-over of up to 5 ms on a busy broker (slave lag p50 170 ms in bench/test_bench_mq_ha.py).
 
 
 class ConnectionOwner(Protocol):
@@ -85,7 +64,7 @@ class ConnectionOwner(Protocol):
 
     def transfer_start(self, requested: int) -> int: ...
 
-    def select_data(self, offset: int, limit: int) -> tuple[str, int, int] | None: ...
+    def send_frames(self, offset: int, batch: int, most: int, send: Callable[[list[Any]], None]) -> int: ...
 
     def wait_for_data(self, timeout_s: float) -> None: ...
 
@@ -181,7 +160,6 @@ class HAConnection:
         cfg = self.service.config
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         batch = cfg.ha_transfer_batch_size
-        fds = _FileFds()
         last_write = time.monotonic()
         try:
             while not self._stop.is_set():
@@ -199,37 +177,37 @@ class HAConnection:
                 if time.monotonic() - last_write > heartbeat:
                     self.sock.sendall(HEADER.pack(self.next_transfer_from_where, 0))
                     last_write = time.monotonic()
-                chunk = self.service.select_data(self.next_transfer_from_where, batch)
-                if chunk is None:
+                sent = self.service.send_frames(self.next_transfer_from_where, batch, SEND_MOST, self._send_all)
+                if not sent:
                     self.service.wait_for_data(IDLE_WAIT_S)
                     continue
-                path, rel, size = chunk
-                try:
-                    fd = fds.get(path)
-                except FileNotFoundError:
-                    log.warning("%s went (retention) before slave %s had it: closing the link", path, self.client_addr)
-                    break
-                self._send_frame(fd, rel, size)
-                self.next_transfer_from_where += size
+                self.next_transfer_from_where += sent
                 last_write = time.monotonic()
         except OSError as exc:
             if not self._stop.is_set():
                 log.info("HA link of slave %s failed writing: %s", self.client_addr, exc)
         finally:
-            fds.close()
             self.close()
             self._side_ended()
 
-    def _send_frame(self, fd: int, rel: int, size: int) -> None:
-        """The header, then the body straight from the file (MSG_MORE: one segment when it fits)."""
-        self.sock.send(HEADER.pack(self.next_transfer_from_where, size), _MSG_MORE)
-        out = self.sock.fileno()
-        sent = 0
-        while sent < size:
-            n = os.sendfile(out, fd, rel + sent, size - sent)
-            if n == 0:
-                raise OSError(f"the commit-log file ends before {rel + size}")
-            sent += n
+    def _send_all(self, bufs: list[Any]) -> None:
+        """Frames (headers and views of the log) in as few sendmsg calls as the socket takes:
+        each call lets go of the GIL, and a busy broker's threads wait up to 5 ms to have it back.
+        A slave that takes nothing for SEND_TIMEOUT_S ends the link (the read lock is held)."""
+        views = [memoryview(b).cast("B") for b in bufs]
+        try:
+            while views:
+                n = self.sock.sendmsg(views)
+                while views and n >= len(views[0]):
+                    n -= len(views[0])
+                    views.pop(0).release()
+                if n:
+                    head = views[0]
+                    views[0] = head[n:]
+                    head.release()
+        finally:
+            for v in views:
+                v.release()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
