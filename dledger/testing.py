@@ -366,9 +366,17 @@ class ClassicBroker:
     __test__ = False
 
     def __init__(
-        self, root: Path, name: str, role: str, master_ha: str | None = None, conf: str = "", file_size: int = 1 << 18
+        self,
+        root: Path,
+        name: str,
+        role: str,
+        master_ha: str | None = None,
+        conf: str = "",
+        file_size: int = 1 << 18,
+        master: str | None = None,
     ) -> None:
         self.root = root
+        self.master = master
         self.dir = root / name
         self.name = name
         self.role = role
@@ -398,6 +406,8 @@ class ClassicBroker:
         cmd += ["--ha-port", str(self.ha_port)]
         if self.master_ha:
             cmd += ["--master-ha", self.master_ha]
+        if self.master:
+            cmd += ["--master", self.master]
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.root, start_new_session=True

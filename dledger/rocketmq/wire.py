@@ -41,6 +41,8 @@ class MessageRequestCode(IntEnum):
     # A classic broker's brokerRole and haMasterAddress, changed on the running broker.
     UPDATE_BROKER_CONFIG = 25
     GET_BROKER_RUNTIME_INFO = 28
+    # The master's config/consumerOffset.json, for its slaves (SlaveSynchronize).
+    GET_ALL_CONSUMER_OFFSET = 43
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31

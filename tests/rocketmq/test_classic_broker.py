@@ -28,8 +28,8 @@ Broker = ClassicBroker
 def brokers(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     made: list[Broker] = []
 
-    def make(name: str, role: str, master_ha: str | None = None, conf: str = "") -> Broker:
-        b = Broker(tmp_path, name, role, master_ha, conf, FILE)
+    def make(name: str, role: str, master_ha: str | None = None, conf: str = "", master: str | None = None) -> Broker:
+        b = Broker(tmp_path, name, role, master_ha, conf, FILE, master)
         made.append(b)
         return b.start()
 
@@ -248,3 +248,20 @@ def test_consumer_reads_from_the_slave_while_the_master_is_down(brokers: Callabl
         got = c.pull(0, 0, 10)
     assert got.member == slave.addr
     assert [m.body for m in got.messages][:1] == [b"a-0" * 20]
+
+
+def test_slave_copies_the_masters_consumer_offsets(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    slave = brokers("s", "SLAVE", master.ha, master=master.addr)
+    produce(master.addr, 100, "a")
+    with Consumer(master.addr, "groupA", "TopicHA") as c:
+        c.commit(1, 17)
+    # Within SlaveSynchronize's first round (3 s) or the next (10 s later).
+    with Consumer(slave.addr, "groupA", "TopicHA", read_from="follower") as c:
+        wait_for(lambda: c.committed(1) == 17, 30)
+    text = (slave.dir / "config" / "consumerOffset.json").read_text()
+    assert '"TopicHA@groupA":{1:17' in text.replace("\n", "").replace("\t", "").replace(" ", "")
+    slave.stop()
+    master.stop()
+    # The master's file, written at its clean stop, says the same, byte for byte.
+    assert (master.dir / "config" / "consumerOffset.json").read_text() == text

@@ -13,7 +13,8 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
 - Reads (pulls, offsets, queries) are served by both. A read the client wants from the master
   (``leader_only``) is sent on to it by a slave whose HA link is up; while its link is down (the
   master unreachable) the slave serves it, as RocketMQ's consumers read from a slave then.
-- Consumer offsets are committed to the master (``config/consumerOffset.json``).
+- Consumer offsets are committed to the master (``config/consumerOffset.json``); a slave copies
+  them every 10 s (SlaveSynchronize).
 - Role switch without restart (``change_to_master``/``change_to_slave``, or the
   UPDATE_BROKER_CONFIG request with ``brokerRole`` and ``haMasterAddress``: ``dledger mq role``).
 - Clients find the broker as a group member: METADATA answers role LEADER (a master) or
@@ -43,6 +44,7 @@ from dledger.rocketmq.broker.send_message_processor import (
     _stem_properties,
 )
 from dledger.rocketmq.broker.service_metrics import MessageStats
+from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
@@ -79,6 +81,7 @@ class BrokerController:
         *,
         broker_name: str = "broker-a",
         queue_nums: int = DEFAULT_QUEUE_NUMS,
+        master_addr: str | None = None,
     ) -> None:
         self.listen_host, self.listen_port = parse_addr(listen)
         if not store_config.store_host:
@@ -91,6 +94,10 @@ class BrokerController:
         self.server: RpcServer | None = None
         self.metric_stats = MessageStats()
         self._arrivals: asyncio.Task[None] | None = None
+        # A slave's master's client address, for metadata sync (RocketMQ learns it from the name
+        # server): given, or by RocketMQ's port convention the master's HA port - 1.
+        self.master_addr = master_addr
+        self._sync_task: asyncio.Task[None] | None = None
         self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -131,6 +138,8 @@ class BrokerController:
         self.server = RpcServer(self._handle, self.listen_host, self.listen_port)
         await self.server.start()
         self._arrivals = asyncio.get_running_loop().create_task(self._watch_arrivals())
+        self.slave_synchronize = SlaveSynchronize(store.consumer_offsets, self.address)
+        self._handle_slave_synchronize()
         log.info(
             "classic broker %s (%s) serves on %s, HA port %d%s",
             self.broker_name,
@@ -147,12 +156,34 @@ class BrokerController:
         self._stopping = True
         if self._arrivals is not None:
             self._arrivals.cancel()
+        if self._sync_task is not None:
+            self._sync_task.cancel()
         if self.server is not None:
             await self.server.close()
         if self.ha is not None:
             await asyncio.to_thread(self.ha.shutdown)
         if self.store is not None:
             await asyncio.to_thread(self.store.close)
+
+    def _sync_source(self) -> str | None:
+        if self.master_addr is not None:
+            return self.master_addr
+        ha = self.store_config.ha_master_address
+        if not ha:
+            return None
+        host, _, port = ha.rpartition(":")
+        return f"{host}:{int(port) - 1}"
+
+    def _handle_slave_synchronize(self) -> None:
+        """handleSlaveSynchronize: a slave syncs metadata from its master; a master does not."""
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            self._sync_task = None
+        if self.role == SLAVE:
+            self.slave_synchronize.master_addr = self._sync_source()
+            self._sync_task = asyncio.get_running_loop().create_task(self.slave_synchronize.run())
+        else:
+            self.slave_synchronize.master_addr = None
 
     async def _watch_arrivals(self) -> None:
         """MessageArrivingListener: wake held pulls when dispatch moved."""
@@ -180,6 +211,7 @@ class BrokerController:
         await asyncio.to_thread(ha.ha_client.wait_unlinked, 5.0)
         await asyncio.to_thread(store.change_role, role)
         self.store_config = self.store_config.replace(broker_role=role, ha_master_address=None)
+        self._handle_slave_synchronize()
         log.info("changed to %s", role)
 
     async def change_to_slave(self, master_ha: str | None) -> None:
@@ -190,6 +222,9 @@ class BrokerController:
         addr = master_ha or self.store_config.ha_master_address
         self.store_config = self.store_config.replace(broker_role=SLAVE, ha_master_address=addr)
         ha.update_master_address(addr)
+        if master_ha is not None:
+            self.master_addr = None  # follow the new master's address
+        self._handle_slave_synchronize()
         log.info("changed to SLAVE of %s", addr)
 
     async def _update_config(self, body: dict[str, Any]) -> Response:
@@ -249,6 +284,9 @@ class BrokerController:
         code = request.code
         if code == RequestCode.METADATA:
             return self._metadata()
+        if code == MessageRequestCode.GET_ALL_CONSUMER_OFFSET:
+            assert self.store is not None
+            return Response(ResponseCode.SUCCESS, {"json": self.store.consumer_offsets.encode()})
         if code == MessageRequestCode.UPDATE_BROKER_CONFIG:
             return await self._update_config(request.body)
         if code not in MESSAGE_REQUEST_CODES:

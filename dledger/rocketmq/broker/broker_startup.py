@@ -36,6 +36,7 @@ class BrokerSettings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 10911
     queue_nums: int = 4
+    master_addr: str | None = None
     unsupported: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -101,6 +102,10 @@ def add_broker_commands(sub: Any) -> None:
     b.add_argument("--listen", help="host:port clients connect to (default 127.0.0.1:10911)")
     b.add_argument("--ha-port", type=int, help="haListenPort (default 10912; 0: any free port)")
     b.add_argument("--master-ha", help="a slave's master HA address host:port (haMasterAddress)")
+    b.add_argument(
+        "--master",
+        help="a slave's master's client address host:port, for metadata sync (default: the --master-ha port - 1)",
+    )
     b.add_argument("--broker-name", help="brokerName, the group clients name (default broker-a)")
     b.set_defaults(func=cmd_broker)
     r = sub.add_parser("role", help="switch a running classic broker to master or slave (no restart)")
@@ -133,6 +138,8 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         s.store["ha_master_address"] = args.master_ha
     if args.broker_name is not None:
         s.broker_name = args.broker_name
+    if args.master is not None:
+        s.master_addr = args.master
     if args.listen is not None:
         host, _, port = args.listen.rpartition(":")
         s.listen_host, s.listen_port = host.strip("[]") or "127.0.0.1", int(port)
@@ -152,7 +159,11 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
     from dledger.rocketmq.broker.broker_controller import BrokerController
 
     broker = BrokerController(
-        cfg, f"{s.listen_host}:{s.listen_port}", broker_name=s.broker_name, queue_nums=s.queue_nums
+        cfg,
+        f"{s.listen_host}:{s.listen_port}",
+        broker_name=s.broker_name,
+        queue_nums=s.queue_nums,
+        master_addr=s.master_addr,
     )
     await broker.start()
     stop = asyncio.Event()

@@ -200,6 +200,16 @@ class ConsumerOffsetManager:
                 stored,
             )
 
+    def replace_table(self, table: dict[str, dict[int, int]]) -> bool:
+        """A slave takes its master's offsets (SlaveSynchronize.syncConsumerOffset); True, and
+        written, when they differ from its own."""
+        with self._lock:
+            if table == self.offset_table:
+                return False
+            self.offset_table = {k: dict(v) for k, v in table.items()}
+        self.persist()
+        return True
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when there is none."""
         return self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}).get(queue_id, -1)
