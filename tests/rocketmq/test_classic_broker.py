@@ -265,3 +265,16 @@ def test_slave_copies_the_masters_consumer_offsets(brokers: Callable[..., Broker
     master.stop()
     # The master's file, written at its clean stop, says the same, byte for byte.
     assert (master.dir / "config" / "consumerOffset.json").read_text() == text
+
+
+def test_a_retry_past_max_reconsume_times_goes_to_the_dead_letter_queue(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    with Producer(master.addr, timeout=10) as p:
+        again = p.send(Message("%RETRY%groupA", b"try 16", reconsume_times=15), queue_id=0)
+        dead = p.send(Message("%RETRY%groupA", b"try 17", reconsume_times=16, delay_level=3), queue_id=0)
+    assert again.ok and dead.ok
+    with Consumer(master.addr, "groupA", "%RETRY%groupA") as c:
+        assert [m.body for m in c.pull(0, 0, 10).messages] == [b"try 16"]
+    with Consumer(master.addr, "groupA", "%DLQ%groupA") as c:
+        got = c.pull(0, 0, 10).messages  # at once: the delay level is dropped
+    assert [(m.body, m.reconsume_times) for m in got] == [(b"try 17", 16)]

@@ -7,6 +7,7 @@ or a retry.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 import time
@@ -24,7 +25,7 @@ from dledger.rocketmq.store.encode import (
     PreparedBatch,
     check_java_ints,
 )
-from dledger.rocketmq.store.message import Message, MessageSysFlag, encode_host, host_v6_bits
+from dledger.rocketmq.store.message import PROPERTY_DELAY, Message, MessageSysFlag, encode_host, host_v6_bits
 from dledger.rocketmq.store.topic_validator import validate_send_topic
 from dledger.rocketmq.wire import SendRequest
 
@@ -32,6 +33,13 @@ if TYPE_CHECKING:
     from dledger.rocketmq.store.message_store import MessageStore
 
 K = _load_ext("message")
+
+# MixAll's prefixes of a consumer group's retry and dead-letter topics; SubscriptionGroupConfig's
+# retryMaxTimes default; SendMessageProcessor.DLQ_NUMS_PER_GROUP.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+MAX_RECONSUME_TIMES = 16
+DLQ_NUMS_PER_GROUP = 1
 
 # System topics of this service (RocketMQ's RMQ_SYS_ prefix).
 OFFSET_TOPIC = "RMQ_SYS_CONSUMER_OFFSET"
@@ -179,6 +187,14 @@ class PackedSend:
         return FramedBodies(buf, starts)
 
 
+def dlq_topic(req: SendRequest) -> str | None:
+    """``%DLQ%<group>`` for a send to ``%RETRY%<group>`` whose message was consumed
+    MAX_RECONSUME_TIMES times already (handleRetryAndDLQ); None for every other send."""
+    if req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and req.reconsume_times >= MAX_RECONSUME_TIMES:
+        return DLQ_GROUP_TOPIC_PREFIX + req.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+    return None
+
+
 class SendMessagePreparer:
     """The checked batch of a send request (on the member's loop)."""
 
@@ -204,6 +220,11 @@ class SendMessagePreparer:
             raise IllegalMessage(
                 f"queue id {req.queue_id} of topic {topic!r} is unknown (topics have {self.queue_nums} write queues)"
             )
+        dead = dlq_topic(req)
+        if dead is not None:
+            # handleRetryAndDLQ: tried too often, the message goes to its group's dead letters.
+            req = dataclasses.replace(req, topic=dead, queue_id=0)
+            topic = dead
         check_java_ints(
             ("flag", req.flag, 32),
             ("sys flag", req.sys_flag, 32),
@@ -234,7 +255,7 @@ class SendMessagePreparer:
         batch: PreparedBatch | PackedSend
         if n == 1 or delay or req.reconsume_times:
             assert props is not None
-            prepared = self._messages(req, bodies, props, born_host)
+            prepared = self._messages(req, bodies, props, born_host, no_delay=dead is not None)
             total = int(prepared.record_lengths().sum()) if n > 1 else 0
             batch = prepared
         else:
@@ -248,19 +269,27 @@ class SendMessagePreparer:
         return batch
 
     def _messages(
-        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies, born_host: tuple[str, int] | None
+        self,
+        req: SendRequest,
+        bodies: PackedBodies,
+        props: PackedBodies,
+        born_host: tuple[str, int] | None,
+        no_delay: bool = False,
     ) -> PreparedBatch:
         topic = req.topic
         msgs = []
         n = len(bodies)
         for k in range(n):
             text = _check_properties(props[k])
+            pairs = _props_dict(text)
+            if no_delay:
+                pairs.pop(PROPERTY_DELAY, None)  # msg.setDelayTimeLevel(0)
             m = Message(
                 topic,
                 bodies[k],
                 queue_id=req.queue_id,
                 flag=req.flag,
-                properties=_props_dict(text),
+                properties=pairs,
                 sys_flag=req.sys_flag,
                 born_timestamp=req.born_timestamp,
                 born_host=born_host,
