@@ -5,6 +5,7 @@ promoted after its sync master is killed."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,9 @@ import pytest
 from dledger.rocketmq.client.consumer import Consumer
 from dledger.rocketmq.client.producer import Producer
 from dledger.rocketmq.client.send_result import SendResult
+from dledger.rocketmq.store.delay_offset import decode_delay_offsets
 from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message_store import MessageStore
 from dledger.testing import ClassicBroker, Proxy
 
 FILE = 256 * 1024
@@ -278,3 +281,45 @@ def test_a_retry_past_max_reconsume_times_goes_to_the_dead_letter_queue(brokers:
     with Consumer(master.addr, "groupA", "%DLQ%groupA") as c:
         got = c.pull(0, 0, 10).messages  # at once: the delay level is dropped
     assert [(m.body, m.reconsume_times) for m in got] == [(b"try 17", 16)]
+
+
+def _queue_total(peer: str) -> int:
+    """Messages in every queue but the schedule topic's (the broker's stats)."""
+    return sum(hi for topic, _q, _lo, hi in stats(peer)["queues"] if topic != "SCHEDULE_TOPIC_XXXX")
+
+
+def test_master_delivers_delayed_messages_and_writes_delay_offset_json(brokers: Callable[..., Broker]) -> None:
+    master = brokers("m", "ASYNC_MASTER")
+    with Producer(master.addr, timeout=10) as p:
+        assert p.send(Message("TopicD", b"later", delay_level=1), queue_id=2).ok
+    with Consumer(master.addr, "g", "TopicD") as c:
+        wait_for(lambda: c.max_offset(2) == 1, 20)
+        (m,) = c.pull(2, 0, 10).messages
+    assert m.body == b"later"
+    master.stop()
+    assert (master.dir / "config" / "delayOffset.json").read_text() == '{\n\t"offsetTable":{1:1\n\t}\n}'
+
+
+def test_a_java_stores_delay_offsets_are_kept(tmp_path: Path, brokers: Callable[..., Broker]) -> None:
+    """The Java broker delivered levels 1 and 2 (its delayOffset.json says so) and left six levels
+    pending: a master opened on its store delivers the pending ones once and those twice never."""
+    src = Path(__file__).parent.parent / "fixtures" / "rocketmq-4.9" / "classic-3topics"
+    shutil.copytree(src, tmp_path / "m", ignore=shutil.ignore_patterns("expected"))
+    with MessageStore(tmp_path / "m", readonly=True) as ro:
+        pending = {
+            q + 1: ro.max_offset_in_queue("SCHEDULE_TOPIC_XXXX", q)
+            for _t, q, _cq in ro.consume_queues
+            if _t == "SCHEDULE_TOPIC_XXXX" and q not in (0, 1)
+        }
+    assert len(pending) == 6
+    master = brokers("m", "ASYNC_MASTER", conf="maxIndexNum=256\nmappedFileSizeCommitLog=65536\n")
+    want = sum(pending.values())
+    # What was there before the broker delivered anything is the Java store's own count.
+    with MessageStore(src, readonly=True) as ro:
+        before = sum(cq.max_offset for t, _q, cq in ro.consume_queues if t != "SCHEDULE_TOPIC_XXXX")
+    wait_for(lambda: _queue_total(master.addr) >= before + want, 30)
+    time.sleep(1.0)  # a few more rounds: nothing more
+    assert _queue_total(master.addr) == before + want
+    master.stop()
+    table = decode_delay_offsets((master.dir / "config" / "delayOffset.json").read_text())
+    assert table == {1: 12, 2: 11, **pending}

@@ -15,6 +15,8 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
   master unreachable) the slave serves it, as RocketMQ's consumers read from a slave then.
 - Consumer offsets are committed to the master (``config/consumerOffset.json``); a slave copies
   them every 10 s (SlaveSynchronize).
+- Delayed messages are delivered by the master (ScheduleMessageService, shared with the DLedger
+  member), their progress in ``config/delayOffset.json`` in Java's format (read at start too).
 - Role switch without restart (``change_to_master``/``change_to_slave``, or the
   UPDATE_BROKER_CONFIG request with ``brokerRole`` and ``haMasterAddress``: ``dledger mq role``).
 - Clients find the broker as a group member: METADATA answers role LEADER (a master) or
@@ -35,6 +37,7 @@ from dledger.errors import DLedgerError
 from dledger.net.transport import Request, Response, RpcServer
 from dledger.peers import parse_addr
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
+from dledger.rocketmq.broker.schedule_service import DELAY_OFFSET_GROUP, ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
     SendMessagePreparer,
     _packed,
@@ -46,10 +49,11 @@ from dledger.rocketmq.broker.send_message_processor import (
 from dledger.rocketmq.broker.service_metrics import MessageStats
 from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
+from dledger.rocketmq.store.delay_offset import load_delay_offsets, persist_delay_offsets
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
 from dledger.rocketmq.store.ha.ha_service import HAService
-from dledger.rocketmq.store.message import format_host
+from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, format_host
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.rocketmq.store.status import AppendMessageStatus, PutMessageStatus
 from dledger.rocketmq.store.topic_validator import validate_group
@@ -98,6 +102,9 @@ class BrokerController:
         # server): given, or by RocketMQ's port convention the master's HA port - 1.
         self.master_addr = master_addr
         self._sync_task: asyncio.Task[None] | None = None
+        self._schedule_task: asyncio.Task[None] | None = None
+        self._delay_persist_task: asyncio.Task[None] | None = None
+        self._delay_persisted: dict[int, int] | None = None
         self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -140,6 +147,13 @@ class BrokerController:
         self._arrivals = asyncio.get_running_loop().create_task(self._watch_arrivals())
         self.slave_synchronize = SlaveSynchronize(store.consumer_offsets, self.address)
         self._handle_slave_synchronize()
+        # Delayed messages: delivered while this broker is a master (handleScheduleMessageService),
+        # their progress kept in config/delayOffset.json in Java's format.
+        self._seed_delay_offsets()
+        self.schedule = ScheduleMessageService(store, self._schedule_put, self._schedule_commit, self._takes_puts)
+        loop = asyncio.get_running_loop()
+        self._schedule_task = loop.create_task(self.schedule.run())
+        self._delay_persist_task = loop.create_task(self._persist_delay_offsets_loop())
         log.info(
             "classic broker %s (%s) serves on %s, HA port %d%s",
             self.broker_name,
@@ -158,6 +172,11 @@ class BrokerController:
             self._arrivals.cancel()
         if self._sync_task is not None:
             self._sync_task.cancel()
+        for task in (self._schedule_task, self._delay_persist_task):
+            if task is not None:
+                task.cancel()
+        if self.store is not None and self._schedule_task is not None:
+            await asyncio.to_thread(self._persist_delay_offsets)
         if self.server is not None:
             await self.server.close()
         if self.ha is not None:
@@ -184,6 +203,58 @@ class BrokerController:
             self._sync_task = asyncio.get_running_loop().create_task(self.slave_synchronize.run())
         else:
             self.slave_synchronize.master_addr = None
+
+    # -- delayed messages ----------------------------------------------------------------------
+
+    def _takes_puts(self) -> bool:
+        return self.is_master and not self._stopping
+
+    async def _schedule_put(self, batch: PreparedBatch) -> Response:
+        status, _result = await self._put(batch)
+        if status != PutMessageStatus.PUT_OK:
+            return Response(ResponseCode.UNKNOWN, {}, status.name)
+        return Response(ResponseCode.SUCCESS, {})
+
+    async def _schedule_commit(self, req: ConsumerOffsetRequest) -> Response:
+        assert self.store is not None
+        self.store.commit_offset(req.group, req.topic, req.queue_id, req.offset)
+        return Response(ResponseCode.SUCCESS, {"offset": req.offset})
+
+    def _delay_table(self) -> dict[int, int]:
+        store = self.store
+        assert store is not None
+        table = {}
+        for qid in store.consume_queues.queue_ids(RMQ_SYS_SCHEDULE_TOPIC):
+            off = store.query_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, qid)
+            if off >= 0:
+                table[qid + 1] = off
+        return table
+
+    def _seed_delay_offsets(self) -> None:
+        """A delayOffset.json ahead of the offsets here (a Java broker's, or one a crash left
+        newer than consumerOffset.json) says what was delivered: never again."""
+        store = self.store
+        assert store is not None
+        for level, offset in load_delay_offsets(store.root / "config").items():
+            if store.query_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, level - 1) < offset:
+                store.commit_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, level - 1, offset)
+        self._delay_persisted = self._delay_table() or None
+
+    def _persist_delay_offsets(self) -> None:
+        table = self._delay_table()
+        if table and table != self._delay_persisted:
+            assert self.store is not None
+            persist_delay_offsets(self.store.root / "config", table)
+            self._delay_persisted = table
+
+    async def _persist_delay_offsets_loop(self) -> None:
+        period = self.store_config.flush_consumer_offset_interval / 1000.0
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await asyncio.to_thread(self._persist_delay_offsets)
+            except OSError:
+                log.exception("writing delayOffset.json failed")
 
     async def _watch_arrivals(self) -> None:
         """MessageArrivingListener: wake held pulls when dispatch moved."""
