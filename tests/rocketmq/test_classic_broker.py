@@ -21,7 +21,7 @@ from dledger.rocketmq.client.send_result import SendResult
 from dledger.rocketmq.store.delay_offset import decode_delay_offsets
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
-from dledger.testing import ClassicBroker, Proxy
+from dledger.testing import ClassicBroker, Proxy, free_ports
 
 FILE = 256 * 1024
 Broker = ClassicBroker
@@ -323,3 +323,39 @@ def test_a_java_stores_delay_offsets_are_kept(tmp_path: Path, brokers: Callable[
     master.stop()
     table = decode_delay_offsets((master.dir / "config" / "delayOffset.json").read_text())
     assert table == {1: 12, 2: 11, **pending}
+
+
+def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    cmd = [sys.executable, "-m", "dledger.cli", "mq", "cluster", "--classic", "--slaves", "1"]
+    proc = subprocess.Popen(
+        [*cmd, "--dir", str(tmp_path / "st"), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "classic brokers running" in line or not line:
+                break
+        assert sum(1 for x in lines if x.startswith("sent ")) == 3, lines
+        peers = f"127.0.0.1:{port};127.0.0.1:{port + 10}"
+        assert peers in lines[-1]
+        with Consumer(peers, "g", "TopicTest") as c:
+            assert c.pull(0, 0, 10).messages[0].body == b"hello 0"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    for k in (0, 1):
+        assert (tmp_path / "st" / f"broker-{k}" / "commitlog").is_dir()
+        assert not (tmp_path / "st" / f"broker-{k}" / "abort").exists()
