@@ -42,6 +42,21 @@ def brokers(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
             b.kill()
 
 
+def sigstop(pid: int) -> None:
+    """SIGSTOP, returning once every thread of the process is stopped (a thread still on a CPU
+    when the signal comes runs on until it is kicked off it)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def all_stopped() -> bool:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            stat = (task / "stat").read_text()
+            if stat[stat.rindex(")") + 2] not in "Tt":
+                return False
+        return True
+
+    wait_for(all_stopped, 10)
+
+
 def stats(peer: str) -> dict:
     with Consumer(peer, "probe", "", read_from="follower", timeout=5) as c:
         return next(iter(c.stats().values()))
@@ -134,7 +149,7 @@ def test_sync_master_answers_as_its_slaves_allow(brokers: Callable[..., Broker])
         # A slave that stops acknowledging (stopped, its link still open): FLUSH_SLAVE_TIMEOUT
         # after syncFlushTimeout.
         assert slave.proc is not None
-        os.kill(slave.proc.pid, signal.SIGSTOP)
+        sigstop(slave.proc.pid)
         try:
             late = p.send(Message("TopicHA", b"late"))
         finally:
@@ -156,7 +171,7 @@ def test_promoted_slave_of_a_killed_sync_master_has_every_acknowledged_message(
             if k == 20:
                 # The slave stops acknowledging: what the master writes now is on it alone, and
                 # it must not answer SEND_OK for it.
-                os.kill(slave.proc.pid, signal.SIGSTOP)
+                sigstop(slave.proc.pid)
             for r in p.send_batch([Message("TopicHA", b"m%d-%d" % (k, i)) for i in range(25)], queue_id=k % 4):
                 answers.append(r.status)
                 if r.ok:

@@ -29,8 +29,12 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from dledger._ext import load as _load_ext
 from dledger.api import MetadataResponse
 from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
@@ -69,6 +73,9 @@ from dledger.rocketmq.wire import (
 )
 
 log = logging.getLogger(__name__)
+K = _load_ext("message")
+# MessageConst.PROPERTY_WAIT_STORE_MSG_OK false, as a properties string holds it.
+_WAIT_FALSE = b"WAIT\x01false"
 
 DEFAULT_QUEUE_NUMS = 4  # BrokerConfig.defaultTopicQueueNums
 # How often held pulls look whether dispatch moved (the reput thread runs on its own).
@@ -447,17 +454,25 @@ class BrokerController:
         try:
             req, bodies, props = SendRequest.from_wire(body)
             qid = req.queue_id
-            batch = self.sends.prepare(req, bodies, props, peer)
+            batch: PreparedBatch | _PackedSend | _ClassicPacked = self.sends.prepare(req, bodies, props, peer)
             if isinstance(batch, _PackedSend):
-                # The classic log takes message columns (the packed kernel writes DLedger frames).
-                born = _parse_host(req.born_host) if req.born_host else _peer_host(peer)
-                if props is None:
-                    assert req.props_stem is not None
-                    props = _packed(_stem_properties(req.props_stem, req.uniq_first, len(bodies)))
-                batch = self.sends._messages(req, bodies, props, born)
+                sends = self.sends
+
+                def as_messages() -> PreparedBatch:
+                    # Where the batch does not fit the current file: message columns, which the
+                    # log places across files (once a file, at most).
+                    born = _parse_host(req.born_host) if req.born_host else _peer_host(peer)
+                    packed = props
+                    if packed is None:
+                        assert req.props_stem is not None
+                        packed = _packed(_stem_properties(req.props_stem, req.uniq_first, len(bodies)))
+                    return sends._messages(req, bodies, packed, born)
+
+                batch = _ClassicPacked(batch, as_messages)
         except (IllegalMessage, DLedgerError) as exc:
             reason = exc.message if isinstance(exc, DLedgerError) else str(exc)
             return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, reason, qid).to_wire())
+        assert not isinstance(batch, _PackedSend)
         status, result = await self._put(batch)
         if result is None or result.status != AppendMessageStatus.PUT_OK:
             reason = "message larger than a commit-log file" if result is not None else "put failed"
@@ -474,12 +489,15 @@ class BrokerController:
         )
         return Response(ResponseCode.SUCCESS, resp.to_wire())
 
-    async def _put(self, batch: PreparedBatch) -> tuple[PutMessageStatus, Any]:
+    async def _put(self, batch: PreparedBatch | _ClassicPacked) -> tuple[PutMessageStatus, Any]:
         """The commit log's put, then the flush (SYNC_FLUSH) and the slaves (SYNC_MASTER)."""
         store, ha = self.store, self.ha
         assert store is not None and ha is not None
         try:
-            result = store.commitlog.put(batch)
+            if isinstance(batch, _ClassicPacked):
+                result = store.commitlog.put_uniform(batch)
+            else:
+                result = store.commitlog.put(batch)
         except Exception:
             log.exception("put failed")
             return PutMessageStatus.UNKNOWN_ERROR, None
@@ -545,6 +563,72 @@ class BrokerController:
             "store_host": format_host(store.store_host),
             "root": str(store.root),
         }
+
+
+class _ClassicPacked:
+    """A producer's packed batch to one queue, as the classic log's ``put_uniform`` takes a
+    UniformBatch: one kernel call encodes its records at their physical offsets, one append
+    writes them (no object per message); ``prepared`` is the same batch as message columns."""
+
+    __slots__ = ("_as_messages", "longest", "n", "send", "wait_store")
+
+    def __init__(self, send: _PackedSend, as_messages: Callable[[], PreparedBatch]) -> None:
+        self.send = send
+        self.n = send.n
+        self._as_messages = as_messages
+        self.longest = int(self.record_lengths().max())
+        props = send.properties
+        # WAIT=false on every message (a stem names it once): nobody waits for its flush or slave.
+        self.wait_store = not (isinstance(props, bytes) and _WAIT_FALSE in props)
+
+    @property
+    def tpl(self) -> _ClassicPacked:
+        return self
+
+    @property
+    def queue_key(self) -> str:
+        return self.send.queue_key
+
+    @property
+    def advances(self) -> bool:
+        return self.send.advances
+
+    @property
+    def sraw(self) -> bytes:
+        return self.send.store_host
+
+    def record_lengths(self) -> np.ndarray:
+        p = self.send
+        fixed = int(K.record_length(p.sys_flag, 0, len(p.topic), 0))
+        lengths: np.ndarray = np.diff(p.bodies.packed[1]).astype(np.int64) + fixed
+        if isinstance(p.properties, bytes):
+            lengths += len(p.properties) + 4
+        else:
+            lengths += np.diff(p.properties.packed[1]).astype(np.int64)
+        return lengths
+
+    def encode(self, queue_offset: int, phys_offset: int, store_timestamp: int) -> tuple[Any, np.ndarray]:
+        p = self.send
+        return K.encode_uniform(
+            p.bodies,
+            p.topic,
+            p.properties,
+            p.uniq_first,
+            p.queue_id,
+            p.flag,
+            p.sys_flag,
+            p.born_timestamp,
+            p.born_host,
+            store_timestamp,
+            p.store_host,
+            queue_offset if p.advances else 0,
+            p.advances,
+            phys_offset,
+            0,
+        )
+
+    def prepared(self) -> PreparedBatch:
+        return self._as_messages()
 
 
 def _settle(fut: asyncio.Future[PutMessageStatus], status: PutMessageStatus) -> None:

@@ -16,7 +16,6 @@ Java master takes the same way (it sends nothing before the first report).
 from __future__ import annotations
 
 import logging
-import select
 import socket
 import threading
 import time
@@ -121,8 +120,7 @@ class HAClient:
                 if time.monotonic() - self._last_report > heartbeat and not self._report(self.current_reported_offset):
                     self._close_master()
                     continue
-                ready, _, _ = select.select([sock], [], [], SELECT_S)
-                if ready and not self._process_read_event(sock):
+                if not self._process_read_event(sock):
                     self._close_master()
                     continue
                 if not self._report_plus():
@@ -152,6 +150,9 @@ class HAClient:
             log.debug("cannot reach HA master %s: %s", addr, exc)
             return False
         configure_socket(sock)
+        # A read waits at most SELECT_S (then the loop reports and looks at the clock): one
+        # blocking recv rather than a select and a recv, each of which lets go of the GIL.
+        sock.settimeout(SELECT_S)
         self._sock = sock
         self._linked_to = addr
         self.connects += 1
@@ -199,7 +200,10 @@ class HAClient:
     def _process_read_event(self, sock: socket.socket) -> bool:
         if self._filled == len(self._buf):
             self._compact()
-        n = sock.recv_into(self._view[self._filled :])
+        try:
+            n = sock.recv_into(self._view[self._filled :])
+        except TimeoutError:
+            return True
         if n == 0:
             log.info("HA master %s closed the link", self._master_address)
             return False
