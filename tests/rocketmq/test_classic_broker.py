@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 from dledger.rocketmq.client.consumer import Consumer
 from dledger.rocketmq.client.producer import Producer
 from dledger.rocketmq.client.send_result import SendResult
+from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.delay_offset import decode_delay_offsets
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
@@ -113,6 +115,17 @@ def test_master_and_slaves_under_load_replicate_byte_for_byte(brokers: Callable[
     m_bytes = master.log_bytes(0, end)
     assert s1.log_bytes(0, end) == m_bytes
     assert s2.log_bytes(0, end) == m_bytes
+    # The records of the producer's packed batches say where they are, as RocketMQ's do:
+    # QUEUEOFFSET (at 20) and PHYSICALOFFSET (at 28) match the consume queue's units.
+    small = MessageStoreConfig(mapped_file_size_consume_queue=6000, max_hash_slot_num=64, max_index_num=4096)
+    with MessageStore(s2.dir, small, readonly=True) as ro:
+        n = 0
+        for q in range(4):
+            for m in ro.get_messages("TopicHA", q, 0, 10_000, 1 << 30).messages:
+                qo, phys = struct.unpack_from(">qq", m_bytes, m.phys_offset + 20)
+                assert (qo, phys) == (m.queue_offset, m.phys_offset)
+                n += 1
+        assert n == 3000
 
 
 def test_a_killed_slave_resumes_from_its_own_max_offset(brokers: Callable[..., Broker]) -> None:
