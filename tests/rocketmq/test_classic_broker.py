@@ -115,8 +115,15 @@ def test_master_and_slaves_under_load_replicate_byte_for_byte(brokers: Callable[
     m_bytes = master.log_bytes(0, end)
     assert s1.log_bytes(0, end) == m_bytes
     assert s2.log_bytes(0, end) == m_bytes
+
     # The records of the producer's packed batches say where they are, as RocketMQ's do:
     # QUEUEOFFSET (at 20) and PHYSICALOFFSET (at 28) match the consume queue's units.
+    # The slaves built their consume queues from the same records: the same files, byte for byte.
+    def queues(root: Path) -> dict[str, bytes]:
+        return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+    m_queues = queues(master.dir / "consumequeue")
+    assert m_queues and queues(s1.dir / "consumequeue") == m_queues == queues(s2.dir / "consumequeue")
     small = MessageStoreConfig(mapped_file_size_consume_queue=6000, max_hash_slot_num=64, max_index_num=4096)
     with MessageStore(s2.dir, small, readonly=True) as ro:
         n = 0
