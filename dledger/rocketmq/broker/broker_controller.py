@@ -43,9 +43,9 @@ from dledger.peers import parse_addr
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.schedule_service import DELAY_OFFSET_GROUP, ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
+    PackedSend,
     SendMessagePreparer,
     _packed,
-    _PackedSend,
     _parse_host,
     _peer_host,
     _stem_properties,
@@ -454,8 +454,8 @@ class BrokerController:
         try:
             req, bodies, props = SendRequest.from_wire(body)
             qid = req.queue_id
-            batch: PreparedBatch | _PackedSend | _ClassicPacked = self.sends.prepare(req, bodies, props, peer)
-            if isinstance(batch, _PackedSend):
+            batch: PreparedBatch | PackedSend | _ClassicPacked = self.sends.prepare(req, bodies, props, peer)
+            if isinstance(batch, PackedSend):
                 sends = self.sends
 
                 def as_messages() -> PreparedBatch:
@@ -472,7 +472,7 @@ class BrokerController:
         except (IllegalMessage, DLedgerError) as exc:
             reason = exc.message if isinstance(exc, DLedgerError) else str(exc)
             return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, reason, qid).to_wire())
-        assert not isinstance(batch, _PackedSend)
+        assert not isinstance(batch, PackedSend)
         status, result = await self._put(batch)
         if result is None or result.status != AppendMessageStatus.PUT_OK:
             reason = "message larger than a commit-log file" if result is not None else "put failed"
@@ -572,7 +572,7 @@ class _ClassicPacked:
 
     __slots__ = ("_as_messages", "longest", "n", "send", "wait_store")
 
-    def __init__(self, send: _PackedSend, as_messages: Callable[[], PreparedBatch]) -> None:
+    def __init__(self, send: PackedSend, as_messages: Callable[[], PreparedBatch]) -> None:
         self.send = send
         self.n = send.n
         self._as_messages = as_messages
