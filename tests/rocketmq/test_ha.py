@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -234,16 +235,29 @@ class RawMaster:
         self.server.close()
 
 
-def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path) -> None:
+@contextmanager
+def raw_master_and_slave(tmp_path: Path, messages: int) -> Iterator[tuple[MessageStore, RawMaster, MessageStore]]:
+    """A store with ``messages`` to push from, a raw master socket, and a slave store (with its
+    HAService) linking to it."""
     src = MessageStore(tmp_path / "src", config())
-    fill(src, 400)
-    end = src.max_phys_offset
-    last_file = end - end % FILE
+    fill(src, messages)
     raw = RawMaster()
     slave = MessageStore(tmp_path / "slave", config(broker_role=SLAVE, ha_master_address=f"127.0.0.1:{raw.port}"))
     ha = HAService(slave)
     ha.start()
     try:
+        yield src, raw, slave
+    finally:
+        ha.shutdown()
+        slave.close()
+        src.close()
+        raw.close()
+
+
+def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path) -> None:
+    with raw_master_and_slave(tmp_path, 400) as (src, raw, slave):
+        end = src.max_phys_offset
+        last_file = end - end % FILE
         conn = raw.accept()
         assert recv_exact(conn, 8) == REP.pack(0)  # reports on connect: empty
         # The master's last file, as a master sends an empty slave, in uneven frames.
@@ -274,22 +288,11 @@ def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path) -> None:
             m.phys_offset for m in src.query_by_key("TopicHA", "k399")
         ]
         conn.close()
-    finally:
-        ha.shutdown()
-        slave.close()
-        src.close()
-        raw.close()
 
 
 def test_slave_closes_on_a_push_at_the_wrong_offset_and_reports_again(tmp_path: Path) -> None:
-    src = MessageStore(tmp_path / "src", config())
-    fill(src, 20)
-    end = src.max_phys_offset
-    raw = RawMaster()
-    slave = MessageStore(tmp_path / "slave", config(broker_role=SLAVE, ha_master_address=f"127.0.0.1:{raw.port}"))
-    ha = HAService(slave)
-    ha.start()
-    try:
+    with raw_master_and_slave(tmp_path, 20) as (src, raw, slave):
+        end = src.max_phys_offset
         conn = raw.accept()
         assert recv_exact(conn, 8) == REP.pack(0)
         conn.sendall(HDR.pack(0, 1000) + log_bytes(src, 0, 1000))
@@ -303,11 +306,6 @@ def test_slave_closes_on_a_push_at_the_wrong_offset_and_reports_again(tmp_path: 
         conn.sendall(HDR.pack(1000, end - 1000) + log_bytes(src, 1000, end))
         assert recv_exact(conn, 8) == REP.pack(end)
         conn.close()
-    finally:
-        ha.shutdown()
-        slave.close()
-        src.close()
-        raw.close()
 
 
 # -- a master and a slave ------------------------------------------------------------------------

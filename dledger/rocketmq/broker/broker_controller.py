@@ -41,6 +41,13 @@ from dledger.errors import DLedgerError
 from dledger.net.transport import Request, Response, RpcServer
 from dledger.peers import parse_addr
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
+from dledger.rocketmq.broker.query_message_processor import (
+    QUERY_CODES,
+    QUEUE_OFFSET_CODES,
+    query_message,
+    queue_offset,
+    route_info,
+)
 from dledger.rocketmq.broker.schedule_service import DELAY_OFFSET_GROUP, ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
     PackedSend,
@@ -66,8 +73,6 @@ from dledger.rocketmq.wire import (
     ConsumerOffsetRequest,
     MessageRequestCode,
     PullRequest,
-    QueryMessageRequest,
-    QueueRequest,
     SendRequest,
     SendResponse,
 )
@@ -388,13 +393,10 @@ class BrokerController:
         if c in (MessageRequestCode.SEND_MESSAGE, MessageRequestCode.SEND_BATCH_MESSAGE):
             started = time.perf_counter()
             resp = await self._send(body, peer)
-            raw = body.get("raw")
-            self.metric_stats.sent(
-                str(body.get("topic")),
-                resp.body,
-                len(raw) if isinstance(raw, bytes) else 0,
-                time.perf_counter() - started,
-            )
+            if self.is_master:  # a slave's refusals are no sends of its own
+                raw = body.get("raw")
+                size = len(raw) if isinstance(raw, bytes) else 0
+                self.metric_stats.sent(str(body.get("topic")), resp.body, size, time.perf_counter() - started)
             return resp
         if body.get("leader_only") and not self.is_master and self._master_reachable():
             return self._not_master("reads for the master")
@@ -414,30 +416,12 @@ class BrokerController:
         if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
             req = ConsumerOffsetRequest.from_wire(body)
             return Response(ResponseCode.SUCCESS, {"offset": store.query_offset(req.group, req.topic, req.queue_id)})
-        if c in (
-            MessageRequestCode.GET_MAX_OFFSET,
-            MessageRequestCode.GET_MIN_OFFSET,
-            MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-        ):
-            q = QueueRequest.from_wire(body)
-            if c == MessageRequestCode.GET_MAX_OFFSET:
-                off = store.max_offset_in_queue(q.topic, q.queue_id)
-            elif c == MessageRequestCode.GET_MIN_OFFSET:
-                off = store.min_offset_in_queue(q.topic, q.queue_id)
-            else:
-                off = await asyncio.to_thread(store.offset_for_timestamp, q.topic, q.queue_id, q.timestamp)
-            return Response(ResponseCode.SUCCESS, {"offset": off})
-        if c in (MessageRequestCode.QUERY_MESSAGE, MessageRequestCode.VIEW_MESSAGE_BY_ID):
-            return await asyncio.to_thread(self._query, c, QueryMessageRequest.from_wire(body))
+        if c in QUEUE_OFFSET_CODES:
+            return await queue_offset(store, c, body)
+        if c in QUERY_CODES:
+            return await query_message(store, c, body)
         if c == MessageRequestCode.GET_ROUTEINFO_BY_TOPIC:
-            return Response(
-                ResponseCode.SUCCESS,
-                {
-                    "queue_nums": self.queue_nums,
-                    "max_message_size": self.store_config.max_message_size,
-                    **self._role_body(),
-                },
-            )
+            return route_info(self.queue_nums, self.store_config.max_message_size, self._role_body())
         if c == MessageRequestCode.GET_BROKER_RUNTIME_INFO:
             return Response(ResponseCode.SUCCESS, self.stats())
         return Response(ResponseCode.UNSUPPORTED, {}, f"request code {int(c)}")
@@ -527,20 +511,6 @@ class BrokerController:
         return await fut, result
 
     # -- queries -----------------------------------------------------------------------------
-
-    def _query(self, code: MessageRequestCode, req: QueryMessageRequest) -> Response:
-        store = self.store
-        assert store is not None
-        if code == MessageRequestCode.VIEW_MESSAGE_BY_ID:
-            msgs = [m for m in [store.view_by_msg_id(req.msg_id)] if m is not None]
-        else:
-            msgs = store.query_by_key(req.topic, req.key, req.max_num, req.begin_ts, req.end_ts)
-        records = []
-        for m in msgs:
-            data = store.commitlog.read(m.phys_offset, m.size)
-            if data is not None:
-                records.append(data)
-        return Response(ResponseCode.SUCCESS, {"records": records, "phys": [m.phys_offset for m in msgs]})
 
     def stats(self) -> dict[str, Any]:
         """GET_BROKER_RUNTIME_INFO: role, HA state, positions and queues."""

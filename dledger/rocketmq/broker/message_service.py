@@ -51,6 +51,13 @@ from dledger.raft.member_state import Role
 from dledger.rocketmq.broker.broker_config import BrokerConfig
 from dledger.rocketmq.broker.broker_remoting import BrokerRemoting
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
+from dledger.rocketmq.broker.query_message_processor import (
+    QUERY_CODES,
+    QUEUE_OFFSET_CODES,
+    query_message,
+    queue_offset,
+    route_info,
+)
 from dledger.rocketmq.broker.schedule_service import ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
     NOOP_TOPIC,
@@ -77,8 +84,6 @@ from dledger.rocketmq.wire import (
     ConsumerOffsetRequest,
     MessageRequestCode,
     PullRequest,
-    QueryMessageRequest,
-    QueueRequest,
     SendRequest,
     SendResponse,
 )
@@ -331,30 +336,12 @@ class MessageService:
                 return Response(
                     ResponseCode.SUCCESS, {"offset": self.store.query_offset(req.group, req.topic, req.queue_id)}
                 )
-            if c in (
-                MessageRequestCode.GET_MAX_OFFSET,
-                MessageRequestCode.GET_MIN_OFFSET,
-                MessageRequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-            ):
-                q = QueueRequest.from_wire(body)
-                if c == MessageRequestCode.GET_MAX_OFFSET:
-                    off = self.store.max_offset_in_queue(q.topic, q.queue_id)
-                elif c == MessageRequestCode.GET_MIN_OFFSET:
-                    off = self.store.min_offset_in_queue(q.topic, q.queue_id)
-                else:
-                    off = await asyncio.to_thread(self.store.offset_for_timestamp, q.topic, q.queue_id, q.timestamp)
-                return Response(ResponseCode.SUCCESS, {"offset": off})
-            if c in (MessageRequestCode.QUERY_MESSAGE, MessageRequestCode.VIEW_MESSAGE_BY_ID):
-                return await asyncio.to_thread(self._query, c, QueryMessageRequest.from_wire(body))
+            if c in QUEUE_OFFSET_CODES:
+                return await queue_offset(self.store, c, body)
+            if c in QUERY_CODES:
+                return await query_message(self.store, c, body)
             if c == MessageRequestCode.GET_ROUTEINFO_BY_TOPIC:
-                return Response(
-                    ResponseCode.SUCCESS,
-                    {
-                        "queue_nums": self.queue_nums,
-                        "max_message_size": self.store_config.max_message_size,
-                        **self._role_body(),
-                    },
-                )
+                return route_info(self.queue_nums, self.store_config.max_message_size, self._role_body())
             if c == MessageRequestCode.GET_BROKER_RUNTIME_INFO:
                 return Response(ResponseCode.SUCCESS, self.stats())
         except DLedgerError as exc:
@@ -610,21 +597,6 @@ class MessageService:
             except asyncio.TimeoutError:
                 pass
         return Response(ResponseCode.SUCCESS, {"offset": req.offset})
-
-    # -- queries -----------------------------------------------------------------------------
-
-    def _query(self, code: MessageRequestCode, req: QueryMessageRequest) -> Response:
-        store = self.store
-        if code == MessageRequestCode.VIEW_MESSAGE_BY_ID:
-            msgs = [m for m in [store.view_by_msg_id(req.msg_id)] if m is not None]
-        else:
-            msgs = store.query_by_key(req.topic, req.key, req.max_num, req.begin_ts, req.end_ts)
-        records = []
-        for m in msgs:
-            data = store.commitlog.read(m.phys_offset, m.size)
-            if data is not None:
-                records.append(data)
-        return Response(ResponseCode.SUCCESS, {"records": records, "phys": [m.phys_offset for m in msgs]})
 
     def metrics(self) -> list[AppMetric]:
         """The message service's metrics for ``--metrics-port`` (on the loop)."""

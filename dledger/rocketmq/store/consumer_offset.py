@@ -18,6 +18,7 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +89,21 @@ def decode_fastjson(text: str) -> object:
 _BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)', re.S)
 
 
-def decode_offset_table(text: str) -> dict[str, dict[int, int]]:
-    """Parse what ``encode_offset_table`` (or fastjson, compact or pretty) wrote."""
+def decode_offset_object(text: str) -> dict[Any, Any]:
+    """The ``offsetTable`` object of a fastjson ``{"offsetTable": ...}`` file (consumer or delay
+    offsets), unchecked inside."""
     obj = decode_fastjson(text)
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     raw = obj.get("offsetTable") or {}
     if not isinstance(raw, dict):
         raise ValueError("offsetTable is not an object")
+    return raw
+
+
+def decode_offset_table(text: str) -> dict[str, dict[int, int]]:
+    """Parse what ``encode_offset_table`` (or fastjson, compact or pretty) wrote."""
+    raw = decode_offset_object(text)
     table: dict[str, dict[int, int]] = {}
     for key, queues in raw.items():
         if not isinstance(queues, dict):

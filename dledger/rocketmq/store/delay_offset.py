@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from dledger.rocketmq.store.consumer_offset import _write_synced, decode_fastjson, encode_int_map
+from dledger.rocketmq.store.consumer_offset import _write_synced, decode_offset_object, encode_int_map
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +26,7 @@ def encode_delay_offsets(table: dict[int, int]) -> str:
 
 
 def decode_delay_offsets(text: str) -> dict[int, int]:
-    obj = decode_fastjson(text)
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    raw = obj.get("offsetTable") or {}
-    if not isinstance(raw, dict):
-        raise ValueError("offsetTable is not an object")
-    return {int(level): int(offset) for level, offset in raw.items()}
+    return {int(level): int(offset) for level, offset in decode_offset_object(text).items()}
 
 
 def load_delay_offsets(config_dir: Path) -> dict[int, int]:
