@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -394,3 +395,30 @@ def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -
     for k in (0, 1):
         assert (tmp_path / "st" / f"broker-{k}" / "commitlog").is_dir()
         assert not (tmp_path / "st" / f"broker-{k}" / "abort").exists()
+
+
+def test_a_broker_whose_port_is_taken_says_so_and_leaves_its_store_clean(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dledger.cli",
+                "mq",
+                "broker",
+                "--store-dir",
+                str(tmp_path / "b"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--ha-port",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    assert out.returncode == 1
+    assert "address already in use" in out.stderr.lower(), out.stderr
+    assert (tmp_path / "b" / "commitlog").is_dir() and not (tmp_path / "b" / "abort").exists()

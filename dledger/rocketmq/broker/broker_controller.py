@@ -148,14 +148,21 @@ class BrokerController:
             raise DLedgerError(
                 ResponseCode.UNEXPECTED_ARGUMENT, f"{root} holds a DLedger commit log, not a classic one"
             )
-        self.ha = HAService(store, self.store_config, host=self.listen_host)
-        self.ha.start()
         self.sends = SendMessagePreparer(store, self.store_config, self.queue_nums)
         self.pulls = PullMessageProcessor(
             store, store.commitlog.read_lock, self.queue_nums, self.metric_stats, self._role_body
         )
-        self.server = RpcServer(self._handle, self.listen_host, self.listen_port)
-        await self.server.start()
+        try:
+            self.ha = HAService(store, self.store_config, host=self.listen_host)
+            self.ha.start()
+            self.server = RpcServer(self._handle, self.listen_host, self.listen_port)
+            await self.server.start()
+        except BaseException:
+            # A port in use: the store closes cleanly (no abort file for the next start to mend).
+            if self.ha is not None:
+                await asyncio.to_thread(self.ha.shutdown)
+            await asyncio.to_thread(store.close)
+            raise
         self._arrivals = asyncio.get_running_loop().create_task(self._watch_arrivals())
         self.slave_synchronize = SlaveSynchronize(store.consumer_offsets, self.address)
         self._handle_slave_synchronize()

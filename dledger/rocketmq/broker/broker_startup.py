@@ -152,7 +152,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print("dledger mq broker: give --store-dir or storePathRootDir in -c", file=sys.stderr)
         return 2
     cfg = MessageStoreConfig(**s.store)
-    return asyncio.run(_serve(cfg, s))
+    try:
+        return asyncio.run(_serve(cfg, s))
+    except OSError as exc:
+        print(f"dledger mq broker: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
