@@ -254,7 +254,22 @@ def raw_master_and_slave(tmp_path: Path, messages: int) -> Iterator[tuple[Messag
         raw.close()
 
 
-def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path) -> None:
+def record_start_before(store: MessageStore, base: int, offset: int) -> int:
+    """The start of the record that holds ``offset`` (records from ``base``, a file's start)."""
+    at = base
+    while True:
+        size = store.commitlog.record_size_at(at)
+        assert size > 0
+        if at + size > offset:
+            return at
+        at += size
+
+
+def dispatched_to(store: MessageStore, offset: int) -> Callable[[], bool]:
+    return lambda: bool(store.reput.reput_from == offset)
+
+
+def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with raw_master_and_slave(tmp_path, 400) as (src, raw, slave):
         end = src.max_phys_offset
         last_file = end - end % FILE
@@ -267,6 +282,9 @@ def test_slave_reports_appends_frames_and_dispatches(tmp_path: Path) -> None:
             conn.sendall(HDR.pack(at, size) + log_bytes(src, at, at + size))
             at += size
             assert recv_exact(conn, 8) == REP.pack(at)  # a report after each append
+            # Frames cut records: dispatch takes every whole one and waits at the cut one.
+            wait_for(dispatched_to(slave, record_start_before(src, last_file, at)), 5)
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.records
         conn.sendall(HDR.pack(at, 0))  # a heartbeat appends nothing
         conn.sendall(HDR.pack(at, end - at)[:7])
         time.sleep(0.1)

@@ -303,8 +303,11 @@ class ReputMessageService:
                     break
                 if self._reader is not None or end - self.reput_from > READ_AHEAD_BEHIND:
                     self._read_ahead(cl, end)
+                partial = False
                 try:
                     stop, code, n = self._dispatch_segment(seg)
+                    if code not in (K.STOP_BLANK, K.STOP_END, K.STOP_LIMIT):
+                        partial = self._partial_tail(seg, stop)
                 finally:
                     seg.view.release()
             done += n
@@ -317,7 +320,7 @@ class ReputMessageService:
                     self.reput_from = seg.base + cl.file_size
                 elif code == K.STOP_END and not to_end:
                     break
-            elif self._partial_tail(seg, stop):
+            elif partial:
                 # A slave's log may end inside a record (HA frames are cut by size, not by
                 # record): the rest comes with the next frame.
                 self.reput_from = seg.base + stop
@@ -336,7 +339,7 @@ class ReputMessageService:
 
     def _partial_tail(self, seg: Any, stop: int) -> bool:
         """The bytes at ``stop`` are the beginning of a record that ends past the segment,
-        within its file (or too few to hold a record's size and magic)."""
+        within its file (or too few to hold a record's size and magic). Before the view goes."""
         left = seg.end - stop
         if left < 8:
             return left >= 0
