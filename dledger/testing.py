@@ -401,7 +401,7 @@ class ClassicBroker:
         return f"127.0.0.1:{self.ha_port}"
 
     def start(self, timeout: float = 30.0) -> ClassicBroker:
-        cmd = [sys.executable, "-m", "dledger.cli", "mq", "-v", "broker", "-c", str(self.conf)]
+        cmd = python_module("dledger.cli", "mq", "-v", "broker", "-c", str(self.conf))
         cmd += ["--store-dir", str(self.dir), "--role", self.role, "--listen", self.listen]
         cmd += ["--ha-port", str(self.ha_port)]
         if self.master_ha:

@@ -24,7 +24,7 @@ from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.delay_offset import decode_delay_offsets
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
-from dledger.testing import ClassicBroker, Proxy, free_ports
+from dledger.testing import ClassicBroker, Proxy, consecutive_free_ports
 
 FILE = 256 * 1024
 Broker = ClassicBroker
@@ -105,7 +105,7 @@ def test_master_and_slaves_under_load_replicate_byte_for_byte(brokers: Callable[
     assert end > 2 * FILE
     # A slave serves reads, and refuses puts.
     with Consumer(s1.addr, "g", "TopicHA", read_from="follower") as c:
-        got = c.pull(0, 0, 32)
+        got = c.pull(0, 0, 32, wait=10)
         assert [m.body for m in got.messages][:2] == [b"a-0" * 20, b"a-1" * 20]
     with Producer(s1.addr, timeout=1.5) as p:
         refused = p.send(Message("TopicHA", b"no"))
@@ -282,9 +282,9 @@ def test_consumer_reads_from_the_slave_while_the_master_is_down(brokers: Callabl
     produce(master.addr, 100, "a")
     wait_for(caught_up(master, slave))
     with Consumer(f"{master.addr};{slave.addr}", "g", "TopicHA", timeout=20) as c:
-        assert c.pull(0, 0, 10).member == master.addr  # the master, while it is up
+        assert c.pull(0, 0, 10, wait=10).member == master.addr  # the master, while it is up
         master.kill()
-        got = c.pull(0, 0, 10)
+        got = c.pull(0, 0, 10, wait=10)
     assert got.member == slave.addr
     assert [m.body for m in got.messages][:1] == [b"a-0" * 20]
 
@@ -313,9 +313,9 @@ def test_a_retry_past_max_reconsume_times_goes_to_the_dead_letter_queue(brokers:
         dead = p.send(Message("%RETRY%groupA", b"try 17", reconsume_times=16, delay_level=3), queue_id=0)
     assert again.ok and dead.ok
     with Consumer(master.addr, "groupA", "%RETRY%groupA") as c:
-        assert [m.body for m in c.pull(0, 0, 10).messages] == [b"try 16"]
+        assert [m.body for m in c.pull(0, 0, 10, wait=10).messages] == [b"try 16"]
     with Consumer(master.addr, "groupA", "%DLQ%groupA") as c:
-        got = c.pull(0, 0, 10).messages  # at once: the delay level is dropped
+        got = c.pull(0, 0, 10, wait=5).messages  # no delay: the level is dropped
     assert [(m.body, m.reconsume_times) for m in got] == [(b"try 17", 16)]
 
 
@@ -362,7 +362,7 @@ def test_a_java_stores_delay_offsets_are_kept(tmp_path: Path, brokers: Callable[
 
 
 def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -> None:
-    port = free_ports(1)[0]
+    port = consecutive_free_ports(12)
     cmd = [sys.executable, "-m", "dledger.cli", "mq", "cluster", "--classic", "--slaves", "1"]
     proc = subprocess.Popen(
         [*cmd, "--dir", str(tmp_path / "st"), "--port", str(port)],
@@ -384,8 +384,11 @@ def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -
         assert sum(1 for x in lines if x.startswith("sent ")) == 3, lines
         peers = f"127.0.0.1:{port};127.0.0.1:{port + 10}"
         assert peers in lines[-1]
+        first = next(x for x in lines if x.startswith("sent ")).split()
+        queue, offset = int(first[first.index("queue") + 1]), int(first[first.index("offset") + 1])
         with Consumer(peers, "g", "TopicTest") as c:
-            assert c.pull(0, 0, 10).messages[0].body == b"hello 0"
+            # (the master's dispatch may not have reached it yet: the pull waits for it)
+            assert [m.body for m in c.pull(queue, offset, 1, wait=10).messages] == [b"hello 0"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:

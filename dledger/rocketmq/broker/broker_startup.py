@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dledger.child_process import python_module
+from dledger.cluster import wait_ready
 from dledger.config import snake_case
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 
@@ -195,9 +197,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     """A master and ``--slaves`` slaves as processes, a few messages through the master; runs
     until Ctrl-C (each broker stops cleanly)."""
     root = args.dir or Path(tempfile.mkdtemp(prefix="dledger-classic-"))
-    procs: list[subprocess.Popen[bytes]] = []
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM stops the brokers as Ctrl-C does (each gets SIGTERM: flushed, no abort file).
+    signal.signal(signal.SIGTERM, interrupt)
+    procs: list[subprocess.Popen[str]] = []
     peers = []
-    exe = [sys.executable, "-m", "dledger.cli", "mq", "broker"]
+    exe = python_module("dledger.cli", "mq", "broker")
     try:
         for k in range(args.slaves + 1):
             port = args.port + 10 * k
@@ -206,8 +214,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             cmd += ["--ha-port", str(port + 1)]
             if k:
                 cmd += ["--master-ha", f"127.0.0.1:{args.port + 1}"]
-            procs.append(subprocess.Popen(cmd, cwd=root if root.exists() else None))
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
             peers.append(f"127.0.0.1:{port}")
+        for proc in procs:
+            # Every broker up (its ready line) before the first message and the "running" line.
+            try:
+                print(wait_ready(proc), flush=True)
+            except RuntimeError as exc:
+                print(f"dledger mq cluster: {exc}; stopping the brokers", file=sys.stderr)
+                return 1
         peer_text = ";".join(peers)
         from dledger.rocketmq.client.producer import Producer
         from dledger.rocketmq.store.message import Message
