@@ -4,6 +4,7 @@ promoted after its sync master is killed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -392,9 +393,10 @@ def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        # The whole session it started: a failure before the SIGINT must not leave its brokers.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
     for k in (0, 1):
         assert (tmp_path / "st" / f"broker-{k}" / "commitlog").is_dir()
         assert not (tmp_path / "st" / f"broker-{k}" / "abort").exists()
