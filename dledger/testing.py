@@ -374,9 +374,11 @@ class ClassicBroker:
         conf: str = "",
         file_size: int = 1 << 18,
         master: str | None = None,
+        extra: list[str] | None = None,
     ) -> None:
         self.root = root
         self.master = master
+        self.extra = extra or []
         self.dir = root / name
         self.name = name
         self.role = role
@@ -408,6 +410,7 @@ class ClassicBroker:
             cmd += ["--master-ha", self.master_ha]
         if self.master:
             cmd += ["--master", self.master]
+        cmd += self.extra
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.root, start_new_session=True

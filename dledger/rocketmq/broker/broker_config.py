@@ -28,6 +28,13 @@ class BrokerConfig:
     self_id: str
     # registerNameServerPeriod, in seconds (Java's default 30, clamped to 10-60).
     register_period_s: float = 30.0
+    # A classic broker's brokerId (0 master, > 0 slave) and HA address; a DLedger member's
+    # follow from its role and self id.
+    broker_id: int | None = None
+    ha_addr: str | None = None
+    # SlaveSynchronize's first round and period (Java: 3 s, 10 s; shorter in tests).
+    sync_delay_s: float = 3.0
+    sync_period_s: float = 10.0
 
     @property
     def broker_addr(self) -> str:
@@ -40,13 +47,18 @@ class BrokerConfig:
 
     @property
     def ha_server_addr(self) -> str:
+        if self.ha_addr is not None:
+            return self.ha_addr
         # A DLedger broker replicates through its group, not HAService; Java still announces
         # brokerIP2:haListenPort (listenPort + 1), and so do we.
         return f"{self.broker_ip1}:{self.listen_port + 1}"
 
     @property
     def slave_id(self) -> int:
-        """DLedgerRoleChangeHandler's brokerId of a follower: its self id's number + 1 (n0 -> 1)."""
+        """A classic slave's brokerId; DLedgerRoleChangeHandler's of a follower: its self id's
+        number + 1 (n0 -> 1)."""
+        if self.broker_id is not None:
+            return self.broker_id
         digits = "".join(ch for ch in self.self_id if ch.isdigit())
         return int(digits) + 1 if digits else 1
 

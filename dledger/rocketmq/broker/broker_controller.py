@@ -15,6 +15,12 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
   master unreachable) the slave serves it, as RocketMQ's consumers read from a slave then.
 - Consumer offsets are committed to the master (``config/consumerOffset.json``); a slave copies
   them every 10 s (SlaveSynchronize).
+- With ``remoting_port`` (``--remoting-port``, Java's listenPort) it speaks RocketMQ's remoting
+  there and on ``remoting_port - 2`` (the VIP channel), registers every 30 s with each name server
+  (brokerId 0 as a master, its ``broker_id`` as a slave, its HA address), keeps
+  ``config/topics.json`` and ``config/subscriptionGroup.json``, and a slave syncs topics,
+  subscription groups, consumer and delay offsets from its master's VIP channel
+  (BrokerRemoting, shared with the DLedger member).
 - Delayed messages are delivered by the master (ScheduleMessageService, shared with the DLedger
   member), their progress in ``config/delayOffset.json`` in Java's format (read at start too).
 - Role switch without restart (``change_to_master``/``change_to_slave``, or the
@@ -40,6 +46,8 @@ from dledger.codes import RequestCode, ResponseCode
 from dledger.errors import DLedgerError
 from dledger.net.transport import Request, Response, RpcServer
 from dledger.peers import parse_addr
+from dledger.rocketmq.broker.broker_config import BrokerConfig
+from dledger.rocketmq.broker.broker_remoting import BrokerRemoting
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.query_message_processor import (
     QUERY_CODES,
@@ -58,7 +66,7 @@ from dledger.rocketmq.broker.send_message_processor import (
     _stem_properties,
 )
 from dledger.rocketmq.broker.service_metrics import MessageStats
-from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
+from dledger.rocketmq.broker.slave_synchronize import SYNC_DELAY_S, SYNC_PERIOD_S, TransportOffsetSynchronize
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
 from dledger.rocketmq.store.delay_offset import load_delay_offsets, persist_delay_offsets
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
@@ -98,10 +106,27 @@ class BrokerController:
         broker_name: str = "broker-a",
         queue_nums: int = DEFAULT_QUEUE_NUMS,
         master_addr: str | None = None,
+        remoting_port: int | None = None,
+        namesrv_addr: str | None = None,
+        cluster: str = "DefaultCluster",
+        broker_id: int | None = None,
+        sync_period_s: float = SYNC_PERIOD_S,
     ) -> None:
         self.listen_host, self.listen_port = parse_addr(listen)
+        if remoting_port is not None and not 2 < remoting_port <= 65535:
+            raise ValueError(f"remoting port {remoting_port}: want 3-65535 (the VIP channel is port - 2)")
+        self.remoting_port = remoting_port
+        self.namesrv_addrs = tuple(a.strip() for a in (namesrv_addr or "").split(";") if a.strip())
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self.sync_period_s = sync_period_s
+        self.remoting: BrokerRemoting | None = None
         if not store_config.store_host:
-            store_config = store_config.replace(store_host=listen)
+            # With remoting on, records carry brokerIP1:listenPort, as the Java broker's do.
+            host = self.listen_host if self.listen_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+            store_config = store_config.replace(
+                store_host=listen if remoting_port is None else f"{host}:{remoting_port}"
+            )
         self.store_config = store_config
         self.broker_name = broker_name
         self.queue_nums = queue_nums
@@ -164,7 +189,9 @@ class BrokerController:
             await asyncio.to_thread(store.close)
             raise
         self._arrivals = asyncio.get_running_loop().create_task(self._watch_arrivals())
-        self.slave_synchronize = SlaveSynchronize(store.consumer_offsets, self.address)
+        self.slave_synchronize = TransportOffsetSynchronize(store.consumer_offsets, self.address)
+        if self.remoting_port is not None:
+            await self._start_remoting()
         self._handle_slave_synchronize()
         # Delayed messages: delivered while this broker is a master (handleScheduleMessageService),
         # their progress kept in config/delayOffset.json in Java's format.
@@ -182,11 +209,62 @@ class BrokerController:
             f", master HA {self.store_config.ha_master_address}" if self.role == SLAVE else "",
         )
 
+    async def _start_remoting(self) -> None:
+        store, ha = self.store, self.ha
+        assert store is not None and ha is not None and self.remoting_port is not None
+        host = self.listen_host if self.listen_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        config_dir = store.root / "config"
+        cfg = BrokerConfig(
+            self.cluster,
+            self.broker_name,
+            host,
+            self.remoting_port,
+            self.namesrv_addrs,
+            True,
+            self.queue_nums,
+            "",
+            broker_id=self.broker_id if self.broker_id else 1,  # a slave's; Java refuses 0 for one
+            ha_addr=f"{host}:{ha.port}",
+            sync_delay_s=min(SYNC_DELAY_S, self.sync_period_s),
+            sync_period_s=self.sync_period_s,
+        )
+
+        def delay_sink(table: dict[int, int]) -> None:
+            if table and table != load_delay_offsets(config_dir):
+                persist_delay_offsets(config_dir, table)
+
+        remoting = BrokerRemoting(
+            _RemotingView(self, store),
+            cfg,
+            self.listen_host,
+            config_dir,
+            store.preparer.store_host_raw,
+            offsets=store.consumer_offsets,
+            delay_table=self._delay_table,
+            delay_sink=delay_sink,
+        )
+        remoting.leading = self.is_master
+        try:
+            await remoting.start()
+        except BaseException:
+            await self.shutdown()
+            raise
+        self.remoting = remoting
+
+    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
+        """MessageServiceView.handle: the remoting processors' way in (the same checks)."""
+        try:
+            return await self._handle_message(MessageRequestCode(code), body, peer)
+        except DLedgerError as exc:
+            return Response(exc.code, {}, exc.message)
+
     async def shutdown(self) -> None:
         """Stop serving, stop HA, close the store (flushed, checkpoint written, no ``abort``)."""
         if self._stopping:
             return
         self._stopping = True
+        if self.remoting is not None:
+            await self.remoting.close()
         if self._arrivals is not None:
             self._arrivals.cancel()
         if self._sync_task is not None:
@@ -212,11 +290,26 @@ class BrokerController:
         host, _, port = ha.rpartition(":")
         return f"{host}:{int(port) - 1}"
 
+    def _remoting_master(self) -> str | None:
+        """Until the name server says (masterAddr): Java's port convention, the master's HA port
+        being its listenPort + 1."""
+        ha = self.store_config.ha_master_address
+        if not ha:
+            return None
+        host, _, port = ha.rpartition(":")
+        return f"{host}:{int(port) - 1}"
+
     def _handle_slave_synchronize(self) -> None:
         """handleSlaveSynchronize: a slave syncs metadata from its master; a master does not."""
         if self._sync_task is not None:
             self._sync_task.cancel()
             self._sync_task = None
+        if self.remoting is not None:
+            # Over remoting (BrokerRemoting's SlaveSynchronize), the role its brokerId too.
+            self.remoting.on_role_change(self.is_master)
+            if self.role == SLAVE and self.remoting.slave_synchronize.master_addr is None:
+                self.remoting.slave_synchronize.master_addr = self._remoting_master()
+            return
         if self.role == SLAVE:
             self.slave_synchronize.master_addr = self._sync_source()
             self._sync_task = asyncio.get_running_loop().create_task(self.slave_synchronize.run())
@@ -540,6 +633,18 @@ class BrokerController:
             "store_host": format_host(store.store_host),
             "root": str(store.root),
         }
+
+
+class _RemotingView:
+    """MessageServiceView of a started classic broker (its store open)."""
+
+    def __init__(self, broker: BrokerController, store: MessageStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.metric_stats = broker.metric_stats
+
+    async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
+        return await self.broker.handle(code, body, peer)
 
 
 class _ClassicPacked:

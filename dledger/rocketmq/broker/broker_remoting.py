@@ -4,8 +4,15 @@ registerBrokerAll every 30 s with each name server).
 
 A member of a DLedger group registers as the master (brokerId 0) while it leads and as a slave
 (its self id's number + 1) otherwise, as Java's DLedgerRoleChangeHandler makes it; a role change
-registers at once, so that clients find the new leader without waiting for the period. The
-requests go to the member's message service (``MessageService.handle``): the same checks, log
+registers at once, so that clients find the new leader without waiting for the period. A
+classic broker registers as its role says (brokerId 0 master, its ``brokerId`` a slave, with its
+HA address).
+
+While it is not the master it runs SlaveSynchronize: every 10 s (after 3 s) the topics,
+subscription groups (and a classic slave's consumer and delay offsets) from the master's VIP
+channel, the master's address being what the name server answered the registration with.
+
+The requests go to the member's message service (``MessageService.handle``): the same checks, log
 and answers as the project's own protocol on ``--listen``.
 """
 
@@ -13,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
 from dledger.rocketmq.broker.broker_outer_api import BrokerOuterAPI
@@ -21,22 +30,42 @@ from dledger.rocketmq.broker.consumer_manager import ConsumerManager
 from dledger.rocketmq.broker.processor.admin_broker_processor import AdminBrokerProcessor
 from dledger.rocketmq.broker.processor.client_manage_processor import ClientManageProcessor
 from dledger.rocketmq.broker.processor.consumer_manage_processor import ConsumerManageProcessor
+from dledger.rocketmq.broker.processor.metadata_processor import MetadataProcessor
 from dledger.rocketmq.broker.processor.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.processor.query_message_processor import QueryMessageProcessor
 from dledger.rocketmq.broker.processor.send_message_processor import SendMessageProcessor
+from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
+from dledger.rocketmq.broker.subscription_group_manager import FILE_NAME as SUBSCRIPTION_GROUP_FILE
+from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
+from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor
 from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID
-from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION
+from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION, RemotingCommand
 from dledger.rocketmq.remoting.request_code import RequestCode
+
+if TYPE_CHECKING:
+    from dledger.rocketmq.store.consumer_offset import ConsumerOffsetManager
 
 log = logging.getLogger(__name__)
 
 
 class BrokerRemoting:
     def __init__(
-        self, service: MessageServiceView, config: BrokerConfig, bind_host: str, config_dir: Path, store_host_raw: bytes
+        self,
+        service: MessageServiceView,
+        config: BrokerConfig,
+        bind_host: str,
+        config_dir: Path,
+        store_host_raw: bytes,
+        *,
+        offsets: ConsumerOffsetManager | None = None,
+        delay_table: Callable[[], dict[int, int] | None] = lambda: None,
+        delay_sink: Callable[[dict[int, int]], None] | None = None,
     ) -> None:
+        """``offsets``/``delay_sink``: where a slave puts its master's consumer and delay offsets
+        (a classic broker; a DLedger member's come through its log); ``delay_table`` what a
+        master answers GET_ALL_DELAY_OFFSET with."""
         self.service = service
         self.config = config
         self.bind_host = bind_host
@@ -48,8 +77,20 @@ class BrokerRemoting:
             config.cluster,
             config.broker_name,
         )
+        self.subscriptions = SubscriptionGroupManager(config_dir / SUBSCRIPTION_GROUP_FILE)
         self.consumers = ConsumerManager()
         self.outer = BrokerOuterAPI(list(config.namesrv_addrs))
+        self.slave_synchronize = SlaveSynchronize(
+            self.outer.client,
+            self.topics,
+            self.subscriptions,
+            offsets,
+            delay_sink,
+            period_s=config.sync_period_s,
+            delay_s=config.sync_delay_s,
+        )
+        self.slave_synchronize.self_addr = config.broker_addr
+        self._sync_task: asyncio.Task[None] | None = None
         self._register_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         send = SendMessageProcessor(service, self.topics, config, store_host_raw, self.topics_changed)
@@ -58,13 +99,15 @@ class BrokerRemoting:
         consumer = ConsumerManageProcessor(service, self.consumers)
         query = QueryMessageProcessor(service)
         admin = AdminBrokerProcessor(service, self.topics, self.consumers, config, self.topics_changed)
+        meta = MetadataProcessor(self.subscriptions, delay_table)
+        self._heart_beat = client.heart_beat
         R = RequestCode
         self.processors: dict[int, Processor] = {
             R.SEND_MESSAGE: send.process,
             R.SEND_MESSAGE_V2: send.process,
             R.SEND_BATCH_MESSAGE: send.process,
             R.PULL_MESSAGE: pull.process,
-            R.HEART_BEAT: client.heart_beat,
+            R.HEART_BEAT: self.heart_beat,
             R.UNREGISTER_CLIENT: client.unregister_client,
             R.CHECK_CLIENT_CONFIG: client.check_client_config,
             R.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
@@ -85,6 +128,10 @@ class BrokerRemoting:
             R.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
             R.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
             R.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            R.GET_ALL_DELAY_OFFSET: meta.get_all_delay_offset,
+            R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: meta.get_all_subscription_group,
+            R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: meta.update_and_create_subscription_group,
+            R.DELETE_SUBSCRIPTIONGROUP: meta.delete_subscription_group,
         }
         self.servers = [
             NettyRemotingServer(
@@ -104,6 +151,7 @@ class BrokerRemoting:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._register_loop()))
         self._tasks.append(loop.create_task(self._scan_clients()))
+        self._handle_slave_synchronize()
         log.info(
             "remoting on %s:%d (VIP %d) as %s of %s",
             self.bind_host,
@@ -120,6 +168,28 @@ class BrokerRemoting:
                 # Serve what the predecessor created: the topics its queues hold.
                 self.topics.adopt(sorted({t for t, _q, _cq in self.service.store.consume_queues}))
             self._register_now.set()
+            if self._tasks:  # started
+                self._handle_slave_synchronize()
+
+    def _handle_slave_synchronize(self) -> None:
+        """handleSlaveSynchronize: a slave syncs its master's metadata; a master does not."""
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            self._sync_task = None
+        if not self.leading:
+            self._sync_task = asyncio.get_running_loop().create_task(self.slave_synchronize.run())
+        else:
+            self.slave_synchronize.master_addr = None
+
+    async def heart_beat(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """ClientManageProcessor.heartBeat's findSubscriptionGroupConfig: a consumer group is
+        made (autoCreateSubscriptionGroup) on its first heartbeat."""
+        data = remoting_serializable.decode(req.body) if req.body else {}
+        if isinstance(data, dict):
+            for cd in data.get("consumerDataSet") or []:
+                if isinstance(cd, dict) and cd.get("groupName"):
+                    await asyncio.to_thread(self.subscriptions.find, str(cd["groupName"]))
+        return await self._heart_beat(req, ch)
 
     def topics_changed(self) -> None:
         """A topic was made or changed: the name servers hear of it now (registerIncrementBrokerData)."""
@@ -134,7 +204,7 @@ class BrokerRemoting:
             return
         c = self.config
         # A slave's topics are not read by the name server (only a master's): sent all the same.
-        await self.outer.register_broker_all(
+        answers = await self.outer.register_broker_all(
             c.cluster,
             c.broker_addr,
             c.broker_name,
@@ -143,6 +213,13 @@ class BrokerRemoting:
             dict(self.topics.table),
             self.topics.data_version,
         )
+        for resp in answers:
+            # RegisterBrokerResult: a slave learns its master's address (for SlaveSynchronize).
+            if resp is not None and resp.code == 0 and not self.leading:
+                master = (resp.ext_fields or {}).get("masterAddr")
+                if master:
+                    self.slave_synchronize.master_addr = master
+                break
 
     async def _register_loop(self) -> None:
         while True:
@@ -162,6 +239,8 @@ class BrokerRemoting:
             self.consumers.scan_not_active()
 
     async def close(self) -> None:
+        if self._sync_task is not None:
+            self._tasks.append(self._sync_task)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,8 +1,10 @@
 """BrokerStartup: ``dledger mq broker`` (one classic broker) and ``dledger mq cluster --classic``.
 
 ``-c broker.conf`` is read as RocketMQ reads it (Java properties, RocketMQ's key names: the
-MessageStoreConfig keys, plus ``brokerName``, ``listenPort``, ``brokerIP1`` and
-``defaultTopicQueueNums``). Keys that do nothing here are named in one warning line. Flags
+MessageStoreConfig keys, plus ``brokerName``, ``listenPort``, ``brokerIP1``,
+``defaultTopicQueueNums``, ``namesrvAddr``, ``brokerClusterName`` and ``brokerId``). ``listenPort``
+is the port of the project's own protocol (``--listen``); RocketMQ's remoting is on
+``--remoting-port`` when given. Keys that do nothing here are named in one warning line. Flags
 override the file.
 """
 
@@ -28,7 +30,15 @@ from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, Mess
 log = logging.getLogger(__name__)
 
 # BrokerConfig / NettyServerConfig keys the classic broker takes from broker.conf.
-_BROKER_KEYS = {"brokerName", "listenPort", "brokerIP1", "defaultTopicQueueNums"}
+_BROKER_KEYS = {
+    "brokerName",
+    "listenPort",
+    "brokerIP1",
+    "defaultTopicQueueNums",
+    "namesrvAddr",
+    "brokerClusterName",
+    "brokerId",
+}
 
 
 @dataclasses.dataclass(slots=True)
@@ -39,6 +49,11 @@ class BrokerSettings:
     listen_port: int = 10911
     queue_nums: int = 4
     master_addr: str | None = None
+    remoting_port: int | None = None
+    namesrv_addr: str | None = None
+    cluster: str = "DefaultCluster"
+    broker_id: int | None = None
+    sync_period_ms: int = 10000
     unsupported: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -84,6 +99,12 @@ def broker_settings(props: dict[str, str]) -> BrokerSettings:
                 s.listen_port = int(value)
             elif key == "brokerIP1":
                 s.listen_host = value
+            elif key == "namesrvAddr":
+                s.namesrv_addr = value
+            elif key == "brokerClusterName":
+                s.cluster = value
+            elif key == "brokerId":
+                s.broker_id = int(value)
             else:
                 s.queue_nums = int(value)
             continue
@@ -109,6 +130,19 @@ def add_broker_commands(sub: Any) -> None:
         help="a slave's master's client address host:port, for metadata sync (default: the --master-ha port - 1)",
     )
     b.add_argument("--broker-name", help="brokerName, the group clients name (default broker-a)")
+    b.add_argument(
+        "--remoting-port",
+        type=int,
+        help="RocketMQ's remoting on this port (Java's listenPort) and the VIP channel on port - 2 (default: off)",
+    )
+    b.add_argument("--namesrv-addr", help='with --remoting-port: name servers to register with, "host:port;host:port"')
+    b.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
+    b.add_argument("--broker-id", type=int, help="a slave's brokerId, > 0 (default 1; a master registers 0)")
+    b.add_argument(
+        "--slave-sync-period-ms",
+        type=int,
+        help="how often a slave syncs its master's metadata over remoting (default 10000, as Java; for tests)",
+    )
     b.set_defaults(func=cmd_broker)
     r = sub.add_parser("role", help="switch a running classic broker to master or slave (no restart)")
     r.add_argument("--peers", required=True, help="the broker's client address host:port")
@@ -142,6 +176,15 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         s.broker_name = args.broker_name
     if args.master is not None:
         s.master_addr = args.master
+    for name in ("remoting_port", "namesrv_addr", "cluster", "broker_id"):
+        if getattr(args, name) is not None:
+            setattr(s, name, getattr(args, name))
+    if args.slave_sync_period_ms is not None:
+        if args.slave_sync_period_ms <= 0:
+            raise SystemExit("dledger mq broker: --slave-sync-period-ms must be > 0")
+        s.sync_period_ms = args.slave_sync_period_ms
+    if s.broker_id is not None and s.broker_id <= 0 and s.store.get("broker_role") == SLAVE:
+        raise SystemExit(f"dledger mq broker: a slave's brokerId must be > 0, not {s.broker_id}")
     if args.listen is not None:
         host, _, port = args.listen.rpartition(":")
         s.listen_host, s.listen_port = host.strip("[]") or "127.0.0.1", int(port)
@@ -170,6 +213,11 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
         broker_name=s.broker_name,
         queue_nums=s.queue_nums,
         master_addr=s.master_addr,
+        remoting_port=s.remoting_port,
+        namesrv_addr=s.namesrv_addr,
+        cluster=s.cluster,
+        broker_id=s.broker_id,
+        sync_period_s=s.sync_period_ms / 1000.0,
     )
     await broker.start()
     stop = asyncio.Event()

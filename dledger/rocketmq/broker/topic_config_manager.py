@@ -1,6 +1,8 @@
 """RocketMQ's TopicConfigManager for a member that speaks remoting: the topics it serves (queue
 counts, permissions), TBW102 for auto-creation, the data version a registration carries, kept
-in ``config/topics.json`` as the Java broker keeps it.
+in ``config/topics.json`` as the Java broker keeps it (TopicConfigSerializeWrapper, fastjson's
+pretty text, written through ConfigManager's tmp + ``.bak`` + rename; read back from the file or
+its ``.bak``, a Java-written one included).
 
 Every topic has at most the store's ``default_topic_queue_nums`` queues (a send to a queue past
 them is refused by the message service). A topic the store already holds queues of is served
@@ -9,13 +11,13 @@ too: a member that becomes leader serves what its predecessor created.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
+from dledger.rocketmq.broker.config_manager import chm_order, load_json, string_to_file, to_pretty_json
+from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, TopicConfig
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_INHERIT, PERM_READ, PERM_WRITE
 
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+# TopicConfigManager.topicConfigTable = new ConcurrentHashMap(1024): its iteration order.
+TABLE_CAPACITY = 1024
 
 
 class TopicConfigManager:
@@ -34,14 +38,14 @@ class TopicConfigManager:
         self.auto_create = auto_create
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(int(time.time() * 1000), 0)
-        self._lock = threading.Lock()
-        if path.exists():
+        self._lock = threading.RLock()  # persist (under it) encodes under it too
+        data = load_json(path)
+        if data is not None:
             try:
-                data = json.loads(path.read_text(encoding="utf-8") or "{}")
                 for name, tc in (data.get("topicConfigTable") or {}).items():
                     self.table[name] = TopicConfig.from_json(tc)
                 self.data_version = DataVersion.from_json(data.get("dataVersion"))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.warning("%s does not read (%s): starting from the built-in topics", path, exc)
         # The Java broker's built-in topics: the auto-create key, and one per cluster and broker name.
         perm = PERM_READ | PERM_WRITE
@@ -112,16 +116,35 @@ class TopicConfigManager:
         self.data_version = DataVersion(int(time.time() * 1000), self.data_version.counter + 1)
         self.persist()
 
-    def persist(self) -> None:
-        data = {
+    def _wrapper(self) -> dict[str, object]:
+        # TopicConfigSerializeWrapper's properties, sorted as fastjson writes them.
+        return {
             "dataVersion": self.data_version.to_json(),
-            "topicConfigTable": {k: v.to_json() for k, v in self.table.items()},
+            "topicConfigTable": {k: self.table[k].to_json() for k in chm_order(list(self.table), TABLE_CAPACITY)},
         }
+
+    def encode(self, pretty: bool = False) -> str:
+        """TopicConfigManager.encode: the file's text (pretty) or GET_ALL_TOPIC_CONFIG's body."""
+        with self._lock:
+            wrapper = self._wrapper()
+        if pretty:
+            return to_pretty_json(wrapper)
+        return remoting_serializable.encode(wrapper).decode("utf-8")
+
+    def replace_from_master(self, table: dict[str, TopicConfig], version: DataVersion) -> bool:
+        """SlaveSynchronize.syncTopicConfig: take the master's topics and data version, and
+        persist, when its data version differs from ours; True when it did."""
+        with self._lock:
+            if version == self.data_version:
+                return False
+            self.data_version = DataVersion(version.timestamp, version.counter)
+            self.table = dict(table)
+        self.persist()
+        return True
+
+    def persist(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-            os.replace(tmp, self.path)
+            string_to_file(self.encode(pretty=True), self.path)
         except OSError as exc:
             log.warning("could not write %s: %s", self.path, exc)
 
@@ -130,5 +153,6 @@ __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
     "DLQ_GROUP_TOPIC_PREFIX",
     "RETRY_GROUP_TOPIC_PREFIX",
+    "TABLE_CAPACITY",
     "TopicConfigManager",
 ]

@@ -124,13 +124,7 @@ class AdminBrokerProcessor:
         return req.response(remark=NOT_SET)
 
     async def get_all_topic_config(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
-        body = remoting_serializable.encode(
-            {
-                "dataVersion": self.topics.data_version.to_json(),
-                "topicConfigTable": {k: v.to_json() for k, v in self.topics.table.items()},
-            }
-        )
-        return req.response(body=body)
+        return req.response(body=self.topics.encode().encode("utf-8"))
 
     # -- statistics --------------------------------------------------------------------------
 
