@@ -128,6 +128,9 @@ class DLedgerConfig:
     broker_ip1: str | None = _opt(None, "address clients reach this member at (brokerIP1; unset: the listen host)")
     register_name_server_period: int = _opt(30000, "ms between registrations with the name servers (10000-60000)")
     auto_create_topic_enable: bool = _opt(True, "create a topic on its first send from TBW102 (autoCreateTopicEnable)")
+    slave_sync_period: int = _opt(
+        10000, "ms between a non-leader's syncs of the leader's topics and groups (SlaveSynchronize; Java 10000)"
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -214,6 +217,7 @@ class DLedgerConfig:
 
 # Options that must be 1 or more (counts, sizes, intervals) and 0 or more; unset ones pass.
 _POSITIVE = (
+    "slave_sync_period",
     "peer_push_throttle_point",
     "peer_push_quota",
     "max_wait_ack_time_ms",

@@ -299,7 +299,10 @@ def test_slave_copies_the_masters_consumer_offsets(brokers: Callable[..., Broker
     # Within SlaveSynchronize's first round (3 s) or the next (10 s later).
     with Consumer(slave.addr, "groupA", "TopicHA", read_from="follower") as c:
         wait_for(lambda: c.committed(1) == 17, 30)
-    text = (slave.dir / "config" / "consumerOffset.json").read_text()
+    # The table is taken in memory, then written: the file follows a moment later.
+    path = slave.dir / "config" / "consumerOffset.json"
+    wait_for(path.exists, 10)
+    text = path.read_text()
     assert '"TopicHA@groupA":{1:17' in text.replace("\n", "").replace("\t", "").replace(" ", "")
     slave.stop()
     master.stop()

@@ -79,6 +79,8 @@ class BrokerConfig:
             cfg.default_topic_queue_nums,
             cfg.self_id,
             cfg.register_name_server_period / 1000.0,
+            sync_delay_s=min(3.0, cfg.slave_sync_period / 1000.0),
+            sync_period_s=cfg.slave_sync_period / 1000.0,
         )
 
 

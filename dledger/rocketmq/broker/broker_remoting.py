@@ -228,8 +228,13 @@ class BrokerRemoting:
                 await self.register_broker_all()
             except Exception:
                 log.exception("registration with the name servers failed")
+            period = self.config.register_period_s
+            if not self.leading and self.slave_synchronize.master_addr is None:
+                # A slave that registered before its master learns the master's address from
+                # the next answer: asked again at the sync period, not 30 s later.
+                period = min(period, self.config.sync_period_s)
             try:
-                await asyncio.wait_for(self._register_now.wait(), self.config.register_period_s)
+                await asyncio.wait_for(self._register_now.wait(), period)
             except asyncio.TimeoutError:
                 pass
 

@@ -22,7 +22,7 @@ from dledger.rocketmq.remoting.request_code import RequestCode
 from dledger.rocketmq.remoting.response_code import ResponseCode
 from dledger.rocketmq.store.consumer_offset import decode_offset_table
 from dledger.testing import ClassicBroker, consecutive_free_ports
-from tests.rocketmq.remoting.processes import run, start_namesrv, stop
+from tests.rocketmq.remoting.processes import cluster, run, start_namesrv, stop
 from tests.rocketmq.remoting.test_metadata_files import SUBSCRIPTION_GROUP_FIELDS, TOPIC_CONFIG_FIELDS
 
 SYNC_PERIOD_MS = 400
@@ -205,3 +205,37 @@ def test_slave_takes_the_masters_topics_and_groups_and_both_register_with_their_
             await client.close()
 
     run(scenario, 90.0)
+
+
+def test_dledger_followers_take_the_leaders_topics_and_groups(tmp_path: Path) -> None:
+    from tests.rocketmq.remoting.test_broker_remoting import QUEUES
+    from tests.rocketmq.remoting.test_group_remoting import _wait_master
+
+    with cluster(tmp_path, 3, [*QUEUES, "--slave-sync-period", str(SYNC_PERIOD_MS)]) as (namesrv, brokers):
+        by_addr = {brokers.addr(m): m for m in brokers.ids}
+
+        async def scenario() -> None:
+            client = NettyRemotingClient()
+            try:
+                leader = (await _wait_master(client, namesrv, 3, None, 20))[0]
+                ext = {"topic": "GroupTopic", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"}
+                await _call(client, leader, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+                body = remoting_serializable.encode({"groupName": "GroupGroup", "retryMaxTimes": 3})
+                await _call(client, leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+                followers = [m for a, m in by_addr.items() if a != leader]
+
+                async def synced() -> bool:
+                    for m in followers:
+                        config = tmp_path / m / "config"
+                        t, g = _read(config / "topics.json"), _read(config / "subscriptionGroup.json")
+                        if not (t and "GroupTopic" in t["topicConfigTable"]):
+                            return False
+                        if not (g and g["subscriptionGroupTable"].get("GroupGroup", {}).get("retryMaxTimes") == 3):
+                            return False
+                    return True
+
+                await _until(synced, 15.0)
+            finally:
+                await client.close()
+
+        run(scenario, 90.0)
