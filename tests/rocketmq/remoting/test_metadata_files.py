@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dledger.rocketmq.broker.config_manager import chm_order
 from dledger.rocketmq.broker.subscription_group_manager import (
     SYSTEM_GROUPS,
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
-from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
+from dledger.rocketmq.broker.topic_config_manager import TABLE_CAPACITY, TopicConfigManager
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, TopicConfig
+from dledger.rocketmq.remoting.remoting_command import RemotingCommand
+from dledger.rocketmq.remoting.request_code import RequestCode
+from tests.rocketmq.remoting.captures import frames
 
 # The fields of RocketMQ 4.9.4's classes (common/TopicConfig.java, SubscriptionGroupConfig.java,
 # DataVersion.java), which fastjson writes as properties.
@@ -174,3 +178,19 @@ def test_the_master_table_is_taken_only_when_its_data_version_differs(tmp_path: 
     inode = (tmp_path / "subscriptionGroup.json").stat().st_ino
     assert not m.replace_from_master({"G": SubscriptionGroupConfig("G")}, DataVersion(1700000000000, 42))
     assert (tmp_path / "subscriptionGroup.json").stat().st_ino == inode  # not rewritten
+
+
+def test_the_topic_table_is_in_the_order_a_java_broker_iterates_it() -> None:
+    """The captured REGISTER_BROKER bodies of the Java 4.9.4 broker hold its TopicConfigManager's
+    table as it iterates (a ConcurrentHashMap(1024)); ours writes the same order."""
+    seen = 0
+    for f in frames():
+        if f.is_request and f.code == RequestCode.REGISTER_BROKER:
+            body = json.loads(bytes(RemotingCommand.decode(f.raw[4:]).body))
+            keys = list(body["topicConfigSerializeWrapper"]["topicConfigTable"])
+            assert keys == chm_order(keys, TABLE_CAPACITY), f.scenario
+            seen += 1
+    assert seen >= 3
+    # Insertion order does not matter, only the keys.
+    keys = ["TopicA", "%RETRY%g", "TBW102", "broker-a", "SCHEDULE_TOPIC_XXXX"]
+    assert chm_order(keys, TABLE_CAPACITY) == chm_order(sorted(keys), TABLE_CAPACITY)
