@@ -239,3 +239,49 @@ def test_dledger_followers_take_the_leaders_topics_and_groups(tmp_path: Path) ->
                 await client.close()
 
         run(scenario, 90.0)
+
+
+def test_a_promoted_slave_registers_as_master_at_once(pair: Pair) -> None:
+    from dledger.rocketmq.client.mq_admin import update_broker_role_async
+
+    slave_topics = pair.slave.dir / "config" / "topics.json"
+
+    async def cluster_addrs(client: NettyRemotingClient) -> dict[int, str]:
+        resp = await _call(client, pair.namesrv, RequestCode.GET_BROKER_CLUSTER_INFO)
+        info = remoting_serializable.decode(resp.body)
+        addrs = (info.get("brokerAddrTable") or {}).get("broker-a", {}).get("brokerAddrs") or {}
+        return {int(k): v for k, v in addrs.items()}
+
+    async def scenario() -> None:
+        client = NettyRemotingClient()
+        try:
+
+            async def both() -> bool:
+                return len(await cluster_addrs(client)) == 2
+
+            await _until(both)
+            pair.master.stop()  # SIGTERM: it unregisters on the way out
+
+            async def master_gone() -> bool:
+                return await cluster_addrs(client) == {2: pair.slave_remoting}
+
+            await _until(master_gone)
+            await update_broker_role_async(pair.slave.addr, "ASYNC_MASTER")
+
+            async def promoted() -> bool:
+                return await cluster_addrs(client) == {0: pair.slave_remoting}
+
+            await _until(promoted, 5.0)  # registered at once, not at the 30 s period
+            # Its topics now change by its own hand (UPDATE_AND_CREATE_TOPIC), persisted at once.
+            await _call(
+                client,
+                pair.slave_remoting,
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {"topic": "AfterPromotion", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"},
+            )
+            data = _read(slave_topics)
+            assert data is not None and "AfterPromotion" in data["topicConfigTable"]
+        finally:
+            await client.close()
+
+    run(scenario, 90.0)
