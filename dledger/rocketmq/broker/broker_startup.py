@@ -183,6 +183,8 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         if args.slave_sync_period_ms <= 0:
             raise SystemExit("dledger mq broker: --slave-sync-period-ms must be > 0")
         s.sync_period_ms = args.slave_sync_period_ms
+    if s.remoting_port is not None and not 2 < s.remoting_port <= 65535:
+        raise SystemExit(f"dledger mq broker: remoting port {s.remoting_port}: want 3-65535 (VIP channel: port - 2)")
     if s.broker_id is not None and s.broker_id <= 0 and s.store.get("broker_role") == SLAVE:
         raise SystemExit(f"dledger mq broker: a slave's brokerId must be > 0, not {s.broker_id}")
     if args.listen is not None:
@@ -225,7 +227,11 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     assert broker.ha is not None
-    print(f"broker {s.broker_name} {cfg.broker_role} listening on {broker.address} HA {broker.ha.port}", flush=True)
+    remoting = f" remoting {s.remoting_port}" if s.remoting_port is not None else ""
+    print(
+        f"broker {s.broker_name} {cfg.broker_role} listening on {broker.address} HA {broker.ha.port}{remoting}",
+        flush=True,
+    )
     await stop.wait()
     log.info("stopping the broker")
     await broker.shutdown()
