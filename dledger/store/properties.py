@@ -16,18 +16,23 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str] | None:
         text = Path(path).read_text(encoding="latin-1")
     except FileNotFoundError:
         return None
+    return parse_properties(text)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """java.util.Properties' lines: ``key=value`` or ``key: value`` (the key ends at the first of
+    the two), ``#``/``!`` comments, surrounding blanks dropped. Escapes and continuation lines,
+    which neither DLedger's files nor broker.conf use, are not read."""
     out: dict[str, str] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
-        for sep in ("=", ":"):
-            if sep in line:
-                key, value = line.split(sep, 1)
-                out[key.strip()] = value.strip()
-                break
-        else:
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
             out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1 :].strip()
     return out
 
 

@@ -3,9 +3,9 @@
 ``-c broker.conf`` is read as RocketMQ reads it (Java properties, RocketMQ's key names: the
 MessageStoreConfig keys, plus ``brokerName``, ``listenPort``, ``brokerIP1``,
 ``defaultTopicQueueNums``, ``namesrvAddr``, ``brokerClusterName`` and ``brokerId``). ``listenPort``
-is the port of the project's own protocol (``--listen``); RocketMQ's remoting is on
-``--remoting-port`` when given. Keys that do nothing here are named in one warning line. Flags
-override the file.
+is what it is to a Java broker: RocketMQ's remoting port (``--remoting-port``), with the VIP
+channel at ``listenPort - 2``. The project's own protocol is on ``--listen``. Keys that do nothing
+here are named in one warning line. Flags override the file.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dledger.child_process import python_module
 from dledger.cluster import wait_ready
 from dledger.config import snake_case
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
+from dledger.store.properties import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -57,23 +58,6 @@ class BrokerSettings:
     unsupported: list[str] = dataclasses.field(default_factory=list)
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """java.util.Properties, as broker.conf uses it: ``key=value`` or ``key: value`` lines,
-    ``#``/``!`` comments, surrounding blanks dropped."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut < 0:
-            key, value = line, ""
-        else:
-            key, value = line[:cut].strip(), line[cut + 1 :].strip()
-        out[key] = value
-    return out
-
-
 def _convert(name: str, value: str, default: Any) -> Any:
     if isinstance(default, bool):
         if value.lower() not in ("true", "false"):
@@ -96,7 +80,7 @@ def broker_settings(props: dict[str, str]) -> BrokerSettings:
             if key == "brokerName":
                 s.broker_name = value
             elif key == "listenPort":
-                s.listen_port = int(value)
+                s.remoting_port = int(value)
             elif key == "brokerIP1":
                 s.listen_host = value
             elif key == "namesrvAddr":
@@ -160,7 +144,7 @@ def add_broker_commands(sub: Any) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
-    props = read_properties(args.config.read_text()) if args.config is not None else {}
+    props = parse_properties(args.config.read_text()) if args.config is not None else {}
     s = broker_settings(props)
     if s.unsupported:
         log.warning("broker.conf keys not supported here (ignored): %s", ", ".join(s.unsupported))
@@ -190,7 +174,29 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     if args.listen is not None:
         host, _, port = args.listen.rpartition(":")
         s.listen_host, s.listen_port = host.strip("[]") or "127.0.0.1", int(port)
+    _refuse_port_clash(s)
     return s
+
+
+def _refuse_port_clash(s: BrokerSettings) -> None:
+    """Two of the broker's listeners on one port fail at bind with a bare EADDRINUSE; name them
+    before anything starts (the usual case: broker.conf's ``listenPort=10911`` beside the own
+    protocol's default 10911)."""
+    ports = {"--listen": s.listen_port}
+    if s.remoting_port is not None:
+        ports["remoting (listenPort)"] = s.remoting_port
+        ports["VIP channel (listenPort - 2)"] = s.remoting_port - 2
+    ports["HA (haListenPort)"] = s.store.get("ha_listen_port", MessageStoreConfig().ha_listen_port)
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if port == 0:  # any free port: never a clash
+            continue
+        if port in seen:
+            raise SystemExit(
+                f"dledger mq broker: {seen[port]} and {name} are both port {port}: give --listen HOST:PORT "
+                "(the project's protocol) a port of its own"
+            )
+        seen[port] = name
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
