@@ -12,24 +12,28 @@
   failed socket; both stop and the service forgets the connection.
 
 Each side is a thread. The write side sends up to SEND_MOST of log at a time as frames, each a
-header and a view of the mapped file, in one ``sendmsg`` (no copy), under the log's read lock
-(which only retention and close take, never a put): the store's writers never wait on a slave.
+header and the file's bytes by ``sendfile`` from a descriptor of the commit-log file it holds
+open, in one kernel call without the GIL (``dledger._ext.ha.send_file_frames``). It takes none of
+the log's locks: the store's writers never wait on a slave, and the write side never waits
+behind dispatch or the prefault (which hold the read lock a batch at a time).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.store.config import MessageStoreConfig
 
 log = logging.getLogger(__name__)
+_HA = _load_ext("ha")
 
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
@@ -40,8 +44,9 @@ FIRST_REPORT_POLL_S = 0.01
 IDLE_WAIT_S = 0.1
 SELECT_S = 1.0
 # Log bytes a write side sends in one go (as frames of ha_transfer_batch_size), and how long a
-# send may wait for a slave that reads nothing.
-SEND_MOST = 1024 * 1024
+# send may wait for a slave that reads nothing. Each go takes the GIL back once: on a busy
+# master a wait of up to the switch interval (5 ms), so a go is large.
+SEND_MOST = 4 * 1024 * 1024
 SEND_TIMEOUT_S = 5.0
 
 
@@ -64,7 +69,7 @@ class ConnectionOwner(Protocol):
 
     def transfer_start(self, requested: int) -> int: ...
 
-    def send_frames(self, offset: int, batch: int, most: int, send: Callable[[list[Any]], None]) -> int: ...
+    def log_file_at(self, offset: int) -> tuple[int, int, str] | None: ...
 
     def wait_for_data(self, timeout_s: float) -> None: ...
 
@@ -88,6 +93,9 @@ class HAConnection:
         self.slave_ack_offset = -1
         # Where the write side sends from next (-1 until the first report).
         self.next_transfer_from_where = -1
+        # The commit-log file the write side reads: its first offset and a descriptor.
+        self._file_base = -1
+        self._file_fd = -1
         self._stop = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -177,7 +185,7 @@ class HAConnection:
                 if time.monotonic() - last_write > heartbeat:
                     self.sock.sendall(HEADER.pack(self.next_transfer_from_where, 0))
                     last_write = time.monotonic()
-                sent = self.service.send_frames(self.next_transfer_from_where, batch, SEND_MOST, self._send_all)
+                sent = self._send_log(self.next_transfer_from_where, batch)
                 if not sent:
                     self.service.wait_for_data(IDLE_WAIT_S)
                     continue
@@ -187,27 +195,35 @@ class HAConnection:
             if not self._stop.is_set():
                 log.info("HA link of slave %s failed writing: %s", self.client_addr, exc)
         finally:
+            self._close_file()
             self.close()
             self._side_ended()
 
-    def _send_all(self, bufs: list[Any]) -> None:
-        """Frames (headers and views of the log) in as few sendmsg calls as the socket takes:
-        each call lets go of the GIL, and a busy broker's threads wait up to 5 ms to have it back.
-        A slave that takes nothing for SEND_TIMEOUT_S ends the link (the read lock is held)."""
-        views = [memoryview(b).cast("B") for b in bufs]
-        try:
-            while views:
-                n = self.sock.sendmsg(views)
-                while views and n >= len(views[0]):
-                    n -= len(views[0])
-                    views.pop(0).release()
-                if n:
-                    head = views[0]
-                    views[0] = head[n:]
-                    head.release()
-        finally:
-            for v in views:
-                v.release()
+    def _send_log(self, offset: int, batch: int) -> int:
+        """getCommitLogData and the frames' transfer: the written bytes from ``offset`` to the
+        end of its file (at most SEND_MOST) as frames of at most ``batch`` bytes, never past the
+        file. Returns the log bytes sent; 0 when there are none. A slave that takes nothing for
+        SEND_TIMEOUT_S ends the link (TimeoutError)."""
+        found = self.service.log_file_at(offset)
+        if found is None:
+            return 0
+        base, wrote, path = found
+        total = min(wrote - (offset - base), SEND_MOST)
+        if total <= 0:
+            return 0
+        if base != self._file_base:
+            self._close_file()
+            # Opened once a file: a file retention deletes meanwhile stays readable through it.
+            self._file_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            self._file_base = base
+        return int(
+            _HA.send_file_frames(self.sock.fileno(), self._file_fd, offset, offset - base, total, batch, SEND_TIMEOUT_S)
+        )
+
+    def _close_file(self) -> None:
+        fd, self._file_fd, self._file_base = self._file_fd, -1, -1
+        if fd >= 0:
+            os.close(fd)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -16,13 +16,12 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest, GroupTransferService
 from dledger.rocketmq.store.ha.ha_client import HAClient
-from dledger.rocketmq.store.ha.ha_connection import HEADER, HAConnection
+from dledger.rocketmq.store.ha.ha_connection import HAConnection
 from dledger.rocketmq.store.status import PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -166,37 +165,17 @@ class HAService:
         at -= at % int(self.store.commitlog.file_size)
         return max(at, 0)
 
-    def send_frames(self, offset: int, batch: int, most: int, send: Callable[[list[Any]], None]) -> int:
-        """getCommitLogData, cut into frames: the written bytes from ``offset`` to the end of
-        its file (at most ``most``) as frames of at most ``batch`` bytes, each a header and a view
-        of the mapped file, handed to ``send`` in one list (one syscall for them all, while the
-        log's read lock keeps the mapping). Returns the log bytes sent; 0 when there are none."""
+    def log_file_at(self, offset: int) -> tuple[int, int, str] | None:
+        """The commit-log file holding ``offset``: (its first offset, its written bytes, its
+        path), or None. Taken without the log's read lock (a lookup under the GIL, no mapping
+        read): the write side reads the file through a descriptor of its own."""
         cl = self.store.commitlog
-        with cl.reading():
-            if cl.closed:
-                return 0
-            f = cl.files.find(offset)
-            if f is None:
-                return 0
-            rel = offset - int(f.file_from_offset)
-            total = min(int(f.wrote_position) - rel, most)
-            if total <= 0:
-                return 0
-            view = f.view(rel, rel + total)
-            parts: list[memoryview] = []
-            try:
-                bufs: list[Any] = []
-                for at in range(0, total, batch):
-                    n = min(batch, total - at)
-                    part = view[at : at + n]
-                    parts.append(part)
-                    bufs += (HEADER.pack(offset + at, n), part)
-                send(bufs)
-            finally:
-                for part in parts:
-                    part.release()
-                view.release()
-            return total
+        if cl.closed:
+            return None
+        f = cl.find_file(offset)
+        if f is None:
+            return None
+        return int(f.file_from_offset), int(f.wrote_position), str(f.path)
 
     def wait_for_data(self, timeout_s: float) -> None:
         with self._data:

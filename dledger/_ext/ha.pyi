@@ -1,0 +1,3 @@
+def send_file_frames(
+    sock_fd: int, file_fd: int, log_offset: int, file_pos: int, total: int, batch: int, timeout_s: float
+) -> int: ...
