@@ -54,7 +54,7 @@ FILE = 128 * 1024 * 1024
 STORE_CONF = "mappedFileSizeConsumeQueue=6000000\nmaxHashSlotNum=5000000\nmaxIndexNum=20000000\n"
 # How often the monitor asks the slave where its log ends: the lags are this coarse (plus a
 # look's round trip), and each look costs the slave's event loop a request.
-LOOK_EVERY_S = 0.002
+LOOK_EVERY_S = 0.001
 
 # The monitor process: looks at the slave (argv[1]) every argv[2] seconds until its stdin
 # closes, then prints its looks as JSON: [sent, answered, log end, dispatched to, answered by

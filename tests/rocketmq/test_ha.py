@@ -4,8 +4,10 @@ wrong offset; frames within one commit-log file), then a master and a slave stor
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -358,3 +360,46 @@ def test_master_and_slave_stores_replicate_byte_for_byte(tmp_path: Path) -> None
         mha.shutdown()
         s.close()
         m.close()
+
+
+def test_send_file_frames_sends_exact_frames_of_a_file_and_times_out_on_a_stuck_slave(tmp_path: Path) -> None:
+    """The write side's kernel: RocketMQ's frames of a file's bytes from a position, on a
+    non-blocking socket (Python's with a timeout); a peer that reads nothing ends it."""
+    from dledger._ext import load
+
+    ha_kernel = load("ha")
+    data = bytes(range(256)) * 1000  # 256,000 bytes
+    path = tmp_path / "log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    a, b = socket.socketpair()
+    try:
+        a.settimeout(5)
+        path.unlink()  # deleted (retention) while the descriptor is open: still readable
+        got = bytearray()
+        reader = threading.Thread(target=lambda: got.extend(recv_all(b, 12 * 7 + 200_000)))
+        reader.start()
+        # log position 1_000_000 is the file's byte 5_000; 200,000 bytes in frames of 32 KiB
+        assert ha_kernel.send_file_frames(a.fileno(), fd, 1_000_000, 5_000, 200_000, 32768, 5.0) == 200_000
+        reader.join(10)
+        at, pos = 0, 1_000_000
+        while at < len(got):
+            off, size = HDR.unpack_from(got, at)
+            assert off == pos and 0 < size <= 32768
+            assert got[at + 12 : at + 12 + size] == data[5_000 + pos - 1_000_000 : 5_000 + pos - 1_000_000 + size]
+            at += 12 + size
+            pos += size
+        assert pos == 1_200_000 and at == len(got)
+        with pytest.raises(TimeoutError):
+            # nobody reads b any more: the socket's buffers fill, then the timeout
+            for _ in range(1000):
+                ha_kernel.send_file_frames(a.fileno(), fd, 0, 0, 250_000, 32768, 0.2)
+    finally:
+        os.close(fd)
+        a.close()
+        b.close()
+
+
+def recv_all(sock: socket.socket, n: int) -> bytes:
+    sock.settimeout(10)
+    return recv_exact(sock, n)
