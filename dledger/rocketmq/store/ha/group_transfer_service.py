@@ -59,6 +59,10 @@ class GroupTransferService:
         self._waiting: list[GroupCommitRequest] = []
         self._stop = False
         self._notified = False
+        # Requests put and not answered yet: an acknowledgement wakes the thread only then (an
+        # ASYNC_MASTER's slaves report after each read, hundreds a second: each wake-up would
+        # take the GIL from the putting thread for nothing).
+        self._unanswered = 0
         self._thread = threading.Thread(target=self._run, name="rocketmq-ha-group-transfer", daemon=True)
 
     def start(self) -> None:
@@ -70,6 +74,7 @@ class GroupTransferService:
                 stopped = True
             else:
                 stopped = False
+                self._unanswered += 1
                 self._requests_write.append(req)
                 self._notified = True
                 self._cond.notify()
@@ -77,7 +82,9 @@ class GroupTransferService:
             req.wakeup_customer(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
 
     def notify_transfer_some(self) -> None:
-        """A slave acknowledged further: look at the waiting requests now."""
+        """A slave acknowledged further: look at the waiting requests now (if any)."""
+        if not self._unanswered:
+            return
         with self._cond:
             self._notified = True
             self._cond.notify()
@@ -117,6 +124,9 @@ class GroupTransferService:
                 req.wakeup_customer(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
             else:
                 keep.append(req)
+        if len(keep) != len(self._waiting):
+            with self._cond:
+                self._unanswered -= len(self._waiting) - len(keep)
         self._waiting = keep
 
     def shutdown(self) -> None:
