@@ -57,7 +57,7 @@ STORE_CONF = "mappedFileSizeConsumeQueue=6000000\nmaxHashSlotNum=5000000\nmaxInd
 LOOK_EVERY_S = 0.001
 
 # The monitor process: looks at the slave (argv[1]) every argv[2] seconds until its stdin
-# closes, then prints its looks as JSON: [sent, answered, log end, dispatched to, answered by
+# closes (and once more then), then prints its looks as JSON: [sent, answered, log end, dispatched to, answered by
 # the wall clock] each.
 MONITOR = """
 import json, select, sys, time
@@ -66,11 +66,14 @@ looks = []
 with Consumer(sys.argv[1], "bench", "", read_from="follower", timeout=30) as con:
     print("ready", flush=True)
     every = float(sys.argv[2])
-    while not select.select([sys.stdin], [], [], every)[0]:
+    while True:
+        stop = select.select([sys.stdin], [], [], every)[0]
         t0 = time.monotonic()
         st = next(iter(con.stats().values()))
         end = int(st["committed_phys_offset"])
         looks.append((t0, time.monotonic(), end, end - int(st["dispatch_behind_bytes"]), time.time()))
+        if stop:  # the last look: after the slave caught up
+            break
 print(json.dumps(looks), flush=True)
 """
 
