@@ -1,7 +1,8 @@
 """What a member runs on top of a message store (rocketmq-broker): ``message_service`` (the
 member of a DLedger group: SendMessageProcessor, PullMessageProcessor and the consumer-offset
-requests over the project's transport), ``schedule_service`` (ScheduleMessageService) and
-``service_metrics`` (BrokerStatsManager's series)."""
+requests over the project's transport; delayed messages by the store's
+ScheduleMessageService, ``store.schedule_message_service``) and ``service_metrics``
+(BrokerStatsManager's series)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
   ``config/topics.json`` and ``config/subscriptionGroup.json``, and a slave syncs topics,
   subscription groups, consumer and delay offsets from its master's VIP channel
   (BrokerRemoting, shared with the DLedger member).
-- Delayed messages are delivered by the master (ScheduleMessageService, shared with the DLedger
-  member), their progress in ``config/delayOffset.json`` in Java's format (read at start too).
+- Delayed messages are delivered by the master (the store's ScheduleMessageService, run with this
+  broker's put), their progress in ``config/delayOffset.json`` in Java's format (read at start too).
 - Role switch without restart (``change_to_master``/``change_to_slave``, or the
   UPDATE_BROKER_CONFIG request with ``brokerRole`` and ``haMasterAddress``: ``dledger mq role``).
 - Clients find the broker as a group member: METADATA answers role LEADER (a master) or
@@ -56,7 +56,6 @@ from dledger.rocketmq.broker.query_message_processor import (
     queue_offset,
     route_info,
 )
-from dledger.rocketmq.broker.schedule_service import DELAY_OFFSET_GROUP, ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
     PackedSend,
     SendMessagePreparer,
@@ -68,12 +67,12 @@ from dledger.rocketmq.broker.send_message_processor import (
 from dledger.rocketmq.broker.service_metrics import MessageStats
 from dledger.rocketmq.broker.slave_synchronize import SYNC_DELAY_S, SYNC_PERIOD_S, TransportOffsetSynchronize
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
-from dledger.rocketmq.store.delay_offset import load_delay_offsets, persist_delay_offsets
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
 from dledger.rocketmq.store.ha.ha_service import HAService
 from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, format_host
 from dledger.rocketmq.store.message_store import MessageStore
+from dledger.rocketmq.store.schedule_message_service import DELAY_OFFSET_GROUP, call_on_loop
 from dledger.rocketmq.store.status import AppendMessageStatus, PutMessageStatus
 from dledger.rocketmq.store.topic_validator import validate_group
 from dledger.rocketmq.wire import (
@@ -139,9 +138,7 @@ class BrokerController:
         # server): given, or by RocketMQ's port convention the master's HA port - 1.
         self.master_addr = master_addr
         self._sync_task: asyncio.Task[None] | None = None
-        self._schedule_task: asyncio.Task[None] | None = None
-        self._delay_persist_task: asyncio.Task[None] | None = None
-        self._delay_persisted: dict[int, int] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -166,7 +163,8 @@ class BrokerController:
 
     async def start(self) -> None:
         root = self.store_config.store_path_root_dir
-        self.store = await asyncio.to_thread(MessageStore, root, self.store_config)
+        # The store's ScheduleMessageService is started below, with this broker's put.
+        self.store = await asyncio.to_thread(MessageStore, root, self.store_config, schedule=False)
         store = self.store
         if store.mode != "classic":
             store.close()
@@ -193,13 +191,14 @@ class BrokerController:
         if self.remoting_port is not None:
             await self._start_remoting()
         self._handle_slave_synchronize()
-        # Delayed messages: delivered while this broker is a master (handleScheduleMessageService),
-        # their progress kept in config/delayOffset.json in Java's format.
+        # Delayed messages: delivered while this broker is a master (handleScheduleMessageService)
+        # by the store's ScheduleMessageService, through this broker's put (a SYNC_MASTER's waits
+        # for its slave), their progress in config/delayOffset.json in Java's format.
+        self._loop = asyncio.get_running_loop()
+        assert store.schedule is not None
+        self.schedule = store.schedule
+        self.schedule.start(self._schedule_put, self._schedule_commit, self._takes_puts)
         self._seed_delay_offsets()
-        self.schedule = ScheduleMessageService(store, self._schedule_put, self._schedule_commit, self._takes_puts)
-        loop = asyncio.get_running_loop()
-        self._schedule_task = loop.create_task(self.schedule.run())
-        self._delay_persist_task = loop.create_task(self._persist_delay_offsets_loop())
         log.info(
             "classic broker %s (%s) serves on %s, HA port %d%s",
             self.broker_name,
@@ -230,8 +229,9 @@ class BrokerController:
         )
 
         def delay_sink(table: dict[int, int]) -> None:
-            if table and table != load_delay_offsets(config_dir):
-                persist_delay_offsets(config_dir, table)
+            # Into the store's ScheduleMessageService, the one writer of delayOffset.json.
+            if store.schedule is not None:
+                store.schedule.update_offsets(table)
 
         remoting = BrokerRemoting(
             _RemotingView(self, store),
@@ -269,11 +269,9 @@ class BrokerController:
             self._arrivals.cancel()
         if self._sync_task is not None:
             self._sync_task.cancel()
-        for task in (self._schedule_task, self._delay_persist_task):
-            if task is not None:
-                task.cancel()
-        if self.store is not None and self._schedule_task is not None:
-            await asyncio.to_thread(self._persist_delay_offsets)
+        if self.store is not None and self.store.schedule is not None:
+            # Off the loop: a delivery under way finishes its put on it. Writes delayOffset.json.
+            await asyncio.to_thread(self.store.schedule.shutdown)
         if self.server is not None:
             await self.server.close()
         if self.ha is not None:
@@ -321,52 +319,35 @@ class BrokerController:
     def _takes_puts(self) -> bool:
         return self.is_master and not self._stopping
 
-    async def _schedule_put(self, batch: PreparedBatch) -> Response:
-        status, _result = await self._put(batch)
-        if status != PutMessageStatus.PUT_OK:
-            return Response(ResponseCode.UNKNOWN, {}, status.name)
-        return Response(ResponseCode.SUCCESS, {})
+    def _schedule_put(self, batch: PreparedBatch) -> bool:
+        """ScheduleMessageService's put, from its thread: this broker's, on its loop."""
+        assert self._loop is not None and self.store is not None and self.store.schedule is not None
+        wait = self.store_config.sync_flush_timeout / 1000.0 + 30.0
+        done = call_on_loop(self._loop, lambda: self._put(batch), self.store.schedule.stopping, wait)
+        return done is not None and done[0] == PutMessageStatus.PUT_OK
 
-    async def _schedule_commit(self, req: ConsumerOffsetRequest) -> Response:
-        assert self.store is not None
-        self.store.commit_offset(req.group, req.topic, req.queue_id, req.offset)
-        return Response(ResponseCode.SUCCESS, {"offset": req.offset})
-
-    def _delay_table(self) -> dict[int, int]:
+    def _delay_table(self) -> dict[int, int] | None:
+        """What GET_ALL_DELAY_OFFSET answers a slave: the ScheduleMessageService's progress."""
         store = self.store
-        assert store is not None
-        table = {}
-        for qid in store.consume_queues.queue_ids(RMQ_SYS_SCHEDULE_TOPIC):
-            off = store.query_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, qid)
-            if off >= 0:
-                table[qid + 1] = off
-        return table
+        if store is None or store.schedule is None:
+            return None
+        return store.schedule.table()
+
+    def _schedule_commit(self, queue_id: int, offset: int) -> bool:
+        # Kept as consumer offsets of DELAY_OFFSET_GROUP too: a slave copies those (SlaveSynchronize)
+        # and, promoted, goes on from them.
+        assert self.store is not None
+        self.store.commit_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, queue_id, offset)
+        return True
 
     def _seed_delay_offsets(self) -> None:
-        """A delayOffset.json ahead of the offsets here (a Java broker's, or one a crash left
-        newer than consumerOffset.json) says what was delivered: never again."""
+        """A delayOffset.json ahead of the group's offsets here (a Java broker's, or one a crash
+        left newer than consumerOffset.json) goes into them, for a slave to copy."""
         store = self.store
-        assert store is not None
-        for level, offset in load_delay_offsets(store.root / "config").items():
+        assert store is not None and store.schedule is not None
+        for level, offset in store.schedule.table().items():
             if store.query_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, level - 1) < offset:
                 store.commit_offset(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, level - 1, offset)
-        self._delay_persisted = self._delay_table() or None
-
-    def _persist_delay_offsets(self) -> None:
-        table = self._delay_table()
-        if table and table != self._delay_persisted:
-            assert self.store is not None
-            persist_delay_offsets(self.store.root / "config", table)
-            self._delay_persisted = table
-
-    async def _persist_delay_offsets_loop(self) -> None:
-        period = self.store_config.flush_consumer_offset_interval / 1000.0
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await asyncio.to_thread(self._persist_delay_offsets)
-            except OSError:
-                log.exception("writing delayOffset.json failed")
 
     async def _watch_arrivals(self) -> None:
         """MessageArrivingListener: wake held pulls when dispatch moved."""

@@ -58,7 +58,6 @@ from dledger.rocketmq.broker.query_message_processor import (
     queue_offset,
     route_info,
 )
-from dledger.rocketmq.broker.schedule_service import ScheduleMessageService
 from dledger.rocketmq.broker.send_message_processor import (
     NOOP_TOPIC,
     OFFSET_TOPIC,
@@ -76,7 +75,8 @@ from dledger.rocketmq.store.encode import (
     assign_queue_offsets,
     encode_batch,
 )
-from dledger.rocketmq.store.message import Message, MessageSysFlag, format_host
+from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, Message, MessageSysFlag, format_host
+from dledger.rocketmq.store.schedule_message_service import DELAY_OFFSET_GROUP, call_on_loop
 from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.store.topic_validator import validate_group
 from dledger.rocketmq.wire import (
@@ -205,7 +205,7 @@ class MessageService:
         # Dispatch runs on the member's loop (bind), not in a thread of the store's own.
         try:
             self.store: MessageStore = MessageStore(
-                self.root, self.store_config, appender=appender, dispatch_thread=False
+                self.root, self.store_config, appender=appender, dispatch_thread=False, schedule=False
             )
         except StoreLockedError:
             # Members sharing one --store-dir, as a first try often has them: say so in one line.
@@ -231,9 +231,10 @@ class MessageService:
         self._stop = threading.Event()
         self._reput: LoopReput | None = None
         self._noop: asyncio.Future[Any] | None = None
-        # Delayed messages, delivered by the leader (started with the loop, in bind).
-        self.schedule = ScheduleMessageService(self.store, self._put, self._update_offset, self._takes_puts)
-        self._schedule_task: asyncio.Task[None] | None = None
+        # Delayed messages, delivered by the leader: the store's ScheduleMessageService with this
+        # member's put and its offsets committed through the log (started with the loop, in bind).
+        assert self.store.schedule is not None
+        self.schedule = self.store.schedule
         self.metric_stats = MessageStats()
         self.sends = SendMessagePreparer(self.store, self.store_config, self.queue_nums)
         self.pulls = PullMessageProcessor(
@@ -252,7 +253,7 @@ class MessageService:
         self._reput = LoopReput(self.store.reput, self._loop, self._dispatched)
         self._reput.heavy_pause = _heavy_dispatch_pause(group.role)
         self._reput.kick()
-        self._schedule_task = self._loop.create_task(self.schedule.run())
+        self.schedule.start(self._schedule_put, self._schedule_commit, self._takes_puts)
         if self.broker_config is not None:
             self.remoting = BrokerRemoting(
                 self,
@@ -306,8 +307,8 @@ class MessageService:
                 asyncio.run_coroutine_threadsafe(self.remoting.close(), self._loop).result(15)
             except Exception:
                 log.exception("closing the remoting side failed")
-        if self._schedule_task is not None:
-            self._schedule_task.cancel()
+        # Off the loop (the node calls close in a thread): a delivery under way finishes on it.
+        self.schedule.shutdown()
         if self._reput is not None:
             self._reput.close()
         self._apply_offsets()
@@ -377,6 +378,23 @@ class MessageService:
         if self._catching_up():
             return self._not_ready(send=True)
         return None
+
+    def _schedule_put(self, batch: PreparedBatch) -> bool:
+        """ScheduleMessageService's put, from its thread: this member's, on its loop (committed
+        by the group before it answers)."""
+        assert self._loop is not None
+        resp = call_on_loop(self._loop, lambda: self._put(batch), self.schedule.stopping, 60.0)
+        if resp is None or resp.code != ResponseCode.SUCCESS:
+            return False
+        return int(resp.body.get("status", PutMessageStatus.PUT_OK)) == PutMessageStatus.PUT_OK
+
+    def _schedule_commit(self, queue_id: int, offset: int) -> bool:
+        """A level's progress, through the log as an offset of DELAY_OFFSET_GROUP: every member
+        applies it, and a new leader goes on from it."""
+        assert self._loop is not None
+        req = ConsumerOffsetRequest(DELAY_OFFSET_GROUP, RMQ_SYS_SCHEDULE_TOPIC, queue_id, offset)
+        resp = call_on_loop(self._loop, lambda: self._update_offset(req), self.schedule.stopping, 60.0)
+        return resp is not None and resp.code == ResponseCode.SUCCESS
 
     def _takes_puts(self) -> bool:
         """What _not_writable answers, without building its refusal."""

@@ -44,6 +44,7 @@ _POSITIVE = (
     "flush_interval_commit_log",
     "flush_interval_consume_queue",
     "flush_consumer_offset_interval",
+    "flush_delay_offset_interval",
     "clean_resource_interval",
     "max_message_size",
     "max_transfer_bytes_on_message_in_memory",
@@ -80,6 +81,9 @@ class MessageStoreConfig:
     # BrokerConfig.flushConsumerOffsetInterval: config/consumerOffset.json is written this often
     # (ms) when offsets changed, and before retention deletes commit-log files.
     flush_consumer_offset_interval: int = 5000
+    # flushDelayOffsetInterval: config/delayOffset.json is written this often (ms) when the
+    # delayed-message delivery moved, and at shutdown.
+    flush_delay_offset_interval: int = 10_000
 
     # retention
     clean_resource_interval: int = 10_000

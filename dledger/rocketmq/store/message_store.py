@@ -11,6 +11,7 @@ dispatch and clean-up services. ``readonly=True`` opens without writing a byte a
 the lock, so it can look at a store another process is running, or at a copy it must not touch.
 ``dispatch_thread=False`` starts no dispatch thread: the owner runs dispatch's rounds itself
 (``self.reput.dispatch_now``; a group member's loop, through ``dispatch.LoopReput``).
+A writer delivers delayed messages (``self.schedule``, ScheduleMessageService) from open to close.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from dledger.rocketmq.store.message import (
     split_keys,
 )
 from dledger.rocketmq.store.records import decode_record, messages_from_columns
+from dledger.rocketmq.store.schedule_message_service import ScheduleMessageService
 from dledger.rocketmq.store.status import (
     AppendMessageResult,
     AppendMessageStatus,
@@ -101,6 +103,7 @@ class MessageStore:
         readonly: bool = False,
         appender: Any = None,
         dispatch_thread: bool = True,
+        schedule: bool = True,
     ) -> None:
         self.root = Path(root)
         cfg = (config or MessageStoreConfig()).replace(store_path_root_dir=str(self.root))
@@ -129,6 +132,12 @@ class MessageStore:
             self._abandon()
             self._release_lock()
             raise
+        # Delayed messages (ScheduleMessageService): a writer delivers them while it takes puts.
+        # An owner with a put of its own (a broker, a group member) passes schedule=False and
+        # starts self.schedule itself; close() stops it either way.
+        self.schedule: ScheduleMessageService | None = None if readonly else ScheduleMessageService(self)
+        if self.schedule is not None and schedule:
+            self.schedule.start()
 
     # -- opening -------------------------------------------------------------------------
 
@@ -917,6 +926,8 @@ class MessageStore:
         """shutdown(): stop the services, dispatch what is left, flush everything, remove ``abort``."""
         if self._closed:
             return
+        if self.schedule is not None:
+            self.schedule.shutdown()
         if not self.readonly:
             self._services_stop.set()
             if self._service_thread is not None:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from dledger.rocketmq.broker.message_service import OFFSET_TOPIC
-from dledger.rocketmq.broker.schedule_service import DELAY_OFFSET_GROUP
 from dledger.rocketmq.client.consumer import Consumer
 from dledger.rocketmq.client.producer import Producer
 from dledger.rocketmq.client.send_result import SendResult
 from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, UNIQ_KEY, Message, MessageExt
+from dledger.rocketmq.store.schedule_message_service import DELAY_OFFSET_GROUP
 from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(300)
