@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from dledger.net.transport import Response, RpcClient
 from dledger.rocketmq.broker.message_service import OFFSET_TOPIC
 from dledger.rocketmq.client.consumer import Consumer, PullResult
 from dledger.rocketmq.client.producer import Producer
+from dledger.rocketmq.store.delay_offset import decode_delay_offsets
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
@@ -386,3 +388,12 @@ def test_delayed_messages_reach_their_topic_when_due_on_every_member(cluster: Te
         assert [m.body for m in pull_until(fcon, 3, 40)] == bodies
         time.sleep(0.5)
         assert fcon.max_offset(1) == 3 and fcon.max_offset(3) == 40
+    # Every member writes the progress it applied to delayOffset.json, Java's file (every 10 s):
+    # a Java broker opened on any member's directory delivers none of them again.
+    for m in c.ids:
+        path = c.store_dir(m) / "config" / "delayOffset.json"
+
+        def written(path: Path = path) -> bool:
+            return path.exists() and decode_delay_offsets(path.read_text()).items() >= {1: 40, 2: 3}.items()
+
+        c.wait_for(written, timeout=30, what=f"{m}'s delayOffset.json")
