@@ -179,3 +179,22 @@ def test_a_slave_and_a_reader_deliver_nothing(tmp_path: Path) -> None:
         with MessageStore(root, readonly=True) as ro:
             assert ro.schedule is None
     assert not (root / "config" / "delayOffset.json").exists()
+
+
+def test_a_promoted_slave_delivers_from_the_offsets_its_master_sent(tmp_path: Path) -> None:
+    """SlaveSynchronize hands the master's table to the slave's service (update_offsets): the
+    file is written, and once promoted the store delivers only what the master had not."""
+    root = tmp_path / "s"
+    with MessageStore(root, config("classic"), schedule=False) as s:
+        for body in (b"delivered by the master", b"left to the slave"):
+            assert s.put_message(Message("T", body, queue_id=0, delay_level=1)).ok
+    with MessageStore(root, config("classic", broker_role=SLAVE)) as s:
+        assert s.schedule is not None
+        assert s.schedule.update_offsets({1: 1})
+        assert decode_delay_offsets((root / "config" / "delayOffset.json").read_text()) == {1: 1}
+        time.sleep(1.2)  # due now; a slave delivers nothing
+        assert s.max_offset_in_queue("T", 0) == 0
+        s.change_role("ASYNC_MASTER")
+        wait_for(lambda: s.max_offset_in_queue("T", 0) >= 1, 10, "the promoted store's delivery")
+        time.sleep(0.6)
+        assert [m.body for m in in_queue(s, "T", 0)] == [b"left to the slave"]
