@@ -26,7 +26,6 @@ from dledger.child_process import python_module
 from dledger.cluster import wait_ready
 from dledger.config import snake_case
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
-from dledger.store.properties import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +143,9 @@ def add_broker_commands(sub: Any) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
+    # Here, not at the top: dledger.store loads numpy, which the CLI's parser must not.
+    from dledger.store.properties import parse_properties
+
     props = parse_properties(args.config.read_text()) if args.config is not None else {}
     s = broker_settings(props)
     if s.unsupported:
