@@ -13,6 +13,7 @@ from dledger.net.transport import Response
 
 if TYPE_CHECKING:
     from dledger.rocketmq.broker.service_metrics import MessageStats
+    from dledger.rocketmq.store.message import Message
     from dledger.rocketmq.store.message_store import MessageStore
 
 
@@ -92,6 +93,8 @@ class MessageServiceView(Protocol):
     metric_stats: MessageStats
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response: ...
+
+    async def put_inner(self, msgs: list[Message]) -> Response: ...
 
 
 __all__ = ["BrokerConfig", "MessageServiceView"]

@@ -30,6 +30,7 @@ from dledger.rocketmq.broker.consumer_manager import ConsumerManager
 from dledger.rocketmq.broker.processor.admin_broker_processor import AdminBrokerProcessor
 from dledger.rocketmq.broker.processor.client_manage_processor import ClientManageProcessor
 from dledger.rocketmq.broker.processor.consumer_manage_processor import ConsumerManageProcessor
+from dledger.rocketmq.broker.processor.end_transaction_processor import EndTransactionProcessor
 from dledger.rocketmq.broker.processor.metadata_processor import MetadataProcessor
 from dledger.rocketmq.broker.processor.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.processor.query_message_processor import QueryMessageProcessor
@@ -98,6 +99,7 @@ class BrokerRemoting:
         client = ClientManageProcessor(self.consumers, self.topics, self.topics_changed)
         consumer = ConsumerManageProcessor(service, self.consumers)
         query = QueryMessageProcessor(service)
+        end_tx = EndTransactionProcessor(service, self.topics, self.topics_changed)
         admin = AdminBrokerProcessor(service, self.topics, self.consumers, config, self.topics_changed)
         meta = MetadataProcessor(self.subscriptions, delay_table)
         self._heart_beat = client.heart_beat
@@ -106,6 +108,8 @@ class BrokerRemoting:
             R.SEND_MESSAGE: send.process,
             R.SEND_MESSAGE_V2: send.process,
             R.SEND_BATCH_MESSAGE: send.process,
+            R.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            R.END_TRANSACTION: end_tx.process,
             R.PULL_MESSAGE: pull.process,
             R.HEART_BEAT: self.heart_beat,
             R.UNREGISTER_CLIENT: client.unregister_client,
@@ -132,6 +136,8 @@ class BrokerRemoting:
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: meta.get_all_subscription_group,
             R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: meta.update_and_create_subscription_group,
             R.DELETE_SUBSCRIPTIONGROUP: meta.delete_subscription_group,
+            R.LOCK_BATCH_MQ: admin.lock_batch_mq,
+            R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
         }
         self.servers = [
             NettyRemotingServer(
