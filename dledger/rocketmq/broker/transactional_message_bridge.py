@@ -25,6 +25,8 @@ REMOVETAG = "d"
 
 def is_prepared(properties: str) -> bool:
     """Boolean.parseBoolean of the send's TRAN_MSG property."""
+    if MessageConst.PROPERTY_TRANSACTION_PREPARED + "\x01" not in properties:
+        return False  # every ordinary send: no parse
     value = decode_properties(properties).get(MessageConst.PROPERTY_TRANSACTION_PREPARED)
     return value is not None and value.lower() == "true"
 

@@ -270,6 +270,8 @@ def test_half_messages_are_seen_only_once_committed(broker: str) -> None:
             assert m.sys_flag & ROLLBACK == COMMIT
             assert m.properties["TRAN_MSG"] == "true" and m.properties["PGROUP"] == "TXG"
             assert m.properties["REAL_TOPIC"] == "TxTopic" and m.properties["REAL_QID"] == "1"
+            # 4.9.4 writes the half message's properties from its map, WAIT put back in it.
+            assert m.properties["WAIT"] == "true" and m.properties["CLUSTER"] == "DefaultCluster"
             _host, half_phys = decode_message_id(ea["msgId"])
             assert m.prepared_offset == half_phys
             # Rollback answers SUCCESS and puts nothing in the topic.

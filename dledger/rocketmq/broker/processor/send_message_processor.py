@@ -205,7 +205,9 @@ class SendMessageProcessor:
                 bytes(req.body or b""),
                 queue_id=queue_id,
                 flag=_int(h, "flag", 0),
-                properties=decode_properties(_strip_wait(props)),
+                # WAIT stays: parseHalfMessageInner rewrites the string from the map, where
+                # Java put WAIT back (the committed message keeps it too).
+                properties=decode_properties(props),
                 sys_flag=_int(h, "sysFlag", 0),
                 born_timestamp=_int(h, "bornTimestamp", 0),
                 born_host=peer_host(ch.remote_addr),
