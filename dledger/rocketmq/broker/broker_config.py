@@ -36,6 +36,10 @@ class BrokerConfig:
     # SlaveSynchronize's first round and period (Java: 3 s, 10 s; shorter in tests).
     sync_delay_s: float = 3.0
     sync_period_s: float = 10.0
+    # transactionCheckInterval, transactionTimeOut (ms) and transactionCheckMax.
+    transaction_check_interval_ms: int = 60000
+    transaction_timeout_ms: int = 6000
+    transaction_check_max: int = 15
 
     @property
     def broker_addr(self) -> str:
@@ -82,6 +86,9 @@ class BrokerConfig:
             cfg.register_name_server_period / 1000.0,
             sync_delay_s=min(3.0, cfg.slave_sync_period / 1000.0),
             sync_period_s=cfg.slave_sync_period / 1000.0,
+            transaction_check_interval_ms=cfg.transaction_check_interval,
+            transaction_timeout_ms=cfg.transaction_timeout,
+            transaction_check_max=cfg.transaction_check_max,
         )
 
 

@@ -39,6 +39,7 @@ from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
 from dledger.rocketmq.broker.subscription_group_manager import FILE_NAME as SUBSCRIPTION_GROUP_FILE
 from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
+from dledger.rocketmq.broker.transactional_message_check_service import TransactionalMessageCheckService
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor
 from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID
@@ -100,6 +101,13 @@ class BrokerRemoting:
         consumer = ConsumerManageProcessor(service, self.consumers)
         query = QueryMessageProcessor(service)
         end_tx = EndTransactionProcessor(service, self.topics, self.topics_changed)
+        self.tx_check = TransactionalMessageCheckService(
+            service,
+            self.consumers,
+            config.transaction_check_interval_ms,
+            config.transaction_timeout_ms,
+            config.transaction_check_max,
+        )
         admin = AdminBrokerProcessor(service, self.topics, self.consumers, config, self.topics_changed)
         meta = MetadataProcessor(self.subscriptions, delay_table)
         self._heart_beat = client.heart_beat
@@ -158,6 +166,7 @@ class BrokerRemoting:
         self._tasks.append(loop.create_task(self._register_loop()))
         self._tasks.append(loop.create_task(self._scan_clients()))
         self._handle_slave_synchronize()
+        self._tasks.append(loop.create_task(self.tx_check.run(lambda: self.leading)))
         log.info(
             "remoting on %s:%d (VIP %d) as %s of %s",
             self.bind_host,

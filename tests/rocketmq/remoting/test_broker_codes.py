@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -374,3 +375,82 @@ def test_unserved_codes_answer_request_code_not_supported(broker: str) -> None:
             await c.close()
 
     run(scenario)
+
+
+CHECKED = [
+    *QUEUES,
+    "--transaction-check-interval",
+    "500",
+    "--transaction-timeout",
+    "300",
+    "--transaction-check-max",
+    "2",
+]
+
+
+def test_unended_half_messages_are_checked_back_with_their_producer(tmp_path: Path) -> None:
+    """A half message nobody ended is asked about (CHECK_TRANSACTION_STATE, oneway, to a producer
+    of its group), naming a copy whose END_TRANSACTION (fromTransactionCheck) commits it; an
+    ended one is never asked about; past transactionCheckMax checks one is dropped."""
+    with cluster(tmp_path, 1, CHECKED) as (ns, brokers):
+        run(lambda: wait_master(ns), timeout=60)
+        addr = brokers.addr("n0")
+
+        async def scenario() -> None:
+            checks: asyncio.Queue[RemotingCommand] = asyncio.Queue()
+            producer = NettyRemotingClient(on_request=checks.put_nowait)
+            try:
+                beat = {"clientID": "P1", "producerDataSet": [{"groupName": "TXG"}], "consumerDataSet": []}
+                r = await producer.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=json_encode(beat)))
+                assert r.code == ResponseCode.SUCCESS
+                props = TX_PROPS + "\x02UNIQ_KEY\x01U-OPEN"
+                rolled = await send(producer, addr, "CkTopic", b"rolled", qid=2, props=TX_PROPS, sys_flag=PREPARED)
+                assert (await producer.invoke(addr, end_tx(rolled, ROLLBACK))).code == ResponseCode.SUCCESS
+                open_ = await send(producer, addr, "CkTopic", b"open", qid=2, props=props, sys_flag=PREPARED)
+                check = await asyncio.wait_for(checks.get(), 20)
+                assert check.code == RequestCode.CHECK_TRANSACTION_STATE and check.is_oneway
+                h = check.ext_fields or {}
+                assert (h["msgId"], h["transactionId"]) == ("U-OPEN", "U-OPEN")
+                # The copy: a later offset in the half queue than the message sent.
+                assert int(h["tranStateTableOffset"]) > int((open_.ext_fields or {})["queueOffset"])
+                assert decode_message_id(h["offsetMsgId"])[1] == int(h["commitLogOffset"])
+                (m,) = records(check.body)
+                assert (m.topic, m.queue_id, m.body) == ("CkTopic", 2, b"open")
+                assert m.properties["TRANSACTION_CHECK_TIMES"] == "1"
+                # The producer's answer commits it.
+                ans = {
+                    "producerGroup": "TXG",
+                    "tranStateTableOffset": h["tranStateTableOffset"],
+                    "commitLogOffset": h["commitLogOffset"],
+                    "commitOrRollback": str(COMMIT),
+                    "fromTransactionCheck": "true",
+                    "msgId": h["msgId"],
+                    "transactionId": h["transactionId"],
+                }
+                await producer.invoke_oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, ans))
+                got = await pull_one(producer, addr, "CkTopic", 2, 0, 10)
+                assert got.body == b"open"
+                # Nothing else is asked about: not the rolled-back one, not the committed one.
+                await asyncio.sleep(2.0)
+                assert checks.empty()
+                # A producer that never answers: asked transactionCheckMax times, then dropped.
+                quiet = await send(
+                    producer,
+                    addr,
+                    "CkTopic",
+                    b"quiet",
+                    qid=2,
+                    props=TX_PROPS + "\x02UNIQ_KEY\x01U-Q",
+                    sys_flag=PREPARED,
+                )
+                assert quiet.code == ResponseCode.SUCCESS
+                asked = [await asyncio.wait_for(checks.get(), 20) for _ in range(2)]
+                assert [(c.ext_fields or {})["msgId"] for c in asked] == ["U-Q", "U-Q"]
+                await asyncio.sleep(2.0)
+                assert checks.empty()
+                assert await max_offset(producer, addr, "TRANS_CHECK_MAX_TIME_TOPIC", 0) == 1
+                assert await max_offset(producer, addr, "CkTopic", 2) == 1
+            finally:
+                await producer.close()
+
+        run(scenario, timeout=120)

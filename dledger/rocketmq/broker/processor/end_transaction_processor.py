@@ -1,8 +1,7 @@
 """RocketMQ's EndTransactionProcessor: END_TRANSACTION (oneway from a 4.9.4 producer, after
-its local transaction) commits a half message (the real message is put, then an op message
-marks the half one done) or rolls it back (only the op message). The transaction check-back
-(CHECK_TRANSACTION_STATE, TransactionalMessageCheckService) is not run: a half message whose
-producer never ends it stays in RMQ_SYS_TRANS_HALF_TOPIC, never visible."""
+its local transaction, or answering the broker's check-back, ``transactional_message_check_service``)
+commits a half message (the real message is put, then an op message marks the half one done)
+or rolls it back (only the op message)."""
 
 from __future__ import annotations
 
