@@ -95,7 +95,9 @@ class BrokerRemoting:
         self._sync_task: asyncio.Task[None] | None = None
         self._register_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        send = SendMessageProcessor(service, self.topics, config, store_host_raw, self.topics_changed)
+        send = SendMessageProcessor(
+            service, self.topics, config, store_host_raw, self.topics_changed, self.subscriptions
+        )
         pull = PullMessageProcessor(service, self.topics)
         client = ClientManageProcessor(self.consumers, self.topics, self.topics_changed)
         consumer = ConsumerManageProcessor(service, self.consumers)

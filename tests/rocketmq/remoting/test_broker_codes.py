@@ -20,16 +20,36 @@ from dledger.rocketmq.remoting.remoting_serializable import decode as json_decod
 from dledger.rocketmq.remoting.remoting_serializable import encode as json_encode
 from dledger.rocketmq.store.message import decode_message_id
 from dledger.rocketmq.store.records import decode_record
-from tests.rocketmq.remoting.processes import cluster, run
+from dledger.testing import ClassicBroker, consecutive_free_ports
+from tests.rocketmq.remoting.processes import cluster, run, start_namesrv, stop
 
 QUEUES = ["--default-topic-queue-nums", "4"]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with cluster(tmp_path_factory.mktemp("codes"), 1, QUEUES) as (ns, brokers):
-        run(lambda: wait_master(ns), timeout=60)
-        yield brokers.addr("n0")
+@pytest.fixture(scope="module", params=["dledger", "classic"])
+def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The remoting address of a DLedger group's member, or of a classic master (the same
+    processors over either store)."""
+    work = tmp_path_factory.mktemp(f"codes-{request.param}")
+    if request.param == "dledger":
+        with cluster(work, 1, QUEUES) as (ns, brokers):
+            run(lambda: wait_master(ns), timeout=60)
+            yield brokers.addr("n0")
+        return
+    ns_proc, ns_port, _ = start_namesrv(work)
+    namesrv = f"127.0.0.1:{ns_port}"
+    port = consecutive_free_ports(4) + 2  # remoting P, VIP P - 2, HA P + 1
+    extra = ["--remoting-port", str(port), "--namesrv-addr", namesrv, "--broker-name", "broker-a"]
+    master = ClassicBroker(work, "master", "ASYNC_MASTER", extra=extra)
+    master.ha_port = port + 1
+    try:
+        master.start()
+        run(lambda: wait_master(namesrv), timeout=60)
+        yield f"127.0.0.1:{port}"
+    finally:
+        if master.proc is not None:
+            master.stop()
+        stop(ns_proc)
 
 
 async def wait_master(namesrv: str) -> None:
@@ -127,6 +147,23 @@ async def pull_one(c: NettyRemotingClient, addr: str, topic: str, qid: int, offs
         assert time.monotonic() < deadline, (topic, qid, offset, got.code, got.remark)
 
 
+async def until_max_offset(c: NettyRemotingClient, addr: str, topic: str, qid: int, want: int) -> None:
+    deadline = time.monotonic() + 10
+    while (got := await max_offset(c, addr, topic, qid)) != want:
+        assert time.monotonic() < deadline, (topic, qid, got, want)
+        await asyncio.sleep(0.05)
+
+
+async def pull_n(c: NettyRemotingClient, addr: str, topic: str, qid: int, n: int, wait_s: float) -> list[Any]:
+    """The first ``n`` messages of a queue (dispatch is asynchronous: pulls until they are in)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        got = records((await pull(c, addr, topic, qid, 0, suspend_ms=500)).body)
+        if len(got) >= n:
+            return got[:n]
+        assert time.monotonic() < deadline, (topic, qid, len(got))
+
+
 def send_back(offset: int, group: str, delay_level: int, origin_id: str, max_times: int | None) -> RemotingCommand:
     ext = {
         "offset": str(offset),
@@ -155,8 +192,7 @@ def test_consumer_send_msg_back_retries_with_a_delay_then_dead_letters(broker: s
                 await send(c, addr, "SBTopic", f"m{n}".encode(), props=f"TAGS\x01T{n}\x02KEYS\x01k{n}", reconsume=n)
                 for n in (0, 15, 16, 3)
             ]
-            got = await pull(c, addr, "SBTopic", 0, 0)
-            msgs = records(got.body)
+            msgs = await pull_n(c, addr, "SBTopic", 0, 4, 10)
             assert [m.reconsume_times for m in msgs] == [0, 15, 16, 3]
             ids = [(r.ext_fields or {})["msgId"] for r in sent]
             # The Java client sends the pulled record's commit-log offset.
@@ -180,7 +216,7 @@ def test_consumer_send_msg_back_retries_with_a_delay_then_dead_letters(broker: s
             sched_before = await max_offset(c, addr, "SCHEDULE_TOPIC_XXXX", 17)
             r = await c.invoke(addr, send_back(msgs[1].stored_phys_offset, "CGB", 0, ids[1], 16))
             assert r.code == ResponseCode.SUCCESS
-            assert await max_offset(c, addr, "SCHEDULE_TOPIC_XXXX", 17) == sched_before + 1
+            await until_max_offset(c, addr, "SCHEDULE_TOPIC_XXXX", 17, sched_before + 1)
 
             # 16 >= 16: the DLQ, at once, no delay.
             r = await c.invoke(addr, send_back(msgs[2].stored_phys_offset, "CGB", 0, ids[2], 16))
@@ -200,12 +236,30 @@ def test_consumer_send_msg_back_retries_with_a_delay_then_dead_letters(broker: s
             assert (await pull_one(c, addr, dlq, 0, 3, 5)).body == b"m0"
             assert await max_offset(c, addr, "SCHEDULE_TOPIC_XXXX", 17) == sched_before + 1
 
+            # The group's own retryMaxTimes (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, as mqadmin
+            # updateSubGroup), when the consumer names none: 3 >= 3.
+            sgc = {"groupName": "CGB", "retryMaxTimes": 3, "retryQueueNums": 1}
+            req = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json_encode(sgc))
+            assert (await c.invoke(addr, req)).code == ResponseCode.SUCCESS
+            r = await c.invoke(addr, send_back(msgs[3].stored_phys_offset, "CGB", 0, ids[3], None))
+            assert r.code == ResponseCode.SUCCESS
+            assert (await pull_one(c, addr, dlq, 0, 4, 5)).body == b"m3"
+            # A group with no retry queues drops it (SUCCESS, nothing stored).
+            sgc = {"groupName": "CGB", "retryMaxTimes": 16, "retryQueueNums": 0}
+            req = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json_encode(sgc))
+            assert (await c.invoke(addr, req)).code == ResponseCode.SUCCESS
+            r = await c.invoke(addr, send_back(msgs[2].stored_phys_offset, "CGB", 0, ids[2], 16))
+            assert (r.code, await max_offset(c, addr, dlq, 0)) == (ResponseCode.SUCCESS, 5)
+            sgc["retryQueueNums"] = 1
+            req = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json_encode(sgc))
+            assert (await c.invoke(addr, req)).code == ResponseCode.SUCCESS
             # A producer's send to a retry topic past the header's maxReconsumeTimes
             # (handleRetryAndDLQ): the same rule moves it to the DLQ.
             await send(c, addr, retry, b"direct", reconsume=2, max_reconsume=2)
-            assert (await pull_one(c, addr, dlq, 0, 4, 5)).body == b"direct"
+            assert (await pull_one(c, addr, dlq, 0, 5, 5)).body == b"direct"
             await send(c, addr, retry, b"kept", reconsume=1, max_reconsume=2)
-            assert await max_offset(c, addr, dlq, 0) == 5
+            assert (await pull_one(c, addr, retry, 0, 1, 5)).body == b"kept"
+            assert await max_offset(c, addr, dlq, 0) == 6
 
             # Both topics are the broker's now (the route's and mqadmin's).
             r = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
@@ -282,9 +336,9 @@ def test_half_messages_are_seen_only_once_committed(broker: str) -> None:
             assert got.code == ResponseCode.PULL_NOT_FOUND
             assert await max_offset(c, addr, "TxTopic", 1) == 1
             # The op messages: "d" and each half message's queue offset.
-            op = records((await pull(c, addr, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 0, suspend_ms=2000)).body)
+            op = await pull_n(c, addr, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 2, 10)
             assert [(o.properties["TAGS"], o.body) for o in op] == [("d", b"0"), ("d", b"1")]
-            half = records((await pull(c, addr, "RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)).body)
+            half = await pull_n(c, addr, "RMQ_SYS_TRANS_HALF_TOPIC", 0, 2, 10)
             assert [h.body for h in half] == [b"to-commit", b"to-roll-back"]
             # An end for a message that is not there.
             gone = end_tx(a, COMMIT)

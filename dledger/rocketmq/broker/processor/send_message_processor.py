@@ -21,6 +21,7 @@ from dledger.rocketmq.broker.send_message_processor import (
     dlq_topic,
     peer_host,
 )
+from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from dledger.rocketmq.broker.transactional_message_bridge import is_prepared, parse_half_message_inner
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
@@ -97,6 +98,7 @@ class SendMessageProcessor:
         config: BrokerConfig,
         store_host_raw: bytes,
         on_topic_created: Callable[[], None],
+        subscriptions: SubscriptionGroupManager | None = None,
     ) -> None:
         self.service = service
         self.topics = topics
@@ -104,6 +106,8 @@ class SendMessageProcessor:
         self.store_host_raw = store_host_raw
         self._host_hex = create_message_id(store_host_raw, 0)[:-16]
         self.on_topic_created = on_topic_created
+        # findSubscriptionGroupConfig; None: every group has SubscriptionGroupConfig's defaults.
+        self.subscriptions = subscriptions
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
         h = header_v1(req)
@@ -257,15 +261,24 @@ class SendMessageProcessor:
         group = req.ext_str("group")
         delay_level = req.ext_int("delayLevel")
         ext = req.ext_fields or {}
-        max_times = RETRY_MAX_TIMES
+        retry_queue_nums, max_times = RETRY_QUEUE_NUMS, RETRY_MAX_TIMES
+        if self.subscriptions is not None:
+            sgc = self.subscriptions.find(group)  # made here when autoCreateSubscriptionGroup
+            if sgc is None:
+                return req.response(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"subscription group not exist, {group} \nSee http://rocketmq.apache.org/docs/faq/ "
+                    "for further details.",
+                )
+            retry_queue_nums, max_times = sgc.retry_queue_nums, sgc.retry_max_times
+        if retry_queue_nums <= 0:
+            return req.response()  # the group takes no retries: dropped, as Java
         if ext.get("maxReconsumeTimes"):
-            max_times = req.ext_int("maxReconsumeTimes")
-        # autoCreateSubscriptionGroup: every group has SubscriptionGroupConfig's defaults
-        # (retryQueueNums 1, retryMaxTimes 16).
+            max_times = req.ext_int("maxReconsumeTimes")  # the consumer's own, over the group's
         retry = RETRY_GROUP_TOPIC_PREFIX + group
         tc = self.topics.select(retry)
         if tc is None:
-            tc = self.topics.create_in_send_back(retry, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
+            tc = self.topics.create_in_send_back(retry, retry_queue_nums, PERM_READ | PERM_WRITE)
             self.on_topic_created()
         if not tc.perm & PERM_WRITE:
             return req.response(ResponseCode.NO_PERMISSION, f"the topic[{retry}] sending message is forbidden")
