@@ -131,6 +131,11 @@ class DLedgerConfig:
     slave_sync_period: int = _opt(
         10000, "ms between a non-leader's syncs of the leader's topics and groups (SlaveSynchronize; Java 10000)"
     )
+    transaction_check_interval: int = _opt(
+        60000, "ms between checks of unended half messages (transactionCheckInterval)"
+    )
+    transaction_timeout: int = _opt(6000, "ms a half message waits before its first check (transactionTimeOut)")
+    transaction_check_max: int = _opt(15, "checks of a half message before it is dropped (transactionCheckMax)")
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -151,6 +156,9 @@ class DLedgerConfig:
             raise ConfigError(f"listen_port = {self.listen_port}: want a port, 3-65535 (the VIP channel is port - 2)")
         if not 10000 <= self.register_name_server_period <= 60000:
             raise ConfigError(f"register_name_server_period = {self.register_name_server_period}: want 10000-60000 ms")
+        for name in ("transaction_check_interval", "transaction_timeout", "transaction_check_max"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} = {getattr(self, name)}: want 1 or more")
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigError(f"metrics_port = {self.metrics_port}: want a port, 0-65535")
         delete_hours(self.delete_when)
@@ -255,6 +263,7 @@ _ALIASES = {
     "enableDLegerCommitLog": "message_store",
     "enable_dleger_commit_log": "message_store",
     "brokerIP1": "broker_ip1",
+    "transactionTimeOut": "transaction_timeout",
 }
 
 

@@ -521,10 +521,68 @@ def query_offsets(root: Path, topic: str, key: str, max_num: int) -> list[int]:
         svc.close()
 
 
+def _query_namesrv(args: argparse.Namespace) -> list[int]:
+    """QUERY_MESSAGE to every master of the topic (as mqadmin queryMsgByKey), or, with --id,
+    VIEW_MESSAGE_BY_ID to the broker the offset message id names (queryMsgById), which prints
+    the message as ``consume`` does. The offsets are the records' stored commit-log offsets
+    (what message ids and ``query`` of the other forms give)."""
+    from dledger.rocketmq.client.mq_client_api import MQClientAPI
+    from dledger.rocketmq.store.message import decode_message_id, format_host
+    from dledger.rocketmq.store.records import decode_record
+
+    def split(body: bytes) -> Iterator[tuple[int, bytes]]:
+        pos = 0
+        while pos + 36 <= len(body):
+            size = int.from_bytes(body[pos : pos + 4], "big")
+            if size <= 36 or pos + size > len(body):
+                raise MqCliError(f"a broker answered a record of {size} bytes at {pos} of {len(body)}")
+            yield int.from_bytes(body[pos + 28 : pos + 36], "big"), body[pos : pos + size]
+            pos += size
+
+    async def run() -> list[int]:
+        api = MQClientAPI(_namesrv_addrs(args), args.timeout)
+        try:
+            if args.id:
+                try:
+                    host, phys = decode_message_id(args.id)
+                except ValueError as exc:
+                    raise MqCliError(f"--id {args.id!r}: not an offset message id ({exc})") from None
+                body = await api.view_message(format_host(host), phys)
+                for offset, raw in split(body):
+                    m = decode_record(raw, offset, client=True)
+                    if m is not None:
+                        _print_message(m)
+                return []
+            masters = await api.master_addrs(args.topic)
+            if not masters:
+                raise MqCliError(f"no name server knows topic {args.topic!r}")
+            out: list[int] = []
+            for addr in masters:
+                out.extend(
+                    offset for offset, _raw in split(await api.query_message(addr, args.topic, args.key, args.max))
+                )
+            return out[: args.max]
+        finally:
+            await api.close()
+
+    return asyncio.run(run())
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     from dledger.rocketmq.store.listing import sorted_offsets
 
-    if _where(args):
+    if bool(args.key) == bool(args.id):
+        raise MqCliError("give --key, or --id with --namesrv (one of them)")
+    if args.id and not args.namesrv:
+        raise MqCliError("--id (an offset message id) needs --namesrv")
+    if args.key and not args.topic:
+        raise MqCliError("--key needs --topic")
+    if args.namesrv:
+        _where(args)
+        offsets = _query_namesrv(args)
+        if args.id:
+            return 0
+    elif _where(args):
         from dledger.rocketmq.client.consumer import Consumer
 
         with Consumer(args.peers, "dledger-cli", args.topic, dledger_group=args.group, **_remote_kwargs(args)) as con:
@@ -774,8 +832,12 @@ def add_mq_commands(subparsers: Any) -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="physical offsets of the messages with a key (read-only)")
     q.add_argument("dir", nargs="?", help="store root")
     _add_network_options(q)
-    q.add_argument("--topic", required=True, help="topic of the messages")
-    q.add_argument("--key", required=True, help="a KEYS segment or a UNIQ_KEY")
+    q.add_argument("--namesrv", default=None, help='RocketMQ name servers "host:port;..." (remoting; Java brokers too)')
+    q.add_argument("--topic", default="", help="topic of the messages (required with --key)")
+    q.add_argument("--key", default=None, help="a KEYS segment or a UNIQ_KEY")
+    q.add_argument(
+        "--id", default=None, help="with --namesrv: an offset message id; prints that message as consume does"
+    )
     q.add_argument(
         "--max", type=_positive(int), default=64, help="at most this many (default 64, RocketMQ's maxMsgsNumBatch)"
     )

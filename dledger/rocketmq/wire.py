@@ -103,6 +103,9 @@ class SendRequest:
     # SendMessageRequestHeader.reconsumeTimes: a message sent back for another try keeps its
     # count (a retry topic's consumer moves it to the DLQ past maxReconsumeTimes).
     reconsume_times: int = 0
+    # SendMessageRequestHeader.maxReconsumeTimes (SubscriptionGroupConfig.retryMaxTimes, 16,
+    # when the client names none): a retry-topic send whose count reached it goes to the DLQ.
+    max_reconsume_times: int = 16
 
     def to_wire(self) -> dict[str, Any]:
         if self.packed is not None:
@@ -127,6 +130,8 @@ class SendRequest:
             out["born_host"] = self.born_host
         if self.reconsume_times:
             out["reconsume"] = self.reconsume_times
+        if self.max_reconsume_times != 16:
+            out["max_reconsume"] = self.max_reconsume_times
         return out
 
     @staticmethod
@@ -167,6 +172,7 @@ class SendRequest:
             stem,
             uniq_first,
             reconsume_times=_int(body, "reconsume", 0),
+            max_reconsume_times=_int(body, "max_reconsume", 16),
         )
         return req, PackedBodies(raw, offs), props
 

@@ -13,6 +13,7 @@ from dledger.net.transport import Response
 
 if TYPE_CHECKING:
     from dledger.rocketmq.broker.service_metrics import MessageStats
+    from dledger.rocketmq.store.message import Message
     from dledger.rocketmq.store.message_store import MessageStore
 
 
@@ -35,6 +36,10 @@ class BrokerConfig:
     # SlaveSynchronize's first round and period (Java: 3 s, 10 s; shorter in tests).
     sync_delay_s: float = 3.0
     sync_period_s: float = 10.0
+    # transactionCheckInterval, transactionTimeOut (ms) and transactionCheckMax.
+    transaction_check_interval_ms: int = 60000
+    transaction_timeout_ms: int = 6000
+    transaction_check_max: int = 15
 
     @property
     def broker_addr(self) -> str:
@@ -81,6 +86,9 @@ class BrokerConfig:
             cfg.register_name_server_period / 1000.0,
             sync_delay_s=min(3.0, cfg.slave_sync_period / 1000.0),
             sync_period_s=cfg.slave_sync_period / 1000.0,
+            transaction_check_interval_ms=cfg.transaction_check_interval,
+            transaction_timeout_ms=cfg.transaction_timeout,
+            transaction_check_max=cfg.transaction_check_max,
         )
 
 
@@ -92,6 +100,8 @@ class MessageServiceView(Protocol):
     metric_stats: MessageStats
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response: ...
+
+    async def put_inner(self, msgs: list[Message]) -> Response: ...
 
 
 __all__ = ["BrokerConfig", "MessageServiceView"]

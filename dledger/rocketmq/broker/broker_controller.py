@@ -70,7 +70,7 @@ from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, Mess
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
 from dledger.rocketmq.store.ha.ha_service import HAService
-from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, format_host
+from dledger.rocketmq.store.message import RMQ_SYS_SCHEDULE_TOPIC, Message, format_host
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.rocketmq.store.schedule_message_service import DELAY_OFFSET_GROUP, call_on_loop
 from dledger.rocketmq.store.status import AppendMessageStatus, PutMessageStatus
@@ -538,6 +538,27 @@ class BrokerController:
             reason = exc.message if isinstance(exc, DLedgerError) else str(exc)
             return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, reason, qid).to_wire())
         assert not isinstance(batch, PackedSend)
+        return await self._answer_put(batch, qid)
+
+    async def put_inner(self, msgs: list[Message]) -> Response:
+        """A put of the broker's own making (over remoting: the transaction bridge's half, final
+        and op messages, which a producer's send may not name): no send checks of its topic."""
+        if not self.is_master:
+            reason = f"{self.member_id} is a slave"
+            return Response(
+                ResponseCode.NOT_LEADER, SendResponse(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason).to_wire(), reason
+            )
+        assert self.store is not None
+        qid = msgs[0].queue_id if msgs else 0
+        try:
+            batch = self.store.preparer.prepare(msgs)
+        except IllegalMessage as exc:
+            return Response(
+                ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc), qid).to_wire()
+            )
+        return await self._answer_put(batch, qid)
+
+    async def _answer_put(self, batch: PreparedBatch | _ClassicPacked, qid: int) -> Response:
         status, result = await self._put(batch)
         if result is None or result.status != AppendMessageStatus.PUT_OK:
             reason = "message larger than a commit-log file" if result is not None else "put failed"
@@ -626,6 +647,9 @@ class _RemotingView:
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
         return await self.broker.handle(code, body, peer)
+
+    async def put_inner(self, msgs: list[Message]) -> Response:
+        return await self.broker.put_inner(msgs)
 
 
 class _ClassicPacked:

@@ -30,6 +30,7 @@ from dledger.rocketmq.broker.consumer_manager import ConsumerManager
 from dledger.rocketmq.broker.processor.admin_broker_processor import AdminBrokerProcessor
 from dledger.rocketmq.broker.processor.client_manage_processor import ClientManageProcessor
 from dledger.rocketmq.broker.processor.consumer_manage_processor import ConsumerManageProcessor
+from dledger.rocketmq.broker.processor.end_transaction_processor import EndTransactionProcessor
 from dledger.rocketmq.broker.processor.metadata_processor import MetadataProcessor
 from dledger.rocketmq.broker.processor.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.processor.query_message_processor import QueryMessageProcessor
@@ -38,6 +39,7 @@ from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
 from dledger.rocketmq.broker.subscription_group_manager import FILE_NAME as SUBSCRIPTION_GROUP_FILE
 from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
+from dledger.rocketmq.broker.transactional_message_check_service import TransactionalMessageCheckService
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor
 from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID
@@ -93,11 +95,21 @@ class BrokerRemoting:
         self._sync_task: asyncio.Task[None] | None = None
         self._register_now = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        send = SendMessageProcessor(service, self.topics, config, store_host_raw, self.topics_changed)
+        send = SendMessageProcessor(
+            service, self.topics, config, store_host_raw, self.topics_changed, self.subscriptions
+        )
         pull = PullMessageProcessor(service, self.topics)
         client = ClientManageProcessor(self.consumers, self.topics, self.topics_changed)
         consumer = ConsumerManageProcessor(service, self.consumers)
         query = QueryMessageProcessor(service)
+        end_tx = EndTransactionProcessor(service, self.topics, self.topics_changed)
+        self.tx_check = TransactionalMessageCheckService(
+            service,
+            self.consumers,
+            config.transaction_check_interval_ms,
+            config.transaction_timeout_ms,
+            config.transaction_check_max,
+        )
         admin = AdminBrokerProcessor(service, self.topics, self.consumers, config, self.topics_changed)
         meta = MetadataProcessor(self.subscriptions, delay_table)
         self._heart_beat = client.heart_beat
@@ -106,6 +118,8 @@ class BrokerRemoting:
             R.SEND_MESSAGE: send.process,
             R.SEND_MESSAGE_V2: send.process,
             R.SEND_BATCH_MESSAGE: send.process,
+            R.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            R.END_TRANSACTION: end_tx.process,
             R.PULL_MESSAGE: pull.process,
             R.HEART_BEAT: self.heart_beat,
             R.UNREGISTER_CLIENT: client.unregister_client,
@@ -132,6 +146,8 @@ class BrokerRemoting:
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: meta.get_all_subscription_group,
             R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: meta.update_and_create_subscription_group,
             R.DELETE_SUBSCRIPTIONGROUP: meta.delete_subscription_group,
+            R.LOCK_BATCH_MQ: admin.lock_batch_mq,
+            R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
         }
         self.servers = [
             NettyRemotingServer(
@@ -152,6 +168,7 @@ class BrokerRemoting:
         self._tasks.append(loop.create_task(self._register_loop()))
         self._tasks.append(loop.create_task(self._scan_clients()))
         self._handle_slave_synchronize()
+        self._tasks.append(loop.create_task(self.tx_check.run(lambda: self.leading)))
         log.info(
             "remoting on %s:%d (VIP %d) as %s of %s",
             self.bind_host,

@@ -462,6 +462,19 @@ class MessageService:
             )
         return resp
 
+    async def put_inner(self, msgs: list[Message]) -> Response:
+        """A put of the broker's own making (the transaction bridge's half, final and op
+        messages): not a producer's send, so none of a send's topic checks (system topics
+        are its to write); answered as a send."""
+        refused = self._not_writable()
+        if refused is not None:
+            return refused
+        try:
+            batch = self.store.preparer.prepare(msgs)
+        except IllegalMessage as exc:
+            return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, str(exc)).to_wire())
+        return await self._put(batch)
+
     async def _send_checked(self, body: dict[str, Any], peer: str) -> Response:
         refused = self._not_writable()
         if refused is not None:

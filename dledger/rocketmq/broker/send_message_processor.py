@@ -111,6 +111,9 @@ def _peer_host(peer: str) -> tuple[str, int] | None:
     return str(ip), hp[1]
 
 
+# What the remoting processors take as a message's BORNHOST from their connection.
+peer_host = _peer_host
+
 _PROPS_REASONS = {
     K.PROPS_TOO_LONG: f"over the limit of {MAX_PROPERTIES_BYTES} bytes",
     K.PROPS_NOT_UTF8: "not UTF-8 (or a string starts or ends inside a character)",
@@ -188,9 +191,10 @@ class PackedSend:
 
 
 def dlq_topic(req: SendRequest) -> str | None:
-    """``%DLQ%<group>`` for a send to ``%RETRY%<group>`` whose message was consumed
-    MAX_RECONSUME_TIMES times already (handleRetryAndDLQ); None for every other send."""
-    if req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and req.reconsume_times >= MAX_RECONSUME_TIMES:
+    """``%DLQ%<group>`` for a send to ``%RETRY%<group>`` whose message was consumed its
+    ``max_reconsume_times`` (MAX_RECONSUME_TIMES unless the client names one) already
+    (handleRetryAndDLQ, and CONSUMER_SEND_MSG_BACK through it); None for every other send."""
+    if req.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and req.reconsume_times >= req.max_reconsume_times:
         return DLQ_GROUP_TOPIC_PREFIX + req.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
     return None
 

@@ -1,5 +1,5 @@
-"""RocketMQ's MQClientAPIImpl, the part `dledger mq produce|consume --namesrv` uses: routes from
-the name servers, sends and pulls and offsets against brokers, over remoting, so the CLI works
+"""RocketMQ's MQClientAPIImpl, the part `dledger mq produce|consume|query --namesrv` uses: routes
+from the name servers, sends, pulls, offsets and queries against brokers, over remoting, so the CLI works
 against Java brokers as well as ours."""
 
 from __future__ import annotations
@@ -133,6 +133,39 @@ class MQClientAPI:
         r = await self._offset(RequestCode.UPDATE_CONSUMER_OFFSET, addr, ext)
         if r.code != ResponseCode.SUCCESS:
             raise MQClientException(r.code, r.remark)
+
+    async def query_message(self, addr: str, topic: str, key: str, max_num: int) -> bytes:
+        """QUERY_MESSAGE by key (the index; mqadmin queryMsgByKey asks every master of the
+        topic): the stored records back to back, empty when none matched."""
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": "0",
+            "endTimestamp": str(2**63 - 1),
+            "_UNIQUE_KEY_QUERY": "false",
+        }
+        r = await self.remoting.invoke(addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, ext), self.timeout)
+        if r.code == ResponseCode.QUERY_NOT_FOUND:
+            return b""
+        if r.code != ResponseCode.SUCCESS:
+            raise MQClientException(r.code, r.remark)
+        return bytes(r.body or b"")
+
+    async def view_message(self, addr: str, phys_offset: int) -> bytes:
+        """VIEW_MESSAGE_BY_ID: the record at a commit-log offset (an offset message id's)."""
+        req = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phys_offset)})
+        r = await self.remoting.invoke(addr, req, self.timeout)
+        if r.code != ResponseCode.SUCCESS:
+            raise MQClientException(r.code, r.remark)
+        return bytes(r.body or b"")
+
+    async def master_addrs(self, topic: str) -> list[str]:
+        """The masters (brokerId 0) of the brokers that hold the topic."""
+        route = await self.topic_route(topic)
+        if route is None:
+            return []
+        return [b.broker_addrs[0] for b in route.broker_datas if 0 in b.broker_addrs]
 
 
 def _queues(route: TopicRouteData | None, perm: int, count: Callable[[QueueData], int]) -> list[tuple[str, int]]:

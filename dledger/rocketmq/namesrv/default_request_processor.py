@@ -87,10 +87,8 @@ class DefaultRequestProcessor:
         want_crc = req.ext_int("bodyCrc32", 0)
         if want_crc != 0 and crc32(req.body) != want_crc:
             return req.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-        if req.ext_bool("compressed"):
-            # RegisterBrokerBody's deflated form (compressedRegister=true): not read here.
-            return req.response(ResponseCode.SYSTEM_ERROR, "compressed REGISTER_BROKER bodies are not supported")
-        body = RegisterBrokerBody.decode(req.body) if req.body else RegisterBrokerBody()
+        # compressedRegister=true: RegisterBrokerBody.encode(true), deflated (CRC of those bytes).
+        body = RegisterBrokerBody.decode(req.body, req.ext_bool("compressed")) if req.body else RegisterBrokerBody()
         result = self.routes.register_broker(
             req.ext_str("clusterName"),
             req.ext_str("brokerAddr"),

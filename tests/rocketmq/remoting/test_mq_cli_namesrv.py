@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dledger.rocketmq.store.message import decode_message_id
 from tests.rocketmq.remoting.processes import Brokers, cluster
 
 
@@ -79,3 +80,40 @@ def test_a_topic_nobody_knows_and_a_wrong_address_are_said_plainly(ns: tuple[str
     assert c.returncode == 1 and "NoSuchTopic" in c.stderr
     c = _mq(work, "produce", "--namesrv", addr, "--peers", "n0-127.0.0.1:1", "--topic", "T", "--data", "x")
     assert c.returncode == 1 and "one of them" in c.stderr
+
+
+def test_query_by_key_and_by_id_through_the_name_server(ns: tuple[str, Brokers, Path]) -> None:
+    """``query --namesrv``: QUERY_MESSAGE to the topic's masters gives the commit-log offsets
+    the sends' offset message ids name; ``--id`` fetches one message by VIEW_MESSAGE_BY_ID."""
+    addr, _brokers, work = ns
+    lines = ["alpha", "beta", "gamma"]
+    p = _mq(
+        work,
+        "produce",
+        "--namesrv",
+        addr,
+        "--topic",
+        "QTopic",
+        "--keys",
+        "qk",
+        "--stdin",
+        stdin="\n".join(lines) + "\n",
+    )
+    assert p.returncode == 0, p.stderr
+    sent = [row.split("\t") for row in p.stdout.splitlines()]
+    phys = {decode_message_id(r[4])[1] for r in sent}
+    q = _mq(work, "query", "--namesrv", addr, "--topic", "QTopic", "--key", "qk")
+    assert q.returncode == 0, q.stderr
+    assert {int(x) for x in q.stdout.split()} == phys and len(q.stdout.split()) == 3
+    q = _mq(work, "query", "--namesrv", addr, "--topic", "QTopic", "--key", "qk", "--max", "2")
+    assert len(q.stdout.split()) == 2
+    q = _mq(work, "query", "--namesrv", addr, "--topic", "QTopic", "--key", "nobody")
+    assert q.returncode == 0 and q.stdout == ""
+    v = _mq(work, "query", "--namesrv", addr, "--id", sent[1][4])
+    assert v.returncode == 0, v.stderr
+    (row,) = [r.split("\t") for r in v.stdout.splitlines()]
+    assert (row[2], row[4], row[5]) == (sent[1][1], "qk", "beta")
+    bad = _mq(work, "query", "--topic", "QTopic", "--id", sent[1][4], str(work))
+    assert bad.returncode == 1 and "--id" in bad.stderr
+    bad = _mq(work, "query", "--namesrv", addr, "--id", "zz")
+    assert bad.returncode == 1 and "zz" in bad.stderr

@@ -8,6 +8,7 @@ import json
 import socket
 import struct
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,61 @@ def test_a_topic_not_found_answer_says_so_as_java(tmp_path: Path, version: int) 
     assert got.code == ResponseCode.TOPIC_NOT_EXIST and got.version == 0
     faq = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
     assert got.remark == "No topic route info in name server for the topic: Nope" + faq
+
+
+def _java_compressed_body(version: tuple[int, int], topics: list[tuple[str, int, int, int]]) -> bytes:
+    """RegisterBrokerBody.encode(true) as 4.9.4 writes it, written here from the Java source
+    (not through our decoder's module): a DeflaterOutputStream (zlib wrapper,
+    BEST_COMPRESSION) of int32 BE length-prefixed pieces: DataVersion.encode(), the topic
+    count, each TopicConfig.encode() (``name read write perm filterType``), then
+    JSON.toJSONString(filterServerList)."""
+
+    def piece(b: bytes) -> bytes:
+        return struct.pack(">i", len(b)) + b
+
+    raw = piece(f'{{"counter":{version[1]},"timestamp":{version[0]}}}'.encode())
+    raw += struct.pack(">i", len(topics))
+    for name, read, write, perm in topics:
+        raw += piece(f"{name} {read} {write} {perm} SINGLE_TAG".encode())
+    raw += piece(b"[]")
+    c = zlib.compressobj(9)
+    return c.compress(raw) + c.flush()
+
+
+def test_a_compressed_registration_is_read(tmp_path: Path) -> None:
+    """A broker with compressedRegister=true (4.9.4's ``compressed`` header) is registered with
+    its topics; a body that does not inflate is refused, the connection open."""
+
+    async def scenario(addr: str) -> None:
+        broker, client = NettyRemotingClient(), NettyRemotingClient()
+        try:
+            body = _java_compressed_body((int(time.time() * 1000), 3), [("CT1", 8, 4, 6), ("CT2", 2, 2, 4)])
+            ext = {
+                "brokerId": "0",
+                "bodyCrc32": str(crc32(body)),
+                "clusterName": "C1",
+                "brokerAddr": "127.0.0.1:10911",
+                "haServerAddr": "127.0.0.1:10912",
+                "compressed": "true",
+                "brokerName": "b1",
+            }
+            r = await broker.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body), timeout=10)
+            assert (r.code, r.remark) == (ResponseCode.SUCCESS, None)
+            for topic, want in (("CT1", (8, 4, 6)), ("CT2", (2, 2, 4))):
+                req = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+                got = await client.invoke(addr, req)
+                assert got.code == ResponseCode.SUCCESS, topic
+                (q,) = json_decode(got.body)["queueDatas"]
+                assert (q["readQueueNums"], q["writeQueueNums"], q["perm"]) == want
+            bad = b"not deflated"
+            ext2 = {**ext, "bodyCrc32": str(crc32(bad)), "brokerName": "b2", "brokerAddr": "127.0.0.1:20911"}
+            r = await broker.invoke(addr, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext2, bad), timeout=10)
+            assert r.code == ResponseCode.SYSTEM_ERROR and "inflate" in (r.remark or "")
+            info = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+            assert json_decode(info.body)["clusterAddrTable"] == {"C1": ["b1"]}
+        finally:
+            await broker.close()
+            await client.close()
+
+    with namesrv(tmp_path) as addr:
+        run(lambda: scenario(addr))

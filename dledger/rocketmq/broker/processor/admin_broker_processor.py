@@ -2,8 +2,8 @@
 offsets (GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP,
 GET_EARLIEST_MSG_STORETIME), topics (UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER,
 GET_ALL_TOPIC_CONFIG), statistics (GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
-GET_CONSUME_STATS) and consumers (QUERY_TOPIC_CONSUME_BY_WHO, GET_CONSUMER_CONNECTION_LIST,
-GET_ALL_CONSUMER_OFFSET)."""
+GET_CONSUME_STATS), consumers (QUERY_TOPIC_CONSUME_BY_WHO, GET_CONSUMER_CONNECTION_LIST,
+GET_ALL_CONSUMER_OFFSET) and orderly consumers' queue locks (LOCK_BATCH_MQ, UNLOCK_BATCH_MQ)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from typing import Any
 from dledger.codes import ResponseCode as DCode
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
 from dledger.rocketmq.broker.consumer_manager import ConsumerManager
+from dledger.rocketmq.broker.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.language_code import LanguageCode
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.protocol.register_broker_body import TopicConfig
 from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION, RemotingCommand
+from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
 from dledger.rocketmq.remoting.response_code import ResponseCode
 from dledger.rocketmq.wire import MessageRequestCode, QueueRequest
 
@@ -59,6 +61,7 @@ class AdminBrokerProcessor:
         self.consumers = consumers
         self.config = config
         self.on_topic_created = on_topic_created
+        self.locks = RebalanceLockManager()
         self.boot_timestamp = int(time.time() * 1000)
 
     # -- offsets -----------------------------------------------------------------------------
@@ -258,6 +261,31 @@ class AdminBrokerProcessor:
     async def get_all_consumer_offset(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
         table = self.service.store.consumer_offsets.offset_table
         return req.response(body=remoting_serializable.encode_fastjson({"offsetTable": table}, quote_int_keys=False))
+
+    # -- orderly consumers' queue locks ------------------------------------------------------
+
+    @staticmethod
+    def _lock_body(req: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
+        """LockBatchRequestBody / UnlockBatchRequestBody: consumerGroup, clientId, mqSet."""
+        d = remoting_serializable.decode(req.body) if req.body else None
+        if not isinstance(d, dict) or not isinstance(d.get("mqSet") or [], list):
+            raise RemotingCommandException("the body must be a LockBatchRequestBody object")
+        try:
+            mqs = [(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in d.get("mqSet") or []]
+        except (KeyError, TypeError, ValueError):
+            raise RemotingCommandException("mqSet: want objects with topic, brokerName and queueId") from None
+        return str(d.get("consumerGroup") or ""), str(d.get("clientId") or ""), mqs
+
+    async def lock_batch_mq(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        group, client_id, mqs = self._lock_body(req)
+        got = self.locks.try_lock_batch(group, mqs, client_id)
+        ok = [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in got]
+        return req.response(body=remoting_serializable.encode({"lockOKMQSet": ok}))
+
+    async def unlock_batch_mq(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        group, client_id, mqs = self._lock_body(req)
+        self.locks.unlock_batch(group, mqs, client_id)
+        return req.response()
 
 
 __all__ = ["AdminBrokerProcessor"]

@@ -6,15 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dledger.rocketmq.broker.consumer_manager import ConsumerManager
+from dledger.rocketmq.broker.processor.send_message_processor import RETRY_QUEUE_NUMS
 from dledger.rocketmq.broker.topic_config_manager import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_READ, PERM_WRITE
 from dledger.rocketmq.remoting.remoting_command import RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
-
-# SubscriptionGroupConfig.retryQueueNums
-RETRY_QUEUE_NUMS = 1
 
 
 class ClientManageProcessor:

@@ -9,6 +9,21 @@ from dledger.rocketmq.broker.broker_config import MessageServiceView
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.remoting_command import RemotingCommand
 from dledger.rocketmq.remoting.response_code import ResponseCode
+from dledger.rocketmq.store.message import MessageExt
+from dledger.rocketmq.store.records import decode_record
+
+
+async def look_message_by_offset(service: MessageServiceView, offset: int) -> MessageExt | None:
+    """MessageStore.lookMessageByOffset: the message whose record is at commit-log ``offset``
+    (what a message id and a pulled message's commitLogOffset name), or None."""
+    store = service.store
+
+    def read() -> MessageExt | None:
+        size = store.commitlog.record_size_at(offset)
+        data = store.commitlog.read(offset, size) if size > 0 else None
+        return decode_record(bytes(data), offset) if data is not None else None
+
+    return await asyncio.to_thread(read) if offset >= 0 else None
 
 
 class QueryMessageProcessor:
@@ -51,4 +66,4 @@ class QueryMessageProcessor:
         return req.response(body=data)
 
 
-__all__ = ["QueryMessageProcessor"]
+__all__ = ["QueryMessageProcessor", "look_message_by_offset"]

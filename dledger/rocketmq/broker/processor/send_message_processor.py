@@ -6,21 +6,40 @@ kernel call for a batch), answered with the offset message ids, queue id and que
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 
 import numpy as np
 
 from dledger.codes import ResponseCode as DCode
+from dledger.net.transport import Response
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
+from dledger.rocketmq.broker.processor.query_message_processor import look_message_by_offset
+from dledger.rocketmq.broker.send_message_processor import (
+    DLQ_NUMS_PER_GROUP,
+    MAX_RECONSUME_TIMES,
+    dlq_topic,
+    peer_host,
+)
+from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import RETRY_GROUP_TOPIC_PREFIX, TopicConfigManager
+from dledger.rocketmq.broker.transactional_message_bridge import is_prepared, parse_half_message_inner
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.protocol.message_batch import decode_messages
-from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_WRITE
+from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_READ, PERM_WRITE
 from dledger.rocketmq.remoting.remoting_command import RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
 from dledger.rocketmq.remoting.request_code import RequestCode
 from dledger.rocketmq.remoting.response_code import ResponseCode
-from dledger.rocketmq.store.message import create_message_id
+from dledger.rocketmq.store.message import (
+    PROPERTY_DELAY,
+    Message,
+    MessageConst,
+    create_message_id,
+    decode_properties,
+    encode_properties,
+    format_host,
+)
 from dledger.rocketmq.store.status import PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 
@@ -42,6 +61,9 @@ _V2_NAMES = {
     "l": "maxReconsumeTimes",
     "m": "batch",
 }
+# SubscriptionGroupConfig's defaults (retryQueueNums, retryMaxTimes).
+RETRY_QUEUE_NUMS = 1
+RETRY_MAX_TIMES = MAX_RECONSUME_TIMES
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
 
@@ -76,6 +98,7 @@ class SendMessageProcessor:
         config: BrokerConfig,
         store_host_raw: bytes,
         on_topic_created: Callable[[], None],
+        subscriptions: SubscriptionGroupManager | None = None,
     ) -> None:
         self.service = service
         self.topics = topics
@@ -83,6 +106,8 @@ class SendMessageProcessor:
         self.store_host_raw = store_host_raw
         self._host_hex = create_message_id(store_host_raw, 0)[:-16]
         self.on_topic_created = on_topic_created
+        # findSubscriptionGroupConfig; None: every group has SubscriptionGroupConfig's defaults.
+        self.subscriptions = subscriptions
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
         h = header_v1(req)
@@ -94,7 +119,7 @@ class SendMessageProcessor:
             # msgCheck: created from the default topic on its first send, or a retry topic.
             queue_nums = _int(h, "defaultTopicQueueNums", 4)
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                tc = self.topics.create_in_send_back(topic, 1, 6)
+                tc = self.topics.create_in_send_back(topic, RETRY_QUEUE_NUMS, PERM_READ | PERM_WRITE)
             else:
                 tc = self.topics.create_in_send(topic, h.get("defaultTopic") or "", queue_nums, _int(h, "sysFlag", 0))
             if tc is None:
@@ -116,6 +141,8 @@ class SendMessageProcessor:
             )
         props = h.get("properties") or ""
         cluster = f"{PROPERTY_CLUSTER}\x01{self.config.cluster}"
+        if req.code != RequestCode.SEND_BATCH_MESSAGE and h.get("batch") != "true" and is_prepared(props):
+            return await self._prepare_message(req, h, topic, queue_id, props + "\x02" + cluster, ch)
         send = SendRequest(
             topic,
             queue_id,
@@ -126,7 +153,11 @@ class SendMessageProcessor:
             _int(h, "bornTimestamp", 0),
             None,
             reconsume_times=_int(h, "reconsumeTimes", 0),
+            max_reconsume_times=_int(h, "maxReconsumeTimes", MAX_RECONSUME_TIMES),
         )
+        if dlq_topic(send) is not None:
+            # handleRetryAndDLQ: the store's send path moves it; the DLQ topic is served here.
+            self._dlq_topic_config(send)
         wire = send.to_wire()
         if req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true":
             # The batch's own properties (WAIT) and CLUSTER follow each message's, as the Java
@@ -143,8 +174,9 @@ class SendMessageProcessor:
             wire["props_raw"], wire["props_sizes"] = one, np.asarray([len(one)], dtype=np.uint32).tobytes()
         resp = await self.service.handle(MessageRequestCode.SEND_BATCH_MESSAGE, wire, ch.remote_addr)
         body = SendResponse.from_wire(resp.body) if resp.body else SendResponse(PutMessageStatus.UNKNOWN_ERROR)
-        if resp.code in (DCode.NOT_LEADER, DCode.LEADER_NOT_READY):
-            return req.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {resp.message or ''}")
+        unavailable = self._unavailable(req, resp)
+        if unavailable is not None:
+            return unavailable
         if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
             phys = (np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add).tolist()
             # createMessageId: the store host's bytes then the offset, upper-case hex (the host
@@ -164,6 +196,127 @@ class SendMessageProcessor:
         if code == ResponseCode.MESSAGE_ILLEGAL:
             reason = f"the message is illegal, maybe msg body or properties length not matched. {reason}"
         return req.response(code, reason)
+
+    async def _prepare_message(
+        self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int, props: str, ch: Channel
+    ) -> RemotingCommand:
+        """A transaction's half message (TransactionalMessageServiceImpl.asyncPrepareMessage):
+        stored in RMQ_SYS_TRANS_HALF_TOPIC, its topic and queue in REAL_TOPIC / REAL_QID, out
+        of the consumers' sight until END_TRANSACTION commits it."""
+        half = parse_half_message_inner(
+            Message(
+                topic,
+                bytes(req.body or b""),
+                queue_id=queue_id,
+                flag=_int(h, "flag", 0),
+                # WAIT stays: parseHalfMessageInner rewrites the string from the map, where
+                # Java put WAIT back (the committed message keeps it too).
+                properties=decode_properties(props),
+                sys_flag=_int(h, "sysFlag", 0),
+                born_timestamp=_int(h, "bornTimestamp", 0),
+                born_host=peer_host(ch.remote_addr),
+                reconsume_times=_int(h, "reconsumeTimes", 0),
+            )
+        )
+        if self.topics.select(half.topic) is None:
+            self.topics.create_in_send_back(half.topic, 1, PERM_READ | PERM_WRITE)
+            self.on_topic_created()
+        resp = await self.service.put_inner([half])
+        unavailable = self._unavailable(req, resp)
+        if unavailable is not None:
+            return unavailable
+        body = SendResponse.from_wire(resp.body) if resp.body else SendResponse(PutMessageStatus.UNKNOWN_ERROR)
+        if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
+            phys = int(body.phys_offsets[0]) + body.phys_add
+            return req.response(
+                ext_fields={
+                    "msgId": f"{self._host_hex}{phys:016X}",
+                    "queueId": str(queue_id),
+                    "queueOffset": str(body.queue_offset),
+                    "TRACE_ON": "true",
+                    "MSG_REGION": "DefaultRegion",
+                }
+            )
+        code = _PUT_CODES.get(PutMessageStatus(body.status), ResponseCode.SYSTEM_ERROR)
+        return req.response(code, body.reason or resp.message or PutMessageStatus(body.status).name)
+
+    @staticmethod
+    def _unavailable(req: RemotingCommand, resp: Response) -> RemotingCommand | None:
+        if resp.code in (DCode.NOT_LEADER, DCode.LEADER_NOT_READY):
+            return req.response(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {resp.message or ''}")
+        return None
+
+    def _dlq_topic_config(self, send: SendRequest) -> None:
+        dead = dlq_topic(send)
+        if dead is not None and self.topics.select(dead) is None:
+            self.topics.create_in_send_back(dead, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
+            self.on_topic_created()
+
+    async def consumer_send_msg_back(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """asyncConsumerSendMsgBack: a message the consumer group failed to consume goes to
+        ``%RETRY%<group>`` with a delay level (3 + its reconsume count unless the request names
+        one), or, consumed maxReconsumeTimes times already (or delayLevel < 0), to
+        ``%DLQ%<group>``. The DLQ rule is the store's send path's (``dlq_topic``) for both."""
+        offset = req.ext_int("offset")
+        group = req.ext_str("group")
+        delay_level = req.ext_int("delayLevel")
+        ext = req.ext_fields or {}
+        retry_queue_nums, max_times = RETRY_QUEUE_NUMS, RETRY_MAX_TIMES
+        if self.subscriptions is not None:
+            sgc = self.subscriptions.find(group)  # made here when autoCreateSubscriptionGroup
+            if sgc is None:
+                return req.response(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"subscription group not exist, {group} \nSee http://rocketmq.apache.org/docs/faq/ "
+                    "for further details.",
+                )
+            retry_queue_nums, max_times = sgc.retry_queue_nums, sgc.retry_max_times
+        if retry_queue_nums <= 0:
+            return req.response()  # the group takes no retries: dropped, as Java
+        if ext.get("maxReconsumeTimes"):
+            max_times = req.ext_int("maxReconsumeTimes")  # the consumer's own, over the group's
+        retry = RETRY_GROUP_TOPIC_PREFIX + group
+        tc = self.topics.select(retry)
+        if tc is None:
+            tc = self.topics.create_in_send_back(retry, retry_queue_nums, PERM_READ | PERM_WRITE)
+            self.on_topic_created()
+        if not tc.perm & PERM_WRITE:
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{retry}] sending message is forbidden")
+        msg = await look_message_by_offset(self.service, offset)
+        if msg is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        props = dict(msg.properties)
+        props.setdefault(MessageConst.PROPERTY_RETRY_TOPIC, msg.topic)
+        props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        if not delay_level:
+            delay_level = 3 + msg.reconsume_times
+        # The DLQ path drops it (setDelayTimeLevel(0)).
+        props[PROPERTY_DELAY] = str(delay_level)
+        if not props.get(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID):
+            props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = msg.msg_id
+        # Java sends it to the DLQ when the stored count reached the maximum; the new message
+        # carries the count + 1, which reaches maximum + 1 then. delayLevel < 0: at once.
+        send = SendRequest(
+            retry,
+            random.randrange(99999999) % tc.write_queue_nums,
+            [msg.body],
+            [encode_properties(props).encode("utf-8")],
+            msg.flag,
+            msg.sys_flag,
+            msg.born_timestamp,
+            format_host(msg.born_host) if msg.born_host else None,
+            reconsume_times=msg.reconsume_times + 1,
+            max_reconsume_times=max_times + 1 if delay_level >= 0 else 0,
+        )
+        self._dlq_topic_config(send)
+        resp = await self.service.handle(MessageRequestCode.SEND_BATCH_MESSAGE, send.to_wire(), ch.remote_addr)
+        unavailable = self._unavailable(req, resp)
+        if unavailable is not None:
+            return unavailable
+        body = SendResponse.from_wire(resp.body) if resp.body else SendResponse(PutMessageStatus.UNKNOWN_ERROR)
+        if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
+            return req.response()
+        return req.response(ResponseCode.SYSTEM_ERROR, PutMessageStatus(body.status).name)
 
 
 def _int(h: dict[str, str], name: str, default: int) -> int:

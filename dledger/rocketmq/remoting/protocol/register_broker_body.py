@@ -3,6 +3,7 @@ TopicConfigSerializeWrapper, TopicConfig and DataVersion, as fastjson writes and
 
 from __future__ import annotations
 
+import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,9 @@ class RegisterBrokerBody:
         )
 
     @staticmethod
-    def decode(body: bytes | memoryview) -> RegisterBrokerBody:
+    def decode(body: bytes | memoryview, compressed: bool = False) -> RegisterBrokerBody:
+        if compressed:
+            return RegisterBrokerBody.decode_compressed(body)
         d = remoting_serializable.decode(body)
         w = d.get("topicConfigSerializeWrapper") or {}
         return RegisterBrokerBody(
@@ -94,5 +97,43 @@ class RegisterBrokerBody:
             [str(s) for s in d.get("filterServerList") or []],
         )
 
+    @staticmethod
+    def decode_compressed(body: bytes | memoryview) -> RegisterBrokerBody:
+        """``RegisterBrokerBody.encode(true)`` (a broker's ``compressedRegister``): zlib-deflated
+        int32 BE length-prefixed pieces: the DataVersion's JSON, the topic count, each topic as
+        TopicConfig.encode (``name read write perm filterType``: no sys flag, no order, as
+        Java loses them too), the filter server list's JSON."""
+        try:
+            raw = zlib.decompress(body)
+        except zlib.error as exc:
+            raise ValueError(f"compressed RegisterBrokerBody does not inflate: {exc}") from None
+        pos = 0
+
+        def piece() -> bytes:
+            nonlocal pos
+            (n,) = _INT.unpack_from(raw, pos)
+            if n < 0 or pos + 4 + n > len(raw):
+                raise ValueError(f"compressed RegisterBrokerBody: a length {n} at {pos} runs past its end")
+            pos += 4 + n
+            return raw[pos - n : pos]
+
+        try:
+            version = DataVersion.from_json(remoting_serializable.decode(piece()))
+            (count,) = _INT.unpack_from(raw, pos)
+            pos += 4
+            table: dict[str, TopicConfig] = {}
+            for _ in range(count):
+                fields = piece().decode("utf-8").split(" ")
+                if len(fields) != 5:
+                    raise ValueError(f"compressed RegisterBrokerBody: topic config {' '.join(fields)[:80]!r}")
+                name, read, write, perm, ftype = fields
+                table[name] = TopicConfig(name, int(read), int(write), int(perm), ftype)
+            servers = remoting_serializable.decode(piece()) or []
+        except struct.error:
+            raise ValueError("compressed RegisterBrokerBody is cut short") from None
+        return RegisterBrokerBody(table, version, [str(s) for s in servers])
+
+
+_INT = struct.Struct(">i")
 
 __all__ = ["DataVersion", "RegisterBrokerBody", "TopicConfig", "crc32"]
