@@ -385,8 +385,11 @@ class UniqIdGenerator:
         self.prefix = fixed.hex().upper()
         # The counter and the millisecond the last ids' head named, taken in one C call (see
         # UniqClock): ids are unique while one head covers at most IDS_PER_HEAD counter values.
-        self._clock = _UniqClock()
+        self._clock = _UniqClock(self._heads)
         self._take_at: Callable[[int, int], tuple[int, int]] = self._clock.take
+        # ``reserve`` with the head as ASCII bytes (what a single put's encoder takes), by one
+        # C call: a single put's UNIQ_KEY.
+        self.reserve_raw: Callable[[int], tuple[bytes, int, int]] = self._clock.reserve_raw
         self._lock = threading.Lock()  # the month's start (_diff)
         self._start_ms = 0
         self._next_start_ms = 0
@@ -440,15 +443,6 @@ class UniqIdGenerator:
         now = int(_time() * 1000)
         first, ms = self._take_at(n, now)
         return self._heads(ms)[1], first, now
-
-    def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
-        """``reserve`` with the head as ASCII bytes (what a single put's encoder takes)."""
-        now = int(_time() * 1000)
-        first, ms = self._take_at(n, now)
-        cached = self._head  # _heads' cache, looked at here: a call costs a single put ~0.1 us
-        if cached[0] != ms:
-            cached = self._heads(ms)
-        return cached[2], first, now
 
     def _heads(self, now: int) -> tuple[int, str, bytes]:
         """``(now, head, head as bytes)`` for the millisecond ``now``, made once per millisecond."""
