@@ -1,7 +1,7 @@
 """RocketMQ 4.9 commit-log records: batch encode, scans into numpy columns, properties lookup, Java
 String.hashCode, consume-queue units and IndexFile updates (Cython: _ext/message.pyx)."""
 
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -299,3 +299,8 @@ def host_codes(
 def property_pairs(
     buf: Buffer, props_off: ArrayLike, props_len: ArrayLike
 ) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]: ...
+
+class UniqClock:
+    def __init__(self, heads: Callable[[int], tuple[int, str, bytes]] | None = None) -> None: ...
+    def take(self, n: int, now: int) -> tuple[int, int]: ...
+    def reserve_raw(self, n: int) -> tuple[bytes, int, int]: ...

@@ -819,3 +819,27 @@ def test_message_ids_stay_unique_past_what_one_uniq_key_head_names(tmp_path: Pat
             for m in store.get_messages("U", 0, off, 4096, 1 << 30).messages
         ]
     assert len(ids) == 290_000 and len(set(ids)) == len(ids)
+
+
+def test_single_puts_from_threads_get_unique_ids_past_one_counter_round(tmp_path: Path, mode: str) -> None:
+    # A single put reserves its UNIQ_KEY counter value and head in one C call (no lock): from
+    # several threads, and past the 65,536 values of the 4-digit counter, no id may repeat.
+    each, threads = 24_000, 3
+    with MessageStore(tmp_path / "s", small_config(mode, mapped_file_size_commit_log=16 << 20)) as store:
+
+        def put() -> None:
+            for _ in range(each):
+                assert store.put_message(Message("U", b"v")).ok
+
+        workers = [threading.Thread(target=put) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        store.wait_dispatched()
+        ids = [
+            m.properties[UNIQ_KEY]
+            for off in range(0, store.max_offset_in_queue("U", 0), 4096)
+            for m in store.get_messages("U", 0, off, 4096, 1 << 30).messages
+        ]
+    assert len(ids) == each * threads and len(set(ids)) == len(ids)

@@ -9,7 +9,6 @@ into the properties when the message is stored.
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import operator
 import os
 import socket
@@ -17,12 +16,15 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dledger._ext import load as _load_ext
+
 _time = time.time  # a global, not an attribute lookup, on every put
+_UniqClock = _load_ext("message").UniqClock
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -381,15 +383,17 @@ class UniqIdGenerator:
         ip = _local_ip() if ip is None else ip
         fixed = ip + struct.pack(">HI", os.getpid() & 0xFFFF, id(self) & 0xFFFFFFFF)
         self.prefix = fixed.hex().upper()
-        self._counter = itertools.count()
-        self._lock = threading.Lock()
+        # The counter and the millisecond the last ids' head named, taken in one C call (see
+        # UniqClock): ids are unique while one head covers at most IDS_PER_HEAD counter values.
+        self._clock = _UniqClock(self._heads)
+        self._take_at: Callable[[int, int], tuple[int, int]] = self._clock.take
+        # ``reserve`` with the head as ASCII bytes (what a single put's encoder takes), by one
+        # C call: a single put's UNIQ_KEY.
+        self.reserve_raw: Callable[[int], tuple[bytes, int, int]] = self._clock.reserve_raw
+        self._lock = threading.Lock()  # the month's start (_diff)
         self._start_ms = 0
         self._next_start_ms = 0
         self._head: tuple[int, str, bytes] = (-1, "", b"")
-        # The millisecond the last ids' head named, and the counter value it began at: ids are
-        # unique while one head covers at most IDS_PER_HEAD counter values (see _take_at).
-        self._ms = -1
-        self._ms_first = 0
         self._set_start(int(time.time() * 1000))
 
     def _set_start(self, now_ms: int) -> None:
@@ -439,37 +443,6 @@ class UniqIdGenerator:
         now = int(_time() * 1000)
         first, ms = self._take_at(n, now)
         return self._heads(ms)[1], first, now
-
-    def reserve_raw(self, n: int) -> tuple[bytes, int, int]:
-        """``reserve`` with the head as ASCII bytes (what a single put's encoder takes)."""
-        now = int(_time() * 1000)
-        first, ms = self._take_at(n, now)
-        cached = self._head  # _heads' cache, looked at here: a call costs a single put ~0.1 us
-        if cached[0] != ms:
-            cached = self._heads(ms)
-        return cached[2], first, now
-
-    def _take_at(self, n: int, now: int) -> tuple[int, int]:
-        """Reserve ``n`` counter values at ``now``: ``(first, the millisecond the head names)``.
-        The counter has 4 hex digits, so ids made under one head repeat past 65,536 of them,
-        which batches reach within a millisecond: the head then names the next millisecond
-        (a logical clock; it never goes back either, should the wall clock)."""
-        if n > IDS_PER_HEAD:
-            raise ValueError(f"{n} ids under one head: at most {IDS_PER_HEAD} (reserve_chunks)")
-        lock = self._lock
-        lock.acquire()  # not ``with``: its protocol calls cost a single put ~0.1 us
-        try:
-            first = next(self._counter)
-            if n > 1:
-                self._counter = itertools.count(first + n)
-            if now > self._ms:
-                self._ms, self._ms_first = now, first
-            elif first + n - self._ms_first > IDS_PER_HEAD:
-                self._ms += 1
-                self._ms_first = first
-            return first, self._ms
-        finally:
-            lock.release()
 
     def _heads(self, now: int) -> tuple[int, str, bytes]:
         """``(now, head, head as bytes)`` for the millisecond ``now``, made once per millisecond."""
