@@ -131,6 +131,15 @@ class DLedgerConfig:
     slave_sync_period: int = _opt(
         10000, "ms between a non-leader's syncs of the leader's topics and groups (SlaveSynchronize; Java 10000)"
     )
+    slave_read_enable: bool = _opt(
+        False, "send a consumer far behind to a follower (slaveReadEnable; access_message_in_memory_max_ratio)"
+    )
+    access_message_in_memory_max_ratio: int = _opt(
+        40, "a pull further behind the log's end than this % of the machine's memory is told to go to a slave"
+    )
+    auto_create_subscription_group: bool = _opt(
+        True, "make a consumer group on its first heartbeat or pull (autoCreateSubscriptionGroup)"
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -151,6 +160,8 @@ class DLedgerConfig:
             raise ConfigError(f"listen_port = {self.listen_port}: want a port, 3-65535 (the VIP channel is port - 2)")
         if not 10000 <= self.register_name_server_period <= 60000:
             raise ConfigError(f"register_name_server_period = {self.register_name_server_period}: want 10000-60000 ms")
+        if not 0 <= (r := self.access_message_in_memory_max_ratio) <= 100:
+            raise ConfigError(f"access_message_in_memory_max_ratio = {r}: want a percentage, 0-100")
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigError(f"metrics_port = {self.metrics_port}: want a port, 0-65535")
         delete_hours(self.delete_when)

@@ -35,6 +35,9 @@ class BrokerConfig:
     # SlaveSynchronize's first round and period (Java: 3 s, 10 s; shorter in tests).
     sync_delay_s: float = 3.0
     sync_period_s: float = 10.0
+    # slaveReadEnable: a consumer far behind is told to pull from a slave (whichBrokerWhenConsumeSlowly).
+    slave_read_enable: bool = False
+    auto_create_subscription_group: bool = True
 
     @property
     def broker_addr(self) -> str:
@@ -81,6 +84,8 @@ class BrokerConfig:
             cfg.register_name_server_period / 1000.0,
             sync_delay_s=min(3.0, cfg.slave_sync_period / 1000.0),
             sync_period_s=cfg.slave_sync_period / 1000.0,
+            slave_read_enable=cfg.slave_read_enable,
+            auto_create_subscription_group=cfg.auto_create_subscription_group,
         )
 
 
