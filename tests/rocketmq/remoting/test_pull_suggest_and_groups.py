@@ -45,6 +45,16 @@ def _group(name: str, **fields: object) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
 
 
+async def _sent(c: NettyRemotingClient, addr: str, topic: str, body: bytes) -> RemotingCommand:
+    """A send the member took (its port opens before it leads; under load it may take a while)."""
+    deadline = time.monotonic() + 20
+    while True:
+        r = await _send(c, addr, topic, body, "TagA")
+        if r.code == ResponseCode.SUCCESS or time.monotonic() > deadline:
+            return r
+        await asyncio.sleep(0.2)
+
+
 async def _pulled(c: NettyRemotingClient, addr: str, group: str, topic: str, offset: int) -> RemotingCommand:
     """A pull that found its message (a follower's store may still be behind the leader's)."""
     deadline = time.monotonic() + 20
@@ -66,7 +76,7 @@ def test_with_slave_read_enable_a_consumer_far_behind_is_sent_to_the_slave_and_g
             c = NettyRemotingClient()
             try:
                 for k in range(3):
-                    r = await _send(c, addr, "SlowTopic", b"m%d" % k, "TagA")
+                    r = await _sent(c, addr, "SlowTopic", b"m%d" % k)
                     assert r.code == ResponseCode.SUCCESS, r.remark
                 # autoCreateSubscriptionGroup off: a group nobody made is refused, not made.
                 got = await c.invoke(addr, _pull("Nobody", "SlowTopic", 0))
