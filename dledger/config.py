@@ -136,6 +136,15 @@ class DLedgerConfig:
     )
     transaction_timeout: int = _opt(6000, "ms a half message waits before its first check (transactionTimeOut)")
     transaction_check_max: int = _opt(15, "checks of a half message before it is dropped (transactionCheckMax)")
+    slave_read_enable: bool = _opt(
+        False, "send a consumer far behind to a follower (slaveReadEnable; access_message_in_memory_max_ratio)"
+    )
+    access_message_in_memory_max_ratio: int = _opt(
+        40, "a pull further behind the log's end than this % of the machine's memory is told to go to a slave"
+    )
+    auto_create_subscription_group: bool = _opt(
+        True, "make a consumer group on its first heartbeat or pull (autoCreateSubscriptionGroup)"
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -159,6 +168,8 @@ class DLedgerConfig:
         for name in ("transaction_check_interval", "transaction_timeout", "transaction_check_max"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} = {getattr(self, name)}: want 1 or more")
+        if not 0 <= (r := self.access_message_in_memory_max_ratio) <= 100:
+            raise ConfigError(f"access_message_in_memory_max_ratio = {r}: want a percentage, 0-100")
         if self.metrics_port is not None and self.metrics_port > 65535:
             raise ConfigError(f"metrics_port = {self.metrics_port}: want a port, 0-65535")
         delete_hours(self.delete_when)

@@ -59,3 +59,17 @@ def test_two_listeners_on_one_port_are_refused_before_any_binds(
 def test_separate_ports_pass(tmp_path: Path) -> None:
     s = _settings(tmp_path, "listenPort=10911\n", "--listen", "127.0.0.1:10915")
     assert (s.listen_host, s.listen_port, s.remoting_port) == ("127.0.0.1", 10915, 10911)
+
+
+def test_pull_keys_of_broker_conf_reach_the_broker_and_its_store(tmp_path: Path) -> None:
+    s = _settings(tmp_path, "")
+    assert (s.slave_read_enable, s.auto_create_subscription_group) == (False, True)  # Java's defaults
+    assert "access_message_in_memory_max_ratio" not in s.store
+    s = _settings(
+        tmp_path,
+        "slaveReadEnable=true\nautoCreateSubscriptionGroup=false\naccessMessageInMemoryMaxRatio=10\n",
+    )
+    assert (s.slave_read_enable, s.auto_create_subscription_group) == (True, False)
+    assert s.store["access_message_in_memory_max_ratio"] == 10 and not s.unsupported
+    with pytest.raises(ValueError, match="slaveReadEnable"):
+        _settings(tmp_path, "slaveReadEnable=yes\n")

@@ -40,6 +40,9 @@ class BrokerConfig:
     transaction_check_interval_ms: int = 60000
     transaction_timeout_ms: int = 6000
     transaction_check_max: int = 15
+    # slaveReadEnable: a consumer far behind is told to pull from a slave (whichBrokerWhenConsumeSlowly).
+    slave_read_enable: bool = False
+    auto_create_subscription_group: bool = True
 
     @property
     def broker_addr(self) -> str:
@@ -89,6 +92,8 @@ class BrokerConfig:
             transaction_check_interval_ms=cfg.transaction_check_interval,
             transaction_timeout_ms=cfg.transaction_timeout,
             transaction_check_max=cfg.transaction_check_max,
+            slave_read_enable=cfg.slave_read_enable,
+            auto_create_subscription_group=cfg.auto_create_subscription_group,
         )
 
 

@@ -110,6 +110,8 @@ class BrokerController:
         cluster: str = "DefaultCluster",
         broker_id: int | None = None,
         sync_period_s: float = SYNC_PERIOD_S,
+        slave_read_enable: bool = False,
+        auto_create_subscription_group: bool = True,
     ) -> None:
         self.listen_host, self.listen_port = parse_addr(listen)
         if remoting_port is not None and not 2 < remoting_port <= 65535:
@@ -119,6 +121,8 @@ class BrokerController:
         self.cluster = cluster
         self.broker_id = broker_id
         self.sync_period_s = sync_period_s
+        self.slave_read_enable = slave_read_enable
+        self.auto_create_subscription_group = auto_create_subscription_group
         self.remoting: BrokerRemoting | None = None
         if not store_config.store_host:
             # With remoting on, records carry brokerIP1:listenPort, as the Java broker's do.
@@ -226,6 +230,8 @@ class BrokerController:
             ha_addr=f"{host}:{ha.port}",
             sync_delay_s=min(SYNC_DELAY_S, self.sync_period_s),
             sync_period_s=self.sync_period_s,
+            slave_read_enable=self.slave_read_enable,
+            auto_create_subscription_group=self.auto_create_subscription_group,
         )
 
         def delay_sink(table: dict[int, int]) -> None:

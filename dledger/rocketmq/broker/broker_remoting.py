@@ -79,7 +79,9 @@ class BrokerRemoting:
             config.cluster,
             config.broker_name,
         )
-        self.subscriptions = SubscriptionGroupManager(config_dir / SUBSCRIPTION_GROUP_FILE)
+        self.subscriptions = SubscriptionGroupManager(
+            config_dir / SUBSCRIPTION_GROUP_FILE, config.auto_create_subscription_group
+        )
         self.consumers = ConsumerManager()
         self.outer = BrokerOuterAPI(list(config.namesrv_addrs))
         self.slave_synchronize = SlaveSynchronize(
@@ -98,7 +100,7 @@ class BrokerRemoting:
         send = SendMessageProcessor(
             service, self.topics, config, store_host_raw, self.topics_changed, self.subscriptions
         )
-        pull = PullMessageProcessor(service, self.topics)
+        pull = PullMessageProcessor(service, self.topics, self.subscriptions, config.slave_read_enable)
         client = ClientManageProcessor(self.consumers, self.topics, self.topics_changed)
         consumer = ConsumerManageProcessor(service, self.consumers)
         query = QueryMessageProcessor(service)

@@ -2,7 +2,8 @@
 
 ``-c broker.conf`` is read as RocketMQ reads it (Java properties, RocketMQ's key names: the
 MessageStoreConfig keys, plus ``brokerName``, ``listenPort``, ``brokerIP1``,
-``defaultTopicQueueNums``, ``namesrvAddr``, ``brokerClusterName`` and ``brokerId``). ``listenPort``
+``defaultTopicQueueNums``, ``namesrvAddr``, ``brokerClusterName``, ``brokerId``,
+``slaveReadEnable`` and ``autoCreateSubscriptionGroup``). ``listenPort``
 is what it is to a Java broker: RocketMQ's remoting port (``--remoting-port``), with the VIP
 channel at ``listenPort - 2``. The project's own protocol is on ``--listen``. Keys that do nothing
 here are named in one warning line. Flags override the file.
@@ -38,6 +39,8 @@ _BROKER_KEYS = {
     "namesrvAddr",
     "brokerClusterName",
     "brokerId",
+    "slaveReadEnable",
+    "autoCreateSubscriptionGroup",
 }
 
 
@@ -54,6 +57,8 @@ class BrokerSettings:
     cluster: str = "DefaultCluster"
     broker_id: int | None = None
     sync_period_ms: int = 10000
+    slave_read_enable: bool = False
+    auto_create_subscription_group: bool = True
     unsupported: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -88,6 +93,10 @@ def broker_settings(props: dict[str, str]) -> BrokerSettings:
                 s.cluster = value
             elif key == "brokerId":
                 s.broker_id = int(value)
+            elif key == "slaveReadEnable":
+                s.slave_read_enable = _convert(key, value, False)
+            elif key == "autoCreateSubscriptionGroup":
+                s.auto_create_subscription_group = _convert(key, value, True)
             else:
                 s.queue_nums = int(value)
             continue
@@ -228,6 +237,8 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
         cluster=s.cluster,
         broker_id=s.broker_id,
         sync_period_s=s.sync_period_ms / 1000.0,
+        slave_read_enable=s.slave_read_enable,
+        auto_create_subscription_group=s.auto_create_subscription_group,
     )
     await broker.start()
     stop = asyncio.Event()

@@ -141,6 +141,7 @@ def message_store_config(cfg: DLedgerConfig, address: str) -> MessageStoreConfig
         file_reserved_time=max(cfg.file_reserved_hours - 1, 0),
         clean_file_forcibly_enable=cfg.enable_disk_force_clean,
         message_index_enable=cfg.message_index_enable,
+        access_message_in_memory_max_ratio=cfg.access_message_in_memory_max_ratio,
         store_host=address,
         # A member still catching up after this many seconds as leader says so (and why).
         dledger_leader_ready_timeout=5.0,

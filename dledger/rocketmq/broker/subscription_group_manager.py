@@ -37,6 +37,9 @@ SYSTEM_GROUPS = (
     "CID_ONSAPI_OWNER",
 )
 
+# MixAll.CID_RMQ_SYS_PREFIX: such groups are made even with auto-creation off (isSysConsumerGroup).
+SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
+
 
 @dataclass(slots=True)
 class SubscriptionGroupConfig:
@@ -117,9 +120,9 @@ class SubscriptionGroupManager:
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """findSubscriptionGroupConfig: the group's config, made (and persisted) on first sight
-        when auto-creation is on."""
+        when auto-creation is on (a system group's always); None for an unknown group otherwise."""
         sgc = self.table.get(group)
-        if sgc is not None or not self.auto_create or not group:
+        if sgc is not None or not group or not (self.auto_create or group.startswith(SYS_CONSUMER_GROUP_PREFIX)):
             return sgc
         with self._lock:
             sgc = self.table.get(group)

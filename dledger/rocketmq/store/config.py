@@ -106,6 +106,10 @@ class MessageStoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     default_query_max_num: int = 32
     max_msgs_num_batch: int = 64
+    # A pull reading further behind the commit log's end than this percentage of the machine's
+    # memory is told to go to a slave (getMessage's suggestPullingFromSlave), with the broker's
+    # slaveReadEnable on: those pages are likely gone from the master's page cache.
+    access_message_in_memory_max_ratio: int = 40
 
     # index
     message_index_enable: bool = True
@@ -157,6 +161,8 @@ class MessageStoreConfig:
         one_of(self, "broker_role", (ASYNC_MASTER, SYNC_MASTER, SLAVE))
         if not 0 < self.disk_max_used_space_ratio <= 100:
             raise ConfigError(f"disk_max_used_space_ratio = {self.disk_max_used_space_ratio}: want a percentage, 1-100")
+        if not 0 <= (r := self.access_message_in_memory_max_ratio) <= 100:
+            raise ConfigError(f"access_message_in_memory_max_ratio = {r}: want a percentage, 0-100")
         delete_hours(self.delete_when)
         try:
             self.delay_level_table()

@@ -60,6 +60,7 @@ from dledger.rocketmq.store.status import (
     PutMessageResult,
     PutMessageStatus,
 )
+from dledger.rocketmq.store.store_util import TOTAL_PHYSICAL_MEMORY_SIZE
 
 log = logging.getLogger(__name__)
 K = _load_ext("message")
@@ -782,6 +783,13 @@ class MessageStore:
     def max_phys_offset(self) -> int:
         """getMaxPhyOffset: the end of the readable commit log."""
         return int(self.commitlog.max_offset)
+
+    def suggest_pulling_from_slave(self, max_phy_offset_pulling: int) -> bool:
+        """getMessage's suggestPullingFromSlave: a pull whose last unit lies further behind the
+        commit log's end than ``access_message_in_memory_max_ratio`` % of the machine's memory
+        reads pages the page cache has likely dropped, so a slave had better serve it."""
+        memory = int(TOTAL_PHYSICAL_MEMORY_SIZE * (self.config.access_message_in_memory_max_ratio / 100.0))
+        return self.max_phys_offset - max_phy_offset_pulling > memory
 
     @property
     def committed_phys_offset(self) -> int:

@@ -1,7 +1,11 @@
 """RocketMQ's PullMessageProcessor over remoting: PULL_MESSAGE read and held (long polling) by
 the member's pull path (``broker/pull_message_processor.py``), filtered by tag hash code as the
 consume queue keeps it, the consumer's commit offset taken along, answered with the stored
-records as the body and nextBeginOffset / minOffset / maxOffset / suggestWhichBrokerId."""
+records as the body and nextBeginOffset / minOffset / maxOffset / suggestWhichBrokerId.
+
+The consumer group is checked first (SUBSCRIPTION_GROUP_NOT_EXIST for an unknown one when
+``autoCreateSubscriptionGroup`` is off, NO_PERMISSION when its consumeEnable is off), and with
+``slaveReadEnable`` on a consumer far behind is told to pull from a slave."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import numpy as np
 
 from dledger.codes import ResponseCode as DCode
 from dledger.rocketmq.broker.broker_config import MessageServiceView
+from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID, PERM_READ
@@ -52,9 +57,17 @@ _CODES = {
 
 
 class PullMessageProcessor:
-    def __init__(self, service: MessageServiceView, topics: TopicConfigManager) -> None:
+    def __init__(
+        self,
+        service: MessageServiceView,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
+        slave_read_enable: bool = False,
+    ) -> None:
         self.service = service
         self.topics = topics
+        self.subscriptions = subscriptions
+        self.slave_read_enable = slave_read_enable
         # The offset commits pulls carry, running (held so that none is dropped half way).
         self._commits: set[asyncio.Task[Any]] = set()
 
@@ -68,6 +81,19 @@ class PullMessageProcessor:
         commit_offset = req.ext_int("commitOffset", 0)
         suspend_ms = req.ext_int("suspendTimeoutMillis", 0)
         store = self.service.store
+        # The group before the topic, as Java checks them (findSubscriptionGroupConfig makes an
+        # unknown group when autoCreateSubscriptionGroup is on, and persists it: off the loop).
+        sgc = self.subscriptions.table.get(group)
+        if sgc is None:
+            sgc = await asyncio.to_thread(self.subscriptions.find, group)
+        if sgc is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{group}] does not exist, "
+                "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
+            )
+        if not sgc.consume_enable:
+            return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
         tc = self.topics.select(topic)
         if tc is None and store.consume_queues.get(topic, queue_id) is None:
             return req.response(
@@ -106,8 +132,16 @@ class PullMessageProcessor:
         code = _CODES.get(status)
         if code is None:  # NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE
             code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+        # PullMessageProcessor's answer for where to pull next: with slaveReadEnable, a consumer
+        # reading what the page cache has likely dropped goes to whichBrokerWhenConsumeSlowly and
+        # one keeping up to the group's brokerId; without it (a slave's pulls too), the master.
+        # (Java's PULL_RETRY_IMMEDIATELY for a slave is overwritten by the status's code.)
+        suggest = MASTER_ID
+        if self.slave_read_enable:
+            slow = bool(got.phys_offsets) and store.suggest_pulling_from_slave(got.phys_offsets[-1])
+            suggest = sgc.which_broker_when_consume_slowly if slow else sgc.broker_id
         ext = {
-            "suggestWhichBrokerId": str(MASTER_ID),
+            "suggestWhichBrokerId": str(suggest),
             "nextBeginOffset": str(next_offset),
             "minOffset": str(got.min_offset),
             "maxOffset": str(got.max_offset),
