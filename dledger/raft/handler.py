@@ -64,9 +64,7 @@ class EntryHandler:
             if first in self.write_request_map:
                 held = self.repeated_push_warnings.allow("repeated-push", self.core.now / 1000)
                 if held is not None:
-                    log.warning(
-                        "[MONITOR]The index %d has already existed with %s%s", first, req.term, held_back(held)
-                    )
+                    log.warning("[MONITOR]The index %d has already existed with %s%s", first, req.term, held_back(held))
                 self._respond(req, ResponseCode.REPEATED_PUSH)
                 return
             self.write_request_map[first] = (req, self.core.now)

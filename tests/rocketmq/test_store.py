@@ -36,7 +36,7 @@ def quiet_hour() -> str:
     clock: with the default "04" they deleted the files a test had back-dated between 04:00 and
     05:00, before the test's own call at noon could count them."""
     now = time.localtime().tm_hour
-    return "%02d" % next(h for h in (4, 16, 8) if h not in (now, (now + 1) % 24, 12))
+    return f"{next(h for h in (4, 16, 8) if h not in (now, (now + 1) % 24, 12)):02d}"
 
 
 def small_config(mode: str, **kw: object) -> MessageStoreConfig:
