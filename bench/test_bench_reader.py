@@ -13,10 +13,11 @@ Default N is 1 million (a run of a few minutes on 2 cores). Group ``spark-<N>`` 
 - ``parquet``: baseline (b), Spark's own Parquet reader on the same rows written as Parquet;
 
 each materialising every column (a ``noop`` write). Group ``arrow-<N>`` holds ``read_table``
-(c). Every side runs one warm-up round and ``DLEDGER_BENCH_ROUNDS`` (default 3) timed rounds. At
-the end the module prints each median rows/s with the range of its rounds, and the ratios of
-the medians (targets: >= 10x (a), >= 0.5x (b), read_table >= 10 M rows/s); the figures are
-also in each benchmark's ``extra_info``.
+(c) beside pyarrow's ``pq.read_table`` of the Parquet copy. Every side runs one warm-up round
+and ``DLEDGER_BENCH_ROUNDS`` (default 3) timed rounds. At the end the module prints each
+median rows/s with the range of its rounds, and the ratios of the medians (targets: >= 10x
+(a), >= 0.5x (b), read_table >= 10 M rows/s); the figures are also in each benchmark's
+``extra_info``.
 """
 
 from __future__ import annotations
@@ -220,6 +221,17 @@ def test_read_table(benchmark: BenchmarkFixture, store: Path) -> None:
     _run(benchmark, "read_table", f"arrow-{ROWS}", read)
 
 
+def test_read_table_parquet(benchmark: BenchmarkFixture, parquet_dir: Path) -> None:
+    """Baseline of (c): pyarrow's own Parquet reader (its threads on) making an Arrow table of
+    the same rows, as read_table does from the log (which also checks every body's CRC)."""
+
+    def read() -> pa.Table:
+        return pq.read_table(parquet_dir)
+
+    assert read().num_rows == ROWS
+    _run(benchmark, "pq.read_table", f"arrow-{ROWS}", read)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def summary() -> Iterator[None]:
     """Prints the figures side by side when the module is done (see them with -s)."""
@@ -239,6 +251,8 @@ def summary() -> Iterator[None]:
         lines.append(f"  arrow / parquet {arrow / med['parquet']:8.2f}x  (medians; target >= 0.5x)")
     if "read_table" in med:
         lines.append(f"  read_table      {med['read_table'] / 1e6:8.2f} M rows/s (target >= 10 M)")
+    if "read_table" in med and "pq.read_table" in med:
+        lines.append(f"  read_table / pq {med['read_table'] / med['pq.read_table']:8.2f}x  (medians)")
     for name, (jvm, py) in CPU.items():
         lines.append(f"  CPU per read, {name:14s}: JVM {jvm:6.2f} s, Python workers {py:6.2f} s")
     print("\n" + "\n".join(lines))

@@ -41,6 +41,9 @@ class EntryHandler:
         self.fence_mutation_req = 0
         # A leader that keeps resending what we hold (its acks lost): one warning a minute.
         self.fall_behind_warnings = RepeatLimiter()
+        # A leader that resends a push still buffered here (its retry timer ran out first): the
+        # same, or it logs once per retry for as long as the gap ahead of it stays open.
+        self.repeated_push_warnings = RepeatLimiter()
 
     def clear(self) -> None:
         self.write_request_map.clear()
@@ -59,7 +62,9 @@ class EntryHandler:
                 return
             first = req.first_index
             if first in self.write_request_map:
-                log.warning("[MONITOR]The index %d has already existed with %s", first, req.term)
+                held = self.repeated_push_warnings.allow("repeated-push", self.core.now / 1000)
+                if held is not None:
+                    log.warning("[MONITOR]The index %d has already existed with %s%s", first, req.term, held_back(held))
                 self._respond(req, ResponseCode.REPEATED_PUSH)
                 return
             self.write_request_map[first] = (req, self.core.now)

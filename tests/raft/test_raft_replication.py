@@ -416,6 +416,28 @@ def test_repeated_push() -> None:
     assert r.code == ResponseCode.REPEATED_PUSH
 
 
+def test_a_leader_repeating_a_buffered_push_is_warned_of_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    # A push ahead of a gap stays buffered (until the fast-forward check answers it); a resend
+    # of it meanwhile answers REPEATED_PUSH, and the "[MONITOR]... has already existed" warning
+    # came once per resend.
+    node = follower()
+    caplog.set_level(logging.WARNING, logger="dledger.raft.handler")
+    es = entries([0, 0, 0])
+    repeated_at: list[int] = []
+    for k, now in enumerate(range(0, 100_000, 50)):
+        out = follow(node, "n0", now)
+        out += push(node, PushType.APPEND, es[2:], req_id=20 + 2 * k, now=now)
+        out += push(node, PushType.APPEND, es[2:], req_id=21 + 2 * k, now=now)  # the resend
+        repeated_at += [now for r in sent(out, PushEntryResponse) if r.code == ResponseCode.REPEATED_PUSH]
+    assert len(repeated_at) > 1000
+    warned = [r.getMessage() for r in caplog.records if "has already existed" in r.getMessage()]
+    assert len(warned) == 2, warned[:3]
+    assert "more since the last such warning" not in warned[0]
+    held = int(warned[1].split("(")[1].split()[0])
+    first = repeated_at[0]
+    assert held == sum(1 for t in repeated_at if first < t < first + 60_000)
+
+
 def test_compare() -> None:
     es = entries([0, 0])
     node = follower([0, 0])

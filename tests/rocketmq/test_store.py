@@ -30,6 +30,15 @@ from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 MODES = ["classic", "dledger"]
 
 
+def quiet_hour() -> str:
+    """A deleteWhen hour that is neither the wall clock's hour, the next one (a run that crosses
+    it) nor noon (the tests' "not the hour" time). The stores' clean services run on the real
+    clock: with the default "04" they deleted the files a test had back-dated between 04:00 and
+    05:00, before the test's own call at noon could count them."""
+    now = time.localtime().tm_hour
+    return f"{next(h for h in (4, 16, 8) if h not in (now, (now + 1) % 24, 12)):02d}"
+
+
 def small_config(mode: str, **kw: object) -> MessageStoreConfig:
     cfg = MessageStoreConfig(
         mapped_file_size_commit_log=64 * 1024,
@@ -38,6 +47,7 @@ def small_config(mode: str, **kw: object) -> MessageStoreConfig:
         max_index_num=256,
         enable_dledger_commit_log=mode == "dledger",
         store_host="192.168.0.10:10911",
+        delete_when=quiet_hour(),
     )
     return cfg.replace(**kw)
 
@@ -390,7 +400,7 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, m
         for p in files[:3]:
             os.utime(p, (old, old))
         noon = time.mktime((*time.localtime()[:3], 12, 0, 0, 0, 0, -1))
-        # not the hour to delete (deleteWhen 04), disk not full: nothing goes
+        # not the hour to delete (deleteWhen quiet_hour()), disk not full: nothing goes
         assert s.delete_expired(now=noon, used_ratio=0.1) == 0
         # over diskMaxUsedSpaceRatio: the files older than fileReservedTime go
         assert s.delete_expired(now=noon, used_ratio=0.8) == 3
