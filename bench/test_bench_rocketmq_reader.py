@@ -23,7 +23,6 @@ The module prints rows/s and the ratios at the end (targets: read_messages >= 10
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench.spark_session import local_spark
 from dledger.rocketmq import iter_message_batches, read_messages
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message_store import MessageStore
@@ -46,7 +46,6 @@ QUEUES = 8
 TOPIC = "BenchTopic"
 # Messages per put: each batch goes to the next queue.
 CHUNK = 4096
-REPO = Path(__file__).resolve().parents[1]
 NARROW = "topic string, queue_id int, store_timestamp timestamp, body binary"
 AGG = (
     "SELECT topic, queue_id, count(*) AS n, max(store_timestamp) AS last, sum(length(body)) AS bytes "
@@ -97,23 +96,9 @@ def parquet_dir(store: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
-    os.environ["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dledger-bench-mq")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    with local_spark("dledger-bench-mq", spark_driver_memory="2g", spark_sql_shuffle_partitions="2") as session:
+        register(session)
+        yield session
 
 
 def _run(benchmark: BenchmarkFixture, name: str, group: str, fn: Any) -> None:
