@@ -255,39 +255,42 @@ def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, b
         yb = <unsigned char *>_ptr(keys_out[2])
     cdef const unsigned char *p = &b[0] if size else NULL
     cdef const unsigned char *q
-    cdef const unsigned char *hit
     cdef const unsigned char *tag_at
     cdef const unsigned char *key_at
-    cdef int64_t i, e, sep, nb, kat = 0, vat = 0, tat = 0, yat = 0, tag_len = 0, key_len = 0
-    cdef Py_ssize_t m = 0, np_, j, r, tag_nulls = 0, key_nulls = 0
+    cdef int64_t i, item, sep, nb, kat = 0, vat = 0, tat = 0, yat = 0, tag_len = 0, key_len = 0
+    cdef Py_ssize_t m = 0, np_, j, tag_nulls = 0, key_nulls = 0
     cdef bint replaced
     with nogil:
         for k in range(count):
             nb = ln[k]
             q = p + o[k] if nb else NULL
             np_ = 0
+            # One pass over the bytes (items are short: a loop beats memchr calls): an item
+            # ends at 0x02 or the end, its name at its first 0x01.
+            item = 0
+            sep = -1
             i = 0
-            while i < nb:
-                hit = <const unsigned char *>memchr(q + i, 2, <size_t>(nb - i))
-                e = (hit - q) if hit != NULL else nb
-                hit = <const unsigned char *>memchr(q + i, 1, <size_t>(e - i))
-                if hit != NULL:
-                    sep = hit - q
-                    if sep > i and sep < e - 1:
+            while i <= nb:
+                if i == nb or q[i] == 2:
+                    if sep > item and sep < i - 1:
                         replaced = False
                         for j in range(np_):
-                            if pkl[j] == sep - i and memcmp(q + pk[j], q + i, <size_t>(sep - i)) == 0:
+                            if pkl[j] == sep - item and memcmp(q + pk[j], q + item, <size_t>(sep - item)) == 0:
                                 pv[j] = <int32_t>(sep + 1)
-                                pvl[j] = <int32_t>(e - sep - 1)
+                                pvl[j] = <int32_t>(i - sep - 1)
                                 replaced = True
                                 break
                         if not replaced:
-                            pk[np_] = <int32_t>i
-                            pkl[np_] = <int32_t>(sep - i)
+                            pk[np_] = <int32_t>item
+                            pkl[np_] = <int32_t>(sep - item)
                             pv[np_] = <int32_t>(sep + 1)
-                            pvl[np_] = <int32_t>(e - sep - 1)
+                            pvl[np_] = <int32_t>(i - sep - 1)
                             np_ += 1
-                i = e + 1
+                    item = i + 1
+                    sep = -1
+                elif q[i] == 1 and sep < 0:
+                    sep = i
+                i += 1
             if want_map:
                 eo[k] = <int32_t>m
                 for j in range(np_):
