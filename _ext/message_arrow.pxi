@@ -1,5 +1,5 @@
 # Included at the end of message.pyx (uses _ro, _Rec, _Cols, _parse_record, _store, _alloc, _bind,
-# _HEX, C_OK and mq_host_len from it): the kernels of the Arrow message reader
+# _ptr, _offsets_lengths, _HEX, C_OK and mq_host_len from it): the kernels of the Arrow message reader
 # (dledger/rocketmq/store/arrow_reader.py). Each turns scan columns into the buffers of one
 # Arrow column in one C pass, so a table of messages costs no Python object per message.
 
@@ -35,6 +35,117 @@ def scan_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[
     return cols, count
 
 
+
+
+# Two hex digits per byte value: one lookup and a 2-byte copy per byte of a message id.
+cdef char _HEX_PAIRS[512]
+for _b in range(256):
+    _HEX_PAIRS[2 * _b] = _HEX[_b >> 4]
+    _HEX_PAIRS[2 * _b + 1] = _HEX[_b & 15]
+
+
+cdef inline int64_t _put_uint(unsigned char *d, uint64_t x) noexcept nogil:
+    """Decimal digits of ``x`` at ``d``; returns how many."""
+    cdef unsigned char tmp[24]
+    cdef int k = 0, i
+    if x == 0:
+        d[0] = 48
+        return 1
+    while x:
+        tmp[k] = <unsigned char>(48 + x % 10)
+        x //= 10
+        k += 1
+    for i in range(k):
+        d[i] = tmp[k - 1 - i]
+    return k
+
+
+cdef inline int64_t _put_int(unsigned char *d, int64_t x) noexcept nogil:
+    if x < 0:
+        d[0] = 45
+        return 1 + _put_uint(d + 1, <uint64_t>(-x))
+    return _put_uint(d, <uint64_t>x)
+
+
+cdef inline int64_t _host_text(unsigned char *d, const unsigned char *h, int hl) noexcept nogil:
+    """InetSocketAddress text of a raw host field (4 or 16 address bytes, then a 4-byte
+    big-endian port) as format_host writes it: ``a.b.c.d:port`` or ``[x:x:x:x:x:x:x:x]:port``
+    (eight uncompressed lower-case hex groups, as InetAddress.getHostAddress). Returns its length."""
+    cdef int64_t at = 0
+    cdef int i, alen = hl - 4, shift
+    cdef uint32_t g
+    cdef bint started
+    if alen == 4:
+        for i in range(4):
+            if i:
+                d[at] = 46
+                at += 1
+            at += _put_uint(d + at, h[i])
+    else:
+        d[at] = 91
+        at += 1
+        for i in range(8):
+            if i:
+                d[at] = 58
+                at += 1
+            g = (<uint32_t>h[2 * i] << 8) | h[2 * i + 1]
+            started = False
+            for shift in range(12, -4, -4):
+                if (g >> shift) & 15 or started or shift == 0:
+                    d[at] = <unsigned char>b"0123456789abcdef"[(g >> shift) & 15]
+                    at += 1
+                    started = True
+        d[at] = 93
+        at += 1
+    d[at] = 58
+    at += 1
+    at += _put_int(d + at, <int32_t>dl_get32(h + alen))
+    return at
+
+
+def host_texts(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag, int32_t v6_flag):
+    """The host fields at ``buf[host_off[k]:]`` (8 bytes, or 20 where ``sys_flag & v6_flag``)
+    as the two buffers of an Arrow string array of their ``format_host`` text: ``(data,
+    value_offsets)``. A row whose field equals the row before's copies its text (a run of
+    records shares its hosts)."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t n = host_off.shape[0], k
+    if sys_flag.shape[0] != n:
+        raise ValueError("host_off and sys_flag must be of one length")
+    cdef int64_t blen = b.shape[0]
+    cdef int hl
+    for k in range(n):
+        hl = mq_host_len(sys_flag[k], v6_flag)
+        if host_off[k] < 0 or host_off[k] + hl > blen:
+            raise ValueError(f"row {k}: host at {host_off[k]} outside a buffer of {blen} bytes")
+    # The longest text: "[" + 8 groups of 4 + 7 ":" + "]:" + an int32 (11) = 53 bytes.
+    data = np.empty(56 * n, dtype=np.uint8)
+    vo = np.empty(n + 1, dtype=np.int32)
+    cdef unsigned char *d = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>data)
+    cdef int32_t[::1] v = vo
+    cdef const unsigned char *p = &b[0] if blen else NULL
+    cdef const unsigned char *h
+    cdef const unsigned char *prev = NULL
+    cdef int prev_len = 0
+    cdef int64_t at = 0, prev_at = 0, prev_text = 0
+    with nogil:
+        for k in range(n):
+            v[k] = <int32_t>at
+            hl = mq_host_len(sys_flag[k], v6_flag)
+            h = p + host_off[k]
+            if prev != NULL and hl == prev_len and memcmp(h, prev, <size_t>hl) == 0:
+                memcpy(d + at, d + prev_at, <size_t>prev_text)
+                at += prev_text
+                continue
+            prev_at = at
+            prev_text = _host_text(d + at, h, hl)
+            at += prev_text
+            prev = h
+            prev_len = hl
+        v[n] = <int32_t>at
+    return data[:at], vo
+
+
 def offset_msg_ids(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag, const int64_t[::1] phys):
     """MessageDecoder.createMessageId of each row (upper-case hex of the store host field at
     ``buf[host_off[k]:]``, 8 or 20 bytes by STOREHOSTADDRESS_V6_FLAG, and the 8-byte big-endian
@@ -57,127 +168,168 @@ def offset_msg_ids(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag
     cdef const unsigned char *h
     cdef int64_t at = 0
     cdef uint64_t x
-    cdef unsigned char ch
     with nogil:
         for k in range(n):
             v[k] = <int32_t>at
             hl = mq_host_len(sys_flag[k], MQ_STOREHOST_V6)
             h = p + host_off[k]
             for i in range(hl):
-                d[at] = <unsigned char>_HEX[h[i] >> 4]
-                d[at + 1] = <unsigned char>_HEX[h[i] & 15]
+                memcpy(d + at, &_HEX_PAIRS[2 * h[i]], 2)
                 at += 2
             x = <uint64_t>phys[k]
             for i in range(8):
-                ch = <unsigned char>((x >> (56 - 8 * i)) & 0xFF)
-                d[at] = <unsigned char>_HEX[ch >> 4]
-                d[at + 1] = <unsigned char>_HEX[ch & 15]
+                memcpy(d + at, &_HEX_PAIRS[2 * ((x >> (56 - 8 * i)) & 0xFF)], 2)
                 at += 2
         v[n] = <int32_t>at
     return data[:at], vo
 
 
-def host_codes(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag, int32_t v6_flag):
-    """The host fields at ``buf[host_off[k]:]`` (8 bytes, or 20 where ``sys_flag & v6_flag``) as
-    dictionary codes: ``(codes int32, fields)``, ``fields`` the distinct raw fields in order of
-    first sight (a log holds few hosts: one bytes object per distinct host, none per row)."""
-    cdef const unsigned char[::1] b = _ro(buf)
-    cdef Py_ssize_t n = host_off.shape[0], k
-    if sys_flag.shape[0] != n:
-        raise ValueError("host_off and sys_flag must be of one length")
-    cdef int64_t blen = b.shape[0]
-    codes = np.empty(n, dtype=np.int32)
-    cdef int32_t[::1] cd = codes
-    cdef const unsigned char *p = &b[0] if blen else NULL
-    cdef const unsigned char *h
-    cdef const unsigned char *prev = NULL
-    cdef int hl, prev_len = 0
-    cdef int32_t prev_code = -1
-    cdef dict seen = {}
-    cdef list fields = []
-    for k in range(n):
-        hl = mq_host_len(sys_flag[k], v6_flag)
-        if host_off[k] < 0 or host_off[k] + hl > blen:
-            raise ValueError(f"row {k}: host at {host_off[k]} outside a buffer of {blen} bytes")
-        h = p + host_off[k]
-        # Rows in a run share their host (one producer's connection, one broker): compare with
-        # the row before before looking the field up.
-        if prev != NULL and hl == prev_len and memcmp(h, prev, hl) == 0:
-            cd[k] = prev_code
-            continue
-        key = PyBytes_FromStringAndSize(<const char *>h, hl)
-        code = seen.get(key)
-        if code is None:
-            code = len(fields)
-            seen[key] = code
-            fields.append(key)
-        prev_code = <int32_t>code
-        prev = h
-        prev_len = hl
-        cd[k] = prev_code
-    return codes, fields
+cdef inline void _put_optional(const unsigned char *src, int64_t length, unsigned char *data, int32_t *offs,
+                               unsigned char *bits, Py_ssize_t k, int64_t *at) noexcept nogil:
+    """Row ``k`` of an optional string column: the value at ``src`` (NULL: null)."""
+    offs[k] = <int32_t>at[0]
+    if src != NULL:
+        memcpy(data + at[0], src, <size_t>length)
+        at[0] += length
+        bits[k >> 3] |= <unsigned char>(1 << (k & 7))
 
 
-def property_pairs(buf, props_off, props_len):
+def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, bint want_keys):
     """string2messageProperties of each properties string ``buf[props_off[k]:][:props_len[k]]``
-    as the buffers of an Arrow map: ``(entry_offsets int32[n + 1], key_off int64, key_len int32,
-    val_off int64, val_len int32)``, offsets into ``buf``. Items split at 0x02, name and value
-    at the first 0x01, both non-empty; a name given again replaces the earlier value in place
-    (Java's HashMap keeps one entry per name)."""
+    in one pass, straight into Arrow buffers: ``(map, tags, keys)``, each None unless asked.
+    ``map`` is ``(entry_offsets, key_data, key_offsets, value_data, value_offsets)`` of a
+    map<string, string>; ``tags`` and ``keys`` are ``(data, value_offsets, validity bitmap,
+    null_count)`` of the TAGS and KEYS values (null where absent). Items split at 0x02, name
+    and value at the first 0x01, both non-empty; a name given again replaces the earlier
+    value in place (Java's HashMap keeps one entry per name)."""
     cdef const unsigned char[::1] b = _ro(buf)
     cdef Py_ssize_t size = b.shape[0], k
-    o_arr, l_arr = _offsets_lengths(props_off, props_len, size, "property_pairs")
+    o_arr, l_arr = _offsets_lengths(props_off, props_len, size, "property_columns")
     cdef const int64_t[::1] o = o_arr
     cdef const int64_t[::1] ln = l_arr
     cdef Py_ssize_t count = o.shape[0]
-    cdef int64_t total_bytes = 0
+    cdef int64_t total = 0, longest = 0
     for k in range(count):
-        total_bytes += ln[k]
-    # An item takes at least 4 bytes with its separator (3 for the last): this bounds the pairs.
-    cdef Py_ssize_t cap = total_bytes // 3 + 1
-    entry_offsets = np.empty(count + 1, dtype=np.int32)
-    key_off = np.empty(cap, dtype=np.int64)
-    key_len = np.empty(cap, dtype=np.int32)
-    val_off = np.empty(cap, dtype=np.int64)
-    val_len = np.empty(cap, dtype=np.int32)
-    cdef int32_t[::1] eo = entry_offsets
-    cdef int64_t[::1] ko = key_off
-    cdef int32_t[::1] kl = key_len
-    cdef int64_t[::1] vo = val_off
-    cdef int32_t[::1] vl = val_len
+        total += ln[k]
+        if ln[k] > longest:
+            longest = ln[k]
+    if total > 2147483647:
+        raise ValueError(f"{total} bytes of properties exceed the 2 GiB of an Arrow string array in one batch")
+    # Pairs of one record (an item takes at least 3 bytes with its separator).
+    cdef Py_ssize_t scratch = longest // 3 + 2, cap = total // 3 + 1
+    cdef int32_t *pk = <int32_t *>malloc(4 * scratch * sizeof(int32_t))
+    if pk == NULL:
+        raise MemoryError()
+    cdef int32_t *pkl = pk + scratch
+    cdef int32_t *pv = pk + 2 * scratch
+    cdef int32_t *pvl = pk + 3 * scratch
+    cdef int32_t *eo = NULL
+    cdef unsigned char *kd = NULL
+    cdef int32_t *ko = NULL
+    cdef unsigned char *vd = NULL
+    cdef int32_t *vo = NULL
+    cdef unsigned char *td = NULL
+    cdef int32_t *to = NULL
+    cdef unsigned char *tb = NULL
+    cdef unsigned char *yd = NULL
+    cdef int32_t *yo = NULL
+    cdef unsigned char *yb = NULL
+    map_out = tags_out = keys_out = None
+    if want_map:
+        map_out = [np.empty(count + 1, np.int32), np.empty(total, np.uint8), np.empty(cap + 1, np.int32),
+                   np.empty(total, np.uint8), np.empty(cap + 1, np.int32)]
+        eo = <int32_t *>_ptr(map_out[0])
+        kd = <unsigned char *>_ptr(map_out[1])
+        ko = <int32_t *>_ptr(map_out[2])
+        vd = <unsigned char *>_ptr(map_out[3])
+        vo = <int32_t *>_ptr(map_out[4])
+    if want_tags:
+        tags_out = [np.empty(total, np.uint8), np.empty(count + 1, np.int32), np.zeros((count + 7) // 8, np.uint8)]
+        td = <unsigned char *>_ptr(tags_out[0])
+        to = <int32_t *>_ptr(tags_out[1])
+        tb = <unsigned char *>_ptr(tags_out[2])
+    if want_keys:
+        keys_out = [np.empty(total, np.uint8), np.empty(count + 1, np.int32), np.zeros((count + 7) // 8, np.uint8)]
+        yd = <unsigned char *>_ptr(keys_out[0])
+        yo = <int32_t *>_ptr(keys_out[1])
+        yb = <unsigned char *>_ptr(keys_out[2])
     cdef const unsigned char *p = &b[0] if size else NULL
     cdef const unsigned char *q
-    cdef const unsigned char *hit
-    cdef int64_t i, e, sep, nb, first
-    cdef Py_ssize_t m = 0, j
+    cdef const unsigned char *tag_at
+    cdef const unsigned char *key_at
+    cdef int64_t i, item, sep, nb, kat = 0, vat = 0, tat = 0, yat = 0, tag_len = 0, key_len = 0
+    cdef Py_ssize_t m = 0, np_, j, tag_nulls = 0, key_nulls = 0
     cdef bint replaced
     with nogil:
         for k in range(count):
-            eo[k] = <int32_t>m
-            first = m
             nb = ln[k]
             q = p + o[k] if nb else NULL
+            np_ = 0
+            # One pass over the bytes (items are short: a loop beats memchr calls): an item
+            # ends at 0x02 or the end, its name at its first 0x01.
+            item = 0
+            sep = -1
             i = 0
-            while i < nb:
-                hit = <const unsigned char *>memchr(q + i, 2, <size_t>(nb - i))
-                e = (hit - q) if hit != NULL else nb
-                hit = <const unsigned char *>memchr(q + i, 1, <size_t>(e - i))
-                if hit != NULL:
-                    sep = hit - q
-                    if sep > i and sep < e - 1:
+            while i <= nb:
+                if i == nb or q[i] == 2:
+                    if sep > item and sep < i - 1:
                         replaced = False
-                        for j in range(first, m):
-                            if kl[j] == sep - i and memcmp(p + ko[j], q + i, <size_t>(sep - i)) == 0:
-                                vo[j] = o[k] + sep + 1
-                                vl[j] = <int32_t>(e - sep - 1)
+                        for j in range(np_):
+                            if pkl[j] == sep - item and memcmp(q + pk[j], q + item, <size_t>(sep - item)) == 0:
+                                pv[j] = <int32_t>(sep + 1)
+                                pvl[j] = <int32_t>(i - sep - 1)
                                 replaced = True
                                 break
                         if not replaced:
-                            ko[m] = o[k] + i
-                            kl[m] = <int32_t>(sep - i)
-                            vo[m] = o[k] + sep + 1
-                            vl[m] = <int32_t>(e - sep - 1)
-                            m += 1
-                i = e + 1
-        eo[count] = <int32_t>m
-    return entry_offsets, key_off[:m], key_len[:m], val_off[:m], val_len[:m]
+                            pk[np_] = <int32_t>item
+                            pkl[np_] = <int32_t>(sep - item)
+                            pv[np_] = <int32_t>(sep + 1)
+                            pvl[np_] = <int32_t>(i - sep - 1)
+                            np_ += 1
+                    item = i + 1
+                    sep = -1
+                elif q[i] == 1 and sep < 0:
+                    sep = i
+                i += 1
+            if want_map:
+                eo[k] = <int32_t>m
+                for j in range(np_):
+                    ko[m] = <int32_t>kat
+                    memcpy(kd + kat, q + pk[j], <size_t>pkl[j])
+                    kat += pkl[j]
+                    vo[m] = <int32_t>vat
+                    memcpy(vd + vat, q + pv[j], <size_t>pvl[j])
+                    vat += pvl[j]
+                    m += 1
+            if want_tags or want_keys:
+                tag_at = NULL
+                key_at = NULL
+                for j in range(np_):
+                    if pkl[j] == 4 and memcmp(q + pk[j], b"TAGS", 4) == 0:
+                        tag_at = q + pv[j]
+                        tag_len = pvl[j]
+                    elif pkl[j] == 4 and memcmp(q + pk[j], b"KEYS", 4) == 0:
+                        key_at = q + pv[j]
+                        key_len = pvl[j]
+                if want_tags:
+                    _put_optional(tag_at, tag_len, td, to, tb, k, &tat)
+                    tag_nulls += tag_at == NULL
+                if want_keys:
+                    _put_optional(key_at, key_len, yd, yo, yb, k, &yat)
+                    key_nulls += key_at == NULL
+        if want_map:
+            eo[count] = <int32_t>m
+            ko[m] = <int32_t>kat
+            vo[m] = <int32_t>vat
+        if want_tags:
+            to[count] = <int32_t>tat
+        if want_keys:
+            yo[count] = <int32_t>yat
+    free(pk)
+    if want_map:
+        map_out = (map_out[0], map_out[1][:kat], map_out[2][:m + 1], map_out[3][:vat], map_out[4][:m + 1])
+    if want_tags:
+        tags_out = (tags_out[0][:tat], tags_out[1], tags_out[2], tag_nulls)
+    if want_keys:
+        keys_out = (keys_out[0][:yat], keys_out[1], keys_out[2], key_nulls)
+    return map_out, tags_out, keys_out

@@ -15,7 +15,6 @@ wait a message can spend before the next trigger even with a free source).
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench.spark_session import local_spark
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.spark import register
@@ -33,28 +33,13 @@ from dledger.spark import register
 RATE = int(os.environ.get("DLEDGER_BENCH_RATE", "5000"))
 SECONDS = int(os.environ.get("DLEDGER_BENCH_SECONDS", "30"))
 TRIGGER_S = 1.0
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        dict.fromkeys([str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])
-    )
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dledger-bench-lag")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    with local_spark("dledger-bench-lag", spark_sql_shuffle_partitions="2") as session:
+        register(session)
+        yield session
 
 
 def test_stream_lag(benchmark: BenchmarkFixture, spark: SparkSession, tmp_path: Path) -> None:

@@ -72,6 +72,20 @@ def test_fixture_walk_and_queues_read_as_java_listed(rmq: SparkSession, name: st
     )
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_columns_option_reads_only_those_columns(rmq: SparkSession, name: str) -> None:
+    root = FIXTURES_MQ / name
+    cols = ["msg_id", "tags", "properties", "queue_id"]
+    df = rmq.read.format("rocketmq").option("columns", ",".join(cols)).option("topics", "TopicA").load(str(root))
+    assert df.columns == cols
+    want = read_messages(root, topics="TopicA", columns=cols).to_pylist()
+    assert [{**r.asDict(), "properties": sorted(r["properties"].items())} for r in df.collect()] == [
+        {**w, "properties": sorted(w["properties"])} for w in want
+    ]
+    with pytest.raises(Exception, match="unknown column"):
+        rmq.read.format("rocketmq").option("columns", "topic,nope").load(str(root)).collect()
+
+
 def test_pushdown_prunes_queues_and_offsets_exactly(rmq: SparkSession) -> None:
     root = str(FIXTURES_MQ / "classic-3topics")
     table = read_messages(root, topics=["TopicA", "TopicB"], columns=["topic", "queue_id", "queue_offset"])

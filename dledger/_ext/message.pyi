@@ -293,12 +293,16 @@ def scan_at(
 def offset_msg_ids(
     buf: Buffer, host_off: NDArray[np.int64], sys_flag: NDArray[np.int32], phys: NDArray[np.int64]
 ) -> tuple[NDArray[np.uint8], NDArray[np.int32]]: ...
-def host_codes(
+def host_texts(
     buf: Buffer, host_off: NDArray[np.int64], sys_flag: NDArray[np.int32], v6_flag: int
-) -> tuple[NDArray[np.int32], list[bytes]]: ...
-def property_pairs(
-    buf: Buffer, props_off: ArrayLike, props_len: ArrayLike
-) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int32], NDArray[np.int64], NDArray[np.int32]]: ...
+) -> tuple[NDArray[np.uint8], NDArray[np.int32]]: ...
+def property_columns(
+    buf: Buffer, props_off: ArrayLike, props_len: ArrayLike, want_map: bool, want_tags: bool, want_keys: bool
+) -> tuple[
+    tuple[NDArray[np.int32], NDArray[np.uint8], NDArray[np.int32], NDArray[np.uint8], NDArray[np.int32]] | None,
+    tuple[NDArray[np.uint8], NDArray[np.int32], NDArray[np.uint8], int] | None,
+    tuple[NDArray[np.uint8], NDArray[np.int32], NDArray[np.uint8], int] | None,
+]: ...
 
 class UniqClock:
     def __init__(self, heads: Callable[[int], tuple[int, str, bytes]] | None = None) -> None: ...

@@ -13,7 +13,10 @@ Options (case-insensitive): ``topics``, ``queues`` (queue ids, comma-separated),
 ``{"TopicA": {"0": 10, "1": -2}}``, -2 earliest, -1 latest; end exclusive),
 ``startingTimestamp`` (ms since the epoch: each queue starts at its first message stored at or
 after it), ``committedOnly`` (default true), ``decompress`` (inflate COMPRESSED_FLAG bodies),
-``batchSize`` and, for ``spark.readStream``, ``maxOffsetsPerTrigger``. The streaming offset
+``batchSize``, ``columns`` (comma-separated: the table has only these columns, and only these
+are computed; Python data sources get no column pruning from Spark, so this, or a schema given
+with ``.schema(...)``, is how a read skips the columns it does not need) and, for
+``spark.readStream``, ``maxOffsetsPerTrigger``. The streaming offset
 is ``{topic: {queue id: next offset}}``; new queues (and, without ``topics``, new topics) are
 read from their earliest offset.
 """
@@ -124,14 +127,15 @@ _OPTIONS = {
         "decompress",
         "batchSize",
         "maxOffsetsPerTrigger",
+        "columns",
     )
 }
 
 Offsets = dict[str, dict[str, int]]
 
 
-def spark_schema() -> StructType:
-    return StructType([StructField(c, SPARK_TYPES[c], nullable=c in NULLABLE) for c in COLUMNS])
+def spark_schema(columns: Iterable[str] = COLUMNS) -> StructType:
+    return StructType([StructField(c, SPARK_TYPES[c], nullable=c in NULLABLE) for c in columns])
 
 
 def _offsets_option(name: str, raw: str | None) -> int | dict[str, dict[str, int]] | None:
@@ -158,6 +162,14 @@ def _offsets_option(name: str, raw: str | None) -> int | dict[str, dict[str, int
     return out
 
 
+def _columns_option(raw: str | None) -> tuple[str, ...]:
+    columns = tuple(dict.fromkeys(c.strip() for c in str(raw or "").split(",") if c.strip())) or COLUMNS
+    unknown = [c for c in columns if c not in SPARK_TYPES]
+    if unknown:
+        raise error(f"option columns: unknown column(s) {', '.join(unknown)}; columns are {', '.join(COLUMNS)}")
+    return columns
+
+
 @dataclass(frozen=True, slots=True)
 class MessageOptions:
     """The ``rocketmq`` format's options, parsed and checked once when the source is made."""
@@ -172,6 +184,7 @@ class MessageOptions:
     decompress: bool = False
     batch_size: int = SPARK_BATCH_ROWS
     max_offsets_per_trigger: int | None = None
+    columns: tuple[str, ...] = COLUMNS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> MessageOptions:
@@ -196,6 +209,7 @@ class MessageOptions:
             decompress=bool_option("decompress", given.get("decompress"), False),
             batch_size=SPARK_BATCH_ROWS if batch is None else batch,
             max_offsets_per_trigger=int_option("maxOffsetsPerTrigger", given.get("maxoffsetspertrigger"), 1),
+            columns=_columns_option(given.get("columns")),
         )
 
     @property
@@ -250,7 +264,10 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
-        return spark_schema()
+        # Python data sources get no column pruning from Spark (pyspark 4.3): the ``columns``
+        # option (or a user-given schema) is how a read asks for fewer columns.
+        raw = {str(k).lower(): v for k, v in self.options.items()}.get("columns")
+        return spark_schema(_columns_option(raw))
 
     def _read_options(self) -> MessageOptions:
         opts = MessageOptions.parse(self.options)

@@ -179,3 +179,26 @@ def test_our_stores_read_as_the_decoder_reads_them(tmp_path: Path, mode: str) ->
     by_queue = read_messages(tmp_path, topics=["T"])
     assert by_queue.num_rows == 1200
     assert sorted(by_queue.column("commit_log_offset").to_pylist()) == [m.phys_offset for m in msgs if m.topic == "T"]
+
+
+def test_a_reader_beside_a_writer_walks_past_what_dispatch_reached(tmp_path: Path) -> None:
+    """A read-only open finds the log's end from where the queues end (not by recovering the
+    last files): records written since, into later files too, are all walked."""
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=64 * 1024)
+    s = MessageStore(tmp_path, cfg, dispatch_thread=False)
+    try:
+        for q in range(3):
+            assert s.put_batch("T", [b"x" * 100] * 50, queue_id=q).ok
+        s.reput.dispatch_now()
+        dispatched = len(s.commitlog.files.files)
+        for k in range(40):
+            assert s.put_batch("T", [bytes([k]) * 300] * 20, queue_id=k % 3).ok
+        assert len(s.commitlog.files.files) > dispatched + 2
+        walked = read_messages(tmp_path, columns=["commit_log_offset", "body"])
+        assert walked.num_rows == 150 + 800
+        assert walked.column("body").to_pylist() == [b"x" * 100] * 150 + [
+            bytes([k]) * 300 for k in range(40) for _ in range(20)
+        ]
+        assert read_messages(tmp_path, topics="T", columns=["queue_id"]).num_rows == 150
+    finally:
+        s.close()

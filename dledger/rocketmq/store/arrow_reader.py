@@ -28,7 +28,7 @@ import os
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ import numpy as np
 import pyarrow as pa
 
 from dledger._ext import load as _load_ext
-from dledger.rocketmq.store.message import format_host
 from dledger.rocketmq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -119,47 +118,39 @@ def _slices(buf: Any, typ: pa.DataType, off: np.ndarray, length: np.ndarray) -> 
     return _binary(typ, len(off), data, vo)
 
 
-def _optional(buf: Any, off: np.ndarray, length: np.ndarray) -> pa.Array:
-    """A string column from property spans (offset -1: absent, a null)."""
-    valid = off >= 0
-    if valid.all():
-        return _slices(buf, pa.string(), off, length)
-    data, vo = _gather.gather(buf, np.where(valid, off, 0), np.where(valid, length, 0).astype(np.int32))
-    return _binary(pa.string(), len(off), data, vo, valid)
-
-
-_HOST_TEXT: dict[bytes, str] = {}
-
-
-def _host_text(raw: bytes) -> str:
-    text = _HOST_TEXT.get(raw)
-    if text is None:
-        port = int.from_bytes(raw[-4:], "big", signed=True)
-        if len(raw) == 8:
-            addr = ".".join(str(b) for b in raw[:4])
-        else:
-            import ipaddress
-
-            addr = str(ipaddress.ip_address(raw[:-4]))
-        text = format_host((addr, port))
-        if len(_HOST_TEXT) < 4096:
-            _HOST_TEXT[raw] = text
-    return text
-
-
 def _hosts(buf: Any, off: np.ndarray, sys_flag: np.ndarray, v6_flag: int) -> pa.Array:
-    codes, fields = K.host_codes(buf, off, sys_flag, v6_flag)
-    dictionary = pa.array([_host_text(f) for f in fields], pa.string())
-    return dictionary.take(pa.Array.from_buffers(pa.int32(), len(codes), [None, pa.py_buffer(codes)]))
+    data, vo = K.host_texts(buf, off, sys_flag, v6_flag)
+    return _binary(pa.string(), len(off), data, vo)
 
 
-def _properties(buf: Any, off: np.ndarray, length: np.ndarray) -> pa.Array:
-    entry_offsets, ko, kl, vo, vl = K.property_pairs(buf, off, length)
-    keys = _slices(buf, pa.string(), ko, kl)
-    values = _slices(buf, pa.string(), vo, vl)
-    return pa.MapArray.from_arrays(
-        pa.Array.from_buffers(pa.int32(), len(entry_offsets), [None, pa.py_buffer(entry_offsets)]), keys, values
+def _string(n: int, data: Any, offsets: Any, bitmap: Any = None, null_count: int = 0) -> pa.Array:
+    validity = pa.py_buffer(bitmap) if null_count else None
+    return pa.Array.from_buffers(
+        pa.string(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=null_count
     )
+
+
+def _property_columns(buf: Any, cols: Mapping[str, np.ndarray], wanted: Sequence[str]) -> dict[str, pa.Array]:
+    """``properties``, ``tags`` and ``keys`` (those in ``wanted``) from one pass over the
+    properties strings."""
+    n = len(cols["size"])
+    props, tags, keys = K.property_columns(
+        buf, cols["props_off"], cols["props_len"], "properties" in wanted, "tags" in wanted, "keys" in wanted
+    )
+    out: dict[str, pa.Array] = {}
+    if props is not None:
+        entry_offsets, kd, ko, vd, vo = props
+        m = len(ko) - 1
+        out["properties"] = pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(entry_offsets)]),
+            _string(m, kd, ko),
+            _string(m, vd, vo),
+        )
+    if tags is not None:
+        out["tags"] = _string(n, *tags)
+    if keys is not None:
+        out["keys"] = _string(n, *keys)
+    return out
 
 
 def _bodies(buf: Any, cols: Mapping[str, np.ndarray], decompress: bool) -> pa.Array:
@@ -199,7 +190,7 @@ def batch_from_columns(
     """One record batch of ``columns`` from scan columns over ``buf`` (see ``scan_records``)."""
     n = len(cols["size"])
     arrays: list[pa.Array] = []
-    spans: list[tuple[np.ndarray, np.ndarray]] | None = None
+    props: dict[str, pa.Array] | None = None
     for name in columns:
         src = _FIXED.get(name)
         if src is not None:
@@ -209,12 +200,10 @@ def batch_from_columns(
             arrays.append(_slices(buf, pa.string(), cols["topic_off"], cols["topic_len"]))
         elif name == "body":
             arrays.append(_bodies(buf, cols, decompress))
-        elif name in ("tags", "keys"):
-            if spans is None:
-                spans = K.property_spans_many(buf, cols["props_off"], cols["props_len"], (b"TAGS", b"KEYS"))
-            arrays.append(_optional(buf, *spans[0 if name == "tags" else 1]))
-        elif name == "properties":
-            arrays.append(_properties(buf, cols["props_off"], cols["props_len"]))
+        elif name in ("tags", "keys", "properties"):
+            if props is None:
+                props = _property_columns(buf, cols, columns)
+            arrays.append(props[name])
         elif name == "msg_id":
             data, vo = K.offset_msg_ids(buf, cols["store_host_off"], cols["sys_flag"], cols["phys_offset"])
             arrays.append(_binary(pa.string(), n, data, vo))
@@ -558,60 +547,62 @@ def read_range(
     return _read_log(store, rng, args, schema)
 
 
-def _topic_list(topics: Iterable[str] | str | None) -> Iterable[str] | None:
-    return [topics] if isinstance(topics, str) else topics
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """What ``read_messages`` and ``iter_message_batches`` take besides the path (see the
+    module docstring): checked when made, so a bad value fails before the store is opened."""
+
+    topics: Iterable[str] | str | None = None
+    queues: Iterable[int] | None = None
+    start: OffsetSpec = None
+    end: OffsetSpec = None
+    columns: Iterable[str] | None = None
+    committed_only: bool = True
+    _: KW_ONLY
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    decompress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_rows <= 0:
+            raise ValueError(f"batch_rows must be positive, got {self.batch_rows}")
+        object.__setattr__(self, "columns", check_columns(self.columns))
+        if isinstance(self.topics, str):
+            object.__setattr__(self, "topics", [self.topics])
+
+    @property
+    def args(self) -> ReadArgs:
+        assert isinstance(self.columns, tuple)
+        return ReadArgs(self.columns, self.batch_rows, self.decompress, self.committed_only)
+
+    def ranges(self, store: MessageStore) -> Sequence[QueueRange | LogRange]:
+        topics = self.topics
+        assert not isinstance(topics, str)
+        return plan_ranges(store, topics, self.queues, self.start, self.end, self.committed_only)
 
 
-def _setup(
-    columns: Iterable[str] | None, batch_rows: int, decompress: bool, committed_only: bool
-) -> tuple[ReadArgs, pa.Schema]:
-    if batch_rows <= 0:
-        raise ValueError(f"batch_rows must be positive, got {batch_rows}")
-    args = ReadArgs(check_columns(columns), batch_rows, decompress, committed_only)
-    return args, message_schema(args.columns)
-
-
-def iter_message_batches(
-    path: str | os.PathLike[str],
-    topics: Iterable[str] | str | None = None,
-    queues: Iterable[int] | None = None,
-    start: OffsetSpec = None,
-    end: OffsetSpec = None,
-    columns: Iterable[str] | None = None,
-    committed_only: bool = True,
-    *,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    decompress: bool = False,
-) -> Iterator[pa.RecordBatch]:
+def iter_message_batches(path: str | os.PathLike[str], *fields: Any, **request: Any) -> Iterator[pa.RecordBatch]:
     """The messages of the store at ``path`` as record batches: queue by queue (topics in
-    order, then queue ids) when reading by topic or queue, else in commit-log order."""
-    args, schema = _setup(columns, batch_rows, decompress, committed_only)
+    order, then queue ids) when reading by topic or queue, else in commit-log order.
+    ``fields``, ``request``: the fields of :class:`ReadRequest` (``topics``, ``queues``, ``start``,
+    ``end``, ``columns``, ``committed_only``; ``batch_rows``, ``decompress`` by name)."""
+    req = ReadRequest(*fields, **request)
+    args = req.args
+    schema = message_schema(args.columns)
     with open_store(path) as store:
-        for rng in plan_ranges(store, _topic_list(topics), queues, start, end, committed_only):
+        for rng in req.ranges(store):
             yield from read_range(store, rng, args, schema)
 
 
-def read_messages(
-    path: str | os.PathLike[str],
-    topics: Iterable[str] | str | None = None,
-    queues: Iterable[int] | None = None,
-    start: OffsetSpec = None,
-    end: OffsetSpec = None,
-    columns: Iterable[str] | None = None,
-    committed_only: bool = True,
-    *,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    decompress: bool = False,
-    threads: int | None = None,
-) -> pa.Table:
+def read_messages(path: str | os.PathLike[str], *fields: Any, threads: int | None = None, **request: Any) -> pa.Table:
     """The messages of the store at ``path`` as one ``pyarrow.Table`` (see
-    :func:`iter_message_batches`). Ranges are read on ``threads`` threads (default: the CPU
-    count, at most 8); the kernels release the GIL. Rows stay in the order of the ranges."""
-    args, schema = _setup(columns, batch_rows, decompress, committed_only)
+    :func:`iter_message_batches`; the same :class:`ReadRequest` fields). Ranges are
+    read on ``threads`` threads (default: the CPU count, at most 8); the kernels release the
+    GIL. Rows stay in the order of the ranges."""
+    req = ReadRequest(*fields, **request)
+    args = req.args
+    schema = message_schema(args.columns)
     with open_store(path) as store:
-        ranges: Sequence[QueueRange | LogRange] = plan_ranges(
-            store, _topic_list(topics), queues, start, end, committed_only
-        )
+        ranges = req.ranges(store)
 
         def one(rng: QueueRange | LogRange) -> list[pa.RecordBatch]:
             return list(read_range(store, rng, args, schema))

@@ -264,15 +264,26 @@ class CommitLog(LogFiles):
         finally:
             view.release()
 
-    def recover(self, normal: bool) -> int:
+    def recover(self, normal: bool, resume_at: int = -1) -> int:
         """recoverNormally / recoverAbnormally: find the end of the valid records and cut the
         log there. Returns the offset recovery started scanning at (dispatch must redo
-        everything from there after an abnormal exit)."""
+        everything from there after an abnormal exit).
+
+        ``resume_at`` (a read-only store only): a record boundary below which the records are
+        known whole (the end of what the consume queues point at); the scan starts there
+        rather than up to three files back. A reader cuts nothing and checks each record it
+        reads, so it only needs where the log ends, not a proof of what lies before."""
         files = self.files.files
         if not files:
             self.files.flushed_where = 0
             return 0
-        if normal:
+        first_pos = 0
+        if resume_at >= 0 and self.readonly and self.files.find(resume_at) is not None:
+            k = next(
+                j for j, f in enumerate(files) if f.file_from_offset <= resume_at < f.file_from_offset + f.file_size
+            )
+            first_pos = resume_at - int(files[k].file_from_offset)
+        elif normal:
             k = max(len(files) - 3, 0)
         else:
             # The last file whose first message is older than what the checkpoint vouches for.
@@ -296,7 +307,7 @@ class CommitLog(LogFiles):
             f = files[j]
             view = f.view()
             try:
-                pos = 0
+                pos = first_pos if j == k else 0
                 while True:
                     cols, stop, code = K.scan_records(view, f.file_from_offset, pos, -1, check_crc, _SCAN_CHUNK)
                     if len(cols["size"]):

@@ -214,7 +214,11 @@ class MessageStore:
 
         # recover(): consume queues first (they recovered their ends when loaded), then the log.
         max_cq_phys = self.consume_queues.max_physic_offset()
-        started = self.commitlog.recover(self.last_exit_ok)
+        if ro and self.mode == CLASSIC:
+            # A reader needs only where the log ends: from the end of what dispatch reached.
+            started = self.commitlog.recover(self.last_exit_ok, resume_at=max_cq_phys)
+        else:
+            started = self.commitlog.recover(self.last_exit_ok)
         if self.mode == DLEDGER:
             # As DLedgerCommitLog.recover, the queues are cut to the log's written end, not to the
             # committed position (on a member, 0 until its leader speaks: every queue was cut and
