@@ -17,9 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
+from dledger.rocketmq.remoting import remoting_serializable
+from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion
 from dledger.rocketmq.store.consumer_offset import _java_hash, _write_synced
 
 log = logging.getLogger(__name__)
@@ -107,3 +111,71 @@ def load_json(path: Path) -> dict[str, Any] | None:
 
 
 __all__ = ["chm_order", "load_json", "string_to_file", "to_pretty_json"]
+
+
+class _JsonBean(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+T = TypeVar("T", bound=_JsonBean)
+
+
+class VersionedTable(Generic[T]):
+    """What TopicConfigManager and SubscriptionGroupManager share: a table by name in a
+    ``ConcurrentHashMap(capacity)``'s order, its DataVersion (a new one per change), the file
+    rewritten on each change, and the slave's take-over of the master's table."""
+
+    def __init__(self, path: Path, table_key: str, capacity: int) -> None:
+        self.path = path
+        self.table: dict[str, T] = {}
+        self.data_version = DataVersion(int(time.time() * 1000), 0)
+        self._lock = threading.RLock()  # persist (under it) encodes under it too
+        self._table_key = table_key
+        self._capacity = capacity
+
+    def _put(self, name: str, item: T) -> None:
+        with self._lock:
+            self.table[name] = item
+            self._changed()
+
+    def delete(self, name: str) -> bool:
+        with self._lock:
+            if self.table.pop(name, None) is None:
+                return False
+            self._changed()
+            return True
+
+    def replace_from_master(self, table: dict[str, T], version: DataVersion) -> bool:
+        """SlaveSynchronize's syncTopicConfig / syncSubscriptionGroupConfig: take the master's
+        table and data version, and persist, when its data version differs from ours; True
+        when it did."""
+        with self._lock:
+            if version == self.data_version:
+                return False
+            self.data_version = DataVersion(version.timestamp, version.counter)
+            self.table = dict(table)
+        self.persist()
+        return True
+
+    def _changed(self) -> None:
+        self.data_version = DataVersion(int(time.time() * 1000), self.data_version.counter + 1)
+        self.persist()
+
+    def encode(self, pretty: bool = False) -> str:
+        """The wrapper's text: the file's (pretty) or a GET_ALL_* answer's body. Its properties
+        sorted as fastjson writes them ("dataVersion" first)."""
+        with self._lock:
+            order = chm_order(list(self.table), self._capacity)
+            bean = {
+                "dataVersion": self.data_version.to_json(),
+                self._table_key: {k: self.table[k].to_json() for k in order},
+            }
+        if pretty:
+            return to_pretty_json(bean)
+        return remoting_serializable.encode(bean).decode("utf-8")
+
+    def persist(self) -> None:
+        try:
+            string_to_file(self.encode(pretty=True), self.path)
+        except OSError as exc:
+            log.warning("could not write %s: %s", self.path, exc)

@@ -11,14 +11,11 @@ or by UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (``mqadmin updateSubGroup``).
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dledger.rocketmq.broker.config_manager import chm_order, load_json, string_to_file, to_pretty_json
-from dledger.rocketmq.remoting import remoting_serializable
+from dledger.rocketmq.broker.config_manager import VersionedTable, load_json
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion
 
 log = logging.getLogger(__name__)
@@ -99,15 +96,12 @@ def decode_wrapper(data: dict[str, Any]) -> tuple[dict[str, SubscriptionGroupCon
     return table, DataVersion.from_json(data.get("dataVersion"))
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     def __init__(self, path: Path, auto_create: bool = True) -> None:
-        self.path = path
+        super().__init__(path, "subscriptionGroupTable", TABLE_CAPACITY)
         self.auto_create = auto_create
-        self.table: dict[str, SubscriptionGroupConfig] = {}
         for name in SYSTEM_GROUPS:
             self.table[name] = SubscriptionGroupConfig(name)
-        self.data_version = DataVersion(int(time.time() * 1000), 0)
-        self._lock = threading.RLock()
         data = load_json(path)
         if data is not None:
             try:
@@ -134,52 +128,7 @@ class SubscriptionGroupManager:
 
     def update(self, sgc: SubscriptionGroupConfig) -> None:
         """updateSubscriptionGroupConfig."""
-        with self._lock:
-            self.table[sgc.group_name] = sgc
-            self._changed()
-
-    def delete(self, group: str) -> bool:
-        with self._lock:
-            if self.table.pop(group, None) is None:
-                return False
-            self._changed()
-            return True
-
-    def replace_from_master(self, table: dict[str, SubscriptionGroupConfig], version: DataVersion) -> bool:
-        """SlaveSynchronize.syncSubscriptionGroupConfig: the master's table and data version,
-        taken and persisted when its data version differs from ours; True when it did."""
-        with self._lock:
-            if version == self.data_version:
-                return False
-            self.data_version = DataVersion(version.timestamp, version.counter)
-            self.table = dict(table)
-        self.persist()
-        return True
-
-    def _changed(self) -> None:
-        self.data_version = DataVersion(int(time.time() * 1000), self.data_version.counter + 1)
-        self.persist()
-
-    def _bean(self) -> dict[str, Any]:
-        return {
-            "dataVersion": self.data_version.to_json(),
-            "subscriptionGroupTable": {k: self.table[k].to_json() for k in chm_order(list(self.table), TABLE_CAPACITY)},
-        }
-
-    def encode(self, pretty: bool = False) -> str:
-        """SubscriptionGroupManager.encode: the file's text (pretty) or the body of
-        GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
-        with self._lock:
-            bean = self._bean()
-        if pretty:
-            return to_pretty_json(bean)
-        return remoting_serializable.encode(bean).decode("utf-8")
-
-    def persist(self) -> None:
-        try:
-            string_to_file(self.encode(pretty=True), self.path)
-        except OSError as exc:
-            log.warning("could not write %s: %s", self.path, exc)
+        self._put(sgc.group_name, sgc)
 
 
 __all__ = ["FILE_NAME", "SubscriptionGroupConfig", "SubscriptionGroupManager", "decode_wrapper"]

@@ -12,12 +12,9 @@ too: a member that becomes leader serves what its predecessor created.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from pathlib import Path
 
-from dledger.rocketmq.broker.config_manager import chm_order, load_json, string_to_file, to_pretty_json
-from dledger.rocketmq.remoting import remoting_serializable
+from dledger.rocketmq.broker.config_manager import VersionedTable, load_json
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, TopicConfig
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_INHERIT, PERM_READ, PERM_WRITE
 
@@ -31,14 +28,11 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TABLE_CAPACITY = 1024
 
 
-class TopicConfigManager:
+class TopicConfigManager(VersionedTable[TopicConfig]):
     def __init__(self, path: Path, queue_nums: int, auto_create: bool, cluster: str, broker_name: str) -> None:
-        self.path = path
+        super().__init__(path, "topicConfigTable", TABLE_CAPACITY)
         self.queue_nums = queue_nums
         self.auto_create = auto_create
-        self.table: dict[str, TopicConfig] = {}
-        self.data_version = DataVersion(int(time.time() * 1000), 0)
-        self._lock = threading.RLock()  # persist (under it) encodes under it too
         data = load_json(path)
         if data is not None:
             try:
@@ -101,52 +95,7 @@ class TopicConfigManager:
             return tc
 
     def update(self, tc: TopicConfig) -> None:
-        with self._lock:
-            self.table[tc.topic_name] = tc
-            self._changed()
-
-    def delete(self, topic: str) -> bool:
-        with self._lock:
-            if self.table.pop(topic, None) is None:
-                return False
-            self._changed()
-            return True
-
-    def _changed(self) -> None:
-        self.data_version = DataVersion(int(time.time() * 1000), self.data_version.counter + 1)
-        self.persist()
-
-    def _wrapper(self) -> dict[str, object]:
-        # TopicConfigSerializeWrapper's properties, sorted as fastjson writes them.
-        return {
-            "dataVersion": self.data_version.to_json(),
-            "topicConfigTable": {k: self.table[k].to_json() for k in chm_order(list(self.table), TABLE_CAPACITY)},
-        }
-
-    def encode(self, pretty: bool = False) -> str:
-        """TopicConfigManager.encode: the file's text (pretty) or GET_ALL_TOPIC_CONFIG's body."""
-        with self._lock:
-            wrapper = self._wrapper()
-        if pretty:
-            return to_pretty_json(wrapper)
-        return remoting_serializable.encode(wrapper).decode("utf-8")
-
-    def replace_from_master(self, table: dict[str, TopicConfig], version: DataVersion) -> bool:
-        """SlaveSynchronize.syncTopicConfig: take the master's topics and data version, and
-        persist, when its data version differs from ours; True when it did."""
-        with self._lock:
-            if version == self.data_version:
-                return False
-            self.data_version = DataVersion(version.timestamp, version.counter)
-            self.table = dict(table)
-        self.persist()
-        return True
-
-    def persist(self) -> None:
-        try:
-            string_to_file(self.encode(pretty=True), self.path)
-        except OSError as exc:
-            log.warning("could not write %s: %s", self.path, exc)
+        self._put(tc.topic_name, tc)
 
 
 __all__ = [
