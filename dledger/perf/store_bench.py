@@ -274,9 +274,16 @@ class _PyTwinLog:
         magic, _s, idx, term, p, ch, cc, crc, _n = _h.unpack_from(self.data, pos)
         return _PyEntry(idx, term, p, self.data[pos + 48 : pos + size], magic, ch, cc, crc)
 
-    def lookup(self, indices: list[int], _u: struct.Struct = _INDEX_UNIT) -> list[tuple[int, ...]]:
-        unpack, idx = _u.unpack_from, self.index
-        return [unpack(idx, i * 32) for i in indices]
+    def lookup(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # Python's best form of a batch lookup: strided numpy views of the index file's three
+        # columns, gathered by the whole array at once (no loop in Python) and made native.
+        # Measured faster than a structured view (which copies each 32-byte unit) and than
+        # fancy indexing of the big-endian views.
+        n, idx = len(self.index) // 32, self.index
+        pos = np.ndarray((n,), ">i8", idx, 4, (32,)).take(indices).astype(np.int64)
+        size = np.ndarray((n,), ">i4", idx, 12, (32,)).take(indices).astype(np.int32)
+        term = np.ndarray((n,), ">i8", idx, 24, (32,)).take(indices).astype(np.int64)
+        return pos, size, term
 
     def close(self) -> None:
         for m in self._files:
@@ -353,18 +360,17 @@ def case_batch_lookup(root: Path, sizes: Sizes) -> Case:
     store, twin = _filled(root, "lookup", count, 20)
     rng = np.random.default_rng(7)
     want = rng.integers(0, count, sizes.lookup_entries)
-    want_list = want.tolist()
 
     def ours() -> int:
         store.lookup(want)
         return len(want)
 
     def baseline() -> int:
-        twin.lookup(want_list)
-        return len(want_list)
+        twin.lookup(want)
+        return len(want)
 
     return Case(
-        "batch_lookup", "lookups/s", 1, ours, "python_struct_unpack_loop", baseline, cleanup=[store.close, twin.close]
+        "batch_lookup", "lookups/s", 1, ours, "numpy_strided_take", baseline, cleanup=[store.close, twin.close]
     )
 
 
