@@ -24,7 +24,6 @@ from typing import Any
 from dledger._ext import load as _load_ext
 
 _time = time.time  # a global, not an attribute lookup, on every put
-_UniqClock = _load_ext("message").UniqClock
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -385,7 +384,9 @@ class UniqIdGenerator:
         self.prefix = fixed.hex().upper()
         # The counter and the millisecond the last ids' head named, taken in one C call (see
         # UniqClock): ids are unique while one head covers at most IDS_PER_HEAD counter values.
-        self._clock = _UniqClock(self._heads)
+        # The kernel is loaded here, not at import: it brings numpy, which a client that only
+        # builds Message objects (and the CLI's parser) must not pay for.
+        self._clock = _load_ext("message").UniqClock(self._heads)
         self._take_at: Callable[[int, int], tuple[int, int]] = self._clock.take
         # ``reserve`` with the head as ASCII bytes (what a single put's encoder takes), by one
         # C call: a single put's UNIQ_KEY.
