@@ -40,18 +40,21 @@ class NettyDecoder:
         buf += data
         frames: list[bytes] = []
         pos, n = 0, len(buf)
-        while n - pos >= 4:
-            (length,) = _LEN.unpack_from(buf, pos)
-            if length < 0 or length + 4 > self.max_frame_length:
-                raise FrameTooLong(
-                    f"frame length {length} (+4): the limit is {self.max_frame_length} bytes"
-                    if length >= 0
-                    else f"negative frame length {length}"
-                )
-            if n - pos - 4 < length:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + length]))
-            pos += 4 + length
+        # Frames are copied out of a view, once (a bytearray slice would make a second copy);
+        # the view is released before the buffer is trimmed.
+        with memoryview(buf) as view:
+            while n - pos >= 4:
+                (length,) = _LEN.unpack_from(buf, pos)
+                if length < 0 or length + 4 > self.max_frame_length:
+                    raise FrameTooLong(
+                        f"frame length {length} (+4): the limit is {self.max_frame_length} bytes"
+                        if length >= 0
+                        else f"negative frame length {length}"
+                    )
+                if n - pos - 4 < length:
+                    break
+                frames.append(bytes(view[pos + 4 : pos + 4 + length]))
+                pos += 4 + length
         if pos:
             del buf[:pos]
         return frames

@@ -33,13 +33,35 @@ class Channel:
         peer = writer.get_extra_info("peername")
         self.remote_addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
         self.closed = False
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
 
     def send(self, cmd: RemotingCommand) -> None:
-        if not self.closed:
-            self._writer.write(cmd.encode())
+        if self.closed:
+            return
+        data = cmd.encode()
+        if self._flush_handle is not None:
+            self._out.append(data)
+            return
+        # The first command of a loop turn goes out now (a lone answer does not wait a turn);
+        # the ones after it in the same turn (the answers of a window of sends committed
+        # together) are joined and written once by the flush scheduled here: one send call,
+        # not one each.
+        self._writer.write(data)
+        self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self._out and not self.closed:
+            data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+            self._out.clear()
+            self._writer.write(data)
 
     def close(self) -> None:
         if not self.closed:
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+                self._flush()
             self.closed = True
             self._writer.close()
 

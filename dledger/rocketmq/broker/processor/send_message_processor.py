@@ -178,13 +178,10 @@ class SendMessageProcessor:
         if unavailable is not None:
             return unavailable
         if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
-            phys = (np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add).tolist()
-            # createMessageId: the store host's bytes then the offset, upper-case hex (the host
-            # part once, not once a message).
-            msg_ids = ",".join(f"{self._host_hex}{p:016X}" for p in phys)
+            phys = np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add
             return req.response(
                 ext_fields={
-                    "msgId": msg_ids,
+                    "msgId": offset_msg_ids(self._host_hex, phys),
                     "queueId": str(body.queue_id),
                     "queueOffset": str(body.queue_offset),
                     "TRACE_ON": "true",
@@ -317,6 +314,20 @@ class SendMessageProcessor:
         if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
             return req.response()
         return req.response(ResponseCode.SYSTEM_ERROR, PutMessageStatus(body.status).name)
+
+
+def offset_msg_ids(host_hex: str, phys: np.ndarray) -> str:
+    """createMessageId of each offset, comma-joined (SEND_BATCH_MESSAGE's msgId): the store
+    host's upper-case hex then the offset's 16 digits, laid out in one array (no string a
+    message)."""
+    host = np.frombuffer(host_hex.encode("ascii"), dtype=np.uint8)
+    h, n = len(host), len(phys)
+    digits = np.asarray(phys, dtype=">i8").tobytes().hex().upper().encode("ascii")
+    out = np.empty((n, h + 17), dtype=np.uint8)
+    out[:, :h] = host
+    out[:, h:-1] = np.frombuffer(digits, dtype=np.uint8).reshape(n, 16)
+    out[:, -1] = ord(",")
+    return out.tobytes()[:-1].decode("ascii")
 
 
 def _int(h: dict[str, str], name: str, default: int) -> int:
