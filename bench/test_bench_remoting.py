@@ -17,10 +17,12 @@ asks for at least 0.8).
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +161,15 @@ def _fmt(xs: list[float]) -> str:
     return f"{statistics.median(xs):,.0f} msg/s ({min(xs):,.0f}-{max(xs):,.0f})"
 
 
+def _cpu_s(pid: int) -> float | None:
+    """A process's CPU time, user and system (Linux's /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _fmt_ratio(xs: list[float]) -> str:
     return f"median {statistics.median(xs):.2f}x ({min(xs):.2f}-{max(xs):.2f})"
 
@@ -169,18 +180,33 @@ def test_remoting_send_and_pull_beside_the_own_protocol(benchmark: Any) -> None:
     extra = ["--message-store", "--listen-port", str(port), "--default-topic-queue-nums", str(QUEUES)]
     cluster = TestCluster(root, size=1, extra=extra, proxied=False, member_dirs=True)
     got: dict[str, list[float]] = {"remoting_send": [], "own_send": [], "remoting_pull": [], "own_pull": []}
+    # The member's CPU time (user + system) per 32 messages, each side: less swayed by the
+    # machine's load than the rates, and it tells the broker's cost from the client's.
+    cpu: dict[str, list[float]] = {k: [] for k in got}
     try:
         cluster.start_all()
         cluster.wait_leader(30)
         addr = f"127.0.0.1:{port}"
 
+        pid = cluster.procs["n0"].pid
+
+        def side(name: str, coro: Coroutine[Any, Any, float]) -> None:
+            before = _cpu_s(pid)
+            t0 = time.perf_counter()
+            rate = asyncio.run(coro)
+            got[name].append(rate)
+            after = _cpu_s(pid)
+            if before is not None and after is not None:
+                batches = rate * (time.perf_counter() - t0) / BATCH
+                cpu[name].append((after - before) / batches * 1e6)
+
         def run() -> None:
             for k in range(ROUNDS):
                 rt, ot = f"BenchR{k}", f"BenchO{k}"
-                got["remoting_send"].append(asyncio.run(remoting_send(addr, rt)))
-                got["own_send"].append(asyncio.run(own_send(cluster.peers, ot)))
-                got["remoting_pull"].append(asyncio.run(remoting_pull(addr, rt)))
-                got["own_pull"].append(asyncio.run(own_pull(cluster.peers, ot)))
+                side("remoting_send", remoting_send(addr, rt))
+                side("own_send", own_send(cluster.peers, ot))
+                side("remoting_pull", remoting_pull(addr, rt))
+                side("own_pull", own_pull(cluster.peers, ot))
 
         benchmark.pedantic(run, rounds=1, iterations=1)
     finally:
@@ -194,7 +220,9 @@ def test_remoting_send_and_pull_beside_the_own_protocol(benchmark: Any) -> None:
         side: [r / o for r, o in zip(got[f"remoting_{side}"], got[f"own_{side}"], strict=True)]
         for side in ("send", "pull")
     }
-    benchmark.extra_info.update(**got, send_ratio=send_ratio, pull_ratio=pull_ratio, per_round=per_round)
+    benchmark.extra_info.update(
+        **got, send_ratio=send_ratio, pull_ratio=pull_ratio, per_round=per_round, broker_cpu_us_per_batch=cpu
+    )
     print(
         f"\n{ROUNDS} rounds, {BATCHES} batches of {BATCH} x {BODY} B, window {WINDOW}:"
         f"\n  send: remoting {_fmt(got['remoting_send'])}, own protocol {_fmt(got['own_send'])}, "
@@ -202,3 +230,8 @@ def test_remoting_send_and_pull_beside_the_own_protocol(benchmark: Any) -> None:
         f"\n  pull (32 a pull): remoting {_fmt(got['remoting_pull'])}, own protocol {_fmt(got['own_pull'])}, "
         f"ratio of medians {pull_ratio:.2f}x, per round {_fmt_ratio(per_round['pull'])}"
     )
+    if all(cpu.values()):
+        print(
+            "  member CPU per 32 messages: "
+            + ", ".join(f"{k} {statistics.median(v):,.0f} us ({min(v):,.0f}-{max(v):,.0f})" for k, v in cpu.items())
+        )
