@@ -369,9 +369,7 @@ def case_batch_lookup(root: Path, sizes: Sizes) -> Case:
         twin.lookup(want)
         return len(want)
 
-    return Case(
-        "batch_lookup", "lookups/s", 1, ours, "numpy_strided_take", baseline, cleanup=[store.close, twin.close]
-    )
+    return Case("batch_lookup", "lookups/s", 1, ours, "numpy_strided_take", baseline, cleanup=[store.close, twin.close])
 
 
 def case_batch_scan(root: Path, sizes: Sizes) -> Case:
