@@ -61,16 +61,20 @@ from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
     NULLABLE,
     TYPES,
+    LogFile,
     LogRange,
     QueueRange,
     ReadArgs,
     RowFilter,
+    log_file_of,
     log_ranges,
     offset_for_timestamp,
     open_store,
     queue_bounds,
     queue_ranges,
+    read_log_file,
     read_range,
+    split_log_range,
     topics_of,
 )
 from dledger.spark.options import (
@@ -89,6 +93,9 @@ from dledger.spark.options import (
 log = logging.getLogger(__name__)
 
 SPARK_BATCH_ROWS = 8192
+# A walk's partitions: a classic commit-log file is cut into pieces of about this many bytes (as
+# Spark's spark.sql.files.maxPartitionBytes cuts files), so that every core has a share.
+MAX_PARTITION_BYTES = 128 << 20
 
 SPARK_TYPES: dict[str, DataType] = {
     "topic": StringType(),
@@ -128,6 +135,7 @@ _OPTIONS = {
         "batchSize",
         "maxOffsetsPerTrigger",
         "columns",
+        "maxPartitionBytes",
     )
 }
 
@@ -185,6 +193,7 @@ class MessageOptions:
     batch_size: int = SPARK_BATCH_ROWS
     max_offsets_per_trigger: int | None = None
     columns: tuple[str, ...] = COLUMNS
+    max_partition_bytes: int = MAX_PARTITION_BYTES
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> MessageOptions:
@@ -210,6 +219,8 @@ class MessageOptions:
             batch_size=SPARK_BATCH_ROWS if batch is None else batch,
             max_offsets_per_trigger=int_option("maxOffsetsPerTrigger", given.get("maxoffsetspertrigger"), 1),
             columns=_columns_option(given.get("columns")),
+            max_partition_bytes=int_option("maxPartitionBytes", given.get("maxpartitionbytes"), 0)
+            or MAX_PARTITION_BYTES,
         )
 
     @property
@@ -220,10 +231,11 @@ class MessageOptions:
 class MessagePartition(InputPartition):
     """One Spark partition: a queue range or a commit-log file range, and the rows it keeps."""
 
-    def __init__(self, rng: QueueRange | LogRange, rows: RowFilter | None = None) -> None:
+    def __init__(self, rng: QueueRange | LogRange, rows: RowFilter | None = None, file: LogFile | None = None) -> None:
         super().__init__(rng)
         self.rng = rng
         self.rows = rows or RowFilter()
+        self.file = file
 
     def __repr__(self) -> str:
         return f"MessagePartition({self.rng})"
@@ -313,6 +325,11 @@ class _ReadMixin:
         if rng is None:  # Spark's placeholder partition of an empty read
             return
         args = replace(self.args, rows=getattr(partition, "rows", RowFilter()))
+        file = getattr(partition, "file", None)
+        if file is not None and isinstance(rng, LogRange):
+            for batch in read_log_file(file, rng, args):
+                yield batch.cast(self.arrow)
+            return
         with open_store(self.opts.path) as store:
             for batch in read_range(store, rng, args):
                 yield batch.cast(self.arrow)
@@ -363,7 +380,11 @@ class MessageReader(_ReadMixin, DataSourceReader):
         end = self.opts.ending if isinstance(self.opts.ending, int) and self.opts.ending >= 0 else None
         rows = RowFilter(offset_min=self.offset_min, offset_max=self.offset_max, ts_min=self.ts_min, ts_max=self.ts_max)
         with open_store(self.opts.path) as store:
-            return [MessagePartition(r, rows) for r in log_ranges(store, start, end, self.opts.committed_only)]
+            return [
+                MessagePartition(piece, rows, log_file_of(store, piece))
+                for r in log_ranges(store, start, end, self.opts.committed_only)
+                for piece in split_log_range(store, r, self.opts.max_partition_bytes)
+            ]
 
 
 class MessagePushdownReader(MessageReader):
