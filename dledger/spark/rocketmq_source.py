@@ -327,12 +327,17 @@ class _ReadMixin:
         args = replace(self.args, rows=getattr(partition, "rows", RowFilter()))
         file = getattr(partition, "file", None)
         if file is not None and isinstance(rng, LogRange):
-            for batch in read_log_file(file, rng, args):
-                yield batch.cast(self.arrow)
+            yield from self._spark_batches(read_log_file(file, rng, args))
             return
         with open_store(self.opts.path) as store:
-            for batch in read_range(store, rng, args):
-                yield batch.cast(self.arrow)
+            yield from self._spark_batches(read_range(store, rng, args))
+
+    def _spark_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` in Spark's Arrow types; a batch that has them already (no timestamp or
+        map column) goes as it is, without a cast (which costs a pyarrow.compute call per
+        batch and, once per worker, its import)."""
+        for batch in batches:
+            yield batch if batch.schema.equals(self.arrow) else batch.cast(self.arrow)
 
 
 class MessageReader(_ReadMixin, DataSourceReader):
