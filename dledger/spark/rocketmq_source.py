@@ -1,24 +1,25 @@
 """``spark.read.format("rocketmq")``: a RocketMQ message store on disk as a table of messages.
 
 Shaped like Spark's Kafka source. With ``topics`` (comma-separated) the read goes through the
-consume queues, one partition per (topic, queue); without, it walks the commit log, one
-partition per commit-log file. Filters on ``topic``, ``queue_id``, ``queue_offset`` and
-``store_timestamp`` are pushed down (``dledger.spark.register`` turns Spark's pushdown on): on
-a queue read they narrow the queues and each queue's offset range (a store-time bound by a
-binary search on the queue), on a walk they drop rows before Spark sees them; either way the
-result is exact. Batches come from :mod:`dledger.rocketmq.store.arrow_reader` (no row tuples).
+consume queues, one partition per (topic, queue); without, it walks the commit log: a classic
+log in pieces of about ``maxPartitionBytes`` (default 128 MB) cut at record starts, each read by
+mapping its file alone; a DLedger log one partition per file. Filters on ``topic``,
+``queue_id``, ``queue_offset`` and ``store_timestamp`` are pushed down
+(``dledger.spark.register`` turns Spark's pushdown on): on a queue read they narrow the queues
+and each queue's offset range (a store-time bound by a binary search on the queue), on a walk
+they drop rows before Spark sees them; either way the result is exact. Batches come from
+:mod:`dledger.rocketmq.store.arrow_reader` (no row tuples).
 
 Options (case-insensitive): ``topics``, ``queues`` (queue ids, comma-separated),
-``startingOffsets`` / ``endingOffsets`` (``earliest``, ``latest`` or JSON
-``{"TopicA": {"0": 10, "1": -2}}``, -2 earliest, -1 latest; end exclusive),
-``startingTimestamp`` (ms since the epoch: each queue starts at its first message stored at or
-after it), ``committedOnly`` (default true), ``decompress`` (inflate COMPRESSED_FLAG bodies),
-``batchSize``, ``columns`` (comma-separated: the table has only these columns, and only these
-are computed; Python data sources get no column pruning from Spark, so this, or a schema given
-with ``.schema(...)``, is how a read skips the columns it does not need) and, for
-``spark.readStream``, ``maxOffsetsPerTrigger``. The streaming offset
-is ``{topic: {queue id: next offset}}``; new queues (and, without ``topics``, new topics) are
-read from their earliest offset.
+``startingOffsets`` / ``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"TopicA": {"0": 10,
+"1": -2}}``, -2 earliest, -1 latest; end exclusive), ``startingTimestamp`` (ms since the epoch:
+each queue starts at its first message stored at or after it), ``committedOnly`` (default true),
+``decompress`` (inflate COMPRESSED_FLAG bodies), ``batchSize``, ``columns`` (comma-separated:
+the table has only these columns, and only these are computed; Python data sources get no column
+pruning from Spark, so this, or a schema given with ``.schema(...)``, is how a read skips the
+columns it does not need) and, for ``spark.readStream``, ``maxOffsetsPerTrigger``;
+``maxPartitionBytes`` for a walk. The streaming offset is ``{topic: {queue id: next offset}}``;
+new queues (and, without ``topics``, new topics) are read from their earliest offset.
 """
 
 from __future__ import annotations
