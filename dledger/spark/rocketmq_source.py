@@ -2,8 +2,8 @@
 
 Shaped like Spark's Kafka source. With ``topics`` (comma-separated) the read goes through the
 consume queues, one partition per (topic, queue); without, it walks the commit log: a classic
-log in pieces of about ``maxPartitionBytes`` (default 128 MB) cut at record starts, each read by
-mapping its file alone; a DLedger log one partition per file. Filters on ``topic``,
+log one partition per file, or pieces of about ``maxPartitionBytes`` cut at record starts, each
+read by mapping its file alone; a DLedger log one partition per file. Filters on ``topic``,
 ``queue_id``, ``queue_offset`` and ``store_timestamp`` are pushed down
 (``dledger.spark.register`` turns Spark's pushdown on): on a queue read they narrow the queues
 and each queue's offset range (a store-time bound by a binary search on the queue), on a walk
@@ -94,9 +94,9 @@ from dledger.spark.options import (
 log = logging.getLogger(__name__)
 
 SPARK_BATCH_ROWS = 8192
-# A walk's partitions: a classic commit-log file is cut into pieces of about this many bytes (as
-# Spark's spark.sql.files.maxPartitionBytes cuts files), so that every core has a share.
-MAX_PARTITION_BYTES = 128 << 20
+# A walk's partitions: 0 keeps one per commit-log file. Cutting 10 M messages into 128 MB pieces
+# (19 tasks) ran slower on 2 cores than 3 whole files (docs/spark.md); the option is for more cores.
+MAX_PARTITION_BYTES = 0
 
 SPARK_TYPES: dict[str, DataType] = {
     "topic": StringType(),
