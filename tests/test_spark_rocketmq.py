@@ -73,6 +73,21 @@ def test_fixture_walk_and_queues_read_as_java_listed(rmq: SparkSession, name: st
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_walk_in_pieces_reads_every_record_once(rmq: SparkSession, name: str) -> None:
+    """``maxPartitionBytes`` cuts a classic commit-log file into partitions at record starts:
+    the rows are still the Java listing, each record once. A DLedger log keeps one per file."""
+    root = str(FIXTURES_MQ / name)
+    df = rmq.read.format("rocketmq").option("maxPartitionBytes", "1000").load(root)
+    files = list((FIXTURES_MQ / name).glob("commitlog/*")) or list((FIXTURES_MQ / name).glob("dledger-n0/data/*"))
+    if name.startswith("classic"):
+        assert df.rdd.getNumPartitions() > 2 * len(files)
+    else:
+        assert df.rdd.getNumPartitions() == len(files)
+    got = sorted((line_of(r) for r in rows_of(df)), key=lambda lp: int(lp[0].split("\t", 1)[0]))
+    assert got == [split_expected(line) for line in expected(name, "messages.tsv")]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_columns_option_reads_only_those_columns(rmq: SparkSession, name: str) -> None:
     root = FIXTURES_MQ / name
     cols = ["msg_id", "tags", "properties", "queue_id"]

@@ -1,24 +1,25 @@
 """``spark.read.format("rocketmq")``: a RocketMQ message store on disk as a table of messages.
 
 Shaped like Spark's Kafka source. With ``topics`` (comma-separated) the read goes through the
-consume queues, one partition per (topic, queue); without, it walks the commit log, one
-partition per commit-log file. Filters on ``topic``, ``queue_id``, ``queue_offset`` and
-``store_timestamp`` are pushed down (``dledger.spark.register`` turns Spark's pushdown on): on
-a queue read they narrow the queues and each queue's offset range (a store-time bound by a
-binary search on the queue), on a walk they drop rows before Spark sees them; either way the
-result is exact. Batches come from :mod:`dledger.rocketmq.store.arrow_reader` (no row tuples).
+consume queues, one partition per (topic, queue); without, it walks the commit log: a classic
+log one partition per file, or pieces of about ``maxPartitionBytes`` cut at record starts, each
+read by mapping its file alone; a DLedger log one partition per file. Filters on ``topic``,
+``queue_id``, ``queue_offset`` and ``store_timestamp`` are pushed down
+(``dledger.spark.register`` turns Spark's pushdown on): on a queue read they narrow the queues
+and each queue's offset range (a store-time bound by a binary search on the queue), on a walk
+they drop rows before Spark sees them; either way the result is exact. Batches come from
+:mod:`dledger.rocketmq.store.arrow_reader` (no row tuples).
 
 Options (case-insensitive): ``topics``, ``queues`` (queue ids, comma-separated),
-``startingOffsets`` / ``endingOffsets`` (``earliest``, ``latest`` or JSON
-``{"TopicA": {"0": 10, "1": -2}}``, -2 earliest, -1 latest; end exclusive),
-``startingTimestamp`` (ms since the epoch: each queue starts at its first message stored at or
-after it), ``committedOnly`` (default true), ``decompress`` (inflate COMPRESSED_FLAG bodies),
-``batchSize``, ``columns`` (comma-separated: the table has only these columns, and only these
-are computed; Python data sources get no column pruning from Spark, so this, or a schema given
-with ``.schema(...)``, is how a read skips the columns it does not need) and, for
-``spark.readStream``, ``maxOffsetsPerTrigger``. The streaming offset
-is ``{topic: {queue id: next offset}}``; new queues (and, without ``topics``, new topics) are
-read from their earliest offset.
+``startingOffsets`` / ``endingOffsets`` (``earliest``, ``latest`` or JSON ``{"TopicA": {"0": 10,
+"1": -2}}``, -2 earliest, -1 latest; end exclusive), ``startingTimestamp`` (ms since the epoch:
+each queue starts at its first message stored at or after it), ``committedOnly`` (default true),
+``decompress`` (inflate COMPRESSED_FLAG bodies), ``batchSize``, ``columns`` (comma-separated:
+the table has only these columns, and only these are computed; Python data sources get no column
+pruning from Spark, so this, or a schema given with ``.schema(...)``, is how a read skips the
+columns it does not need) and, for ``spark.readStream``, ``maxOffsetsPerTrigger``;
+``maxPartitionBytes`` for a walk. The streaming offset is ``{topic: {queue id: next offset}}``;
+new queues (and, without ``topics``, new topics) are read from their earliest offset.
 """
 
 from __future__ import annotations
@@ -61,16 +62,20 @@ from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
     NULLABLE,
     TYPES,
+    LogFile,
     LogRange,
     QueueRange,
     ReadArgs,
     RowFilter,
+    log_file_of,
     log_ranges,
     offset_for_timestamp,
     open_store,
     queue_bounds,
     queue_ranges,
+    read_log_file,
     read_range,
+    split_log_range,
     topics_of,
 )
 from dledger.spark.options import (
@@ -89,6 +94,9 @@ from dledger.spark.options import (
 log = logging.getLogger(__name__)
 
 SPARK_BATCH_ROWS = 8192
+# A walk's partitions: 0 keeps one per commit-log file. Cutting 10 M messages into 128 MB pieces
+# (19 tasks) ran slower on 2 cores than 3 whole files (docs/spark.md); the option is for more cores.
+MAX_PARTITION_BYTES = 0
 
 SPARK_TYPES: dict[str, DataType] = {
     "topic": StringType(),
@@ -128,6 +136,7 @@ _OPTIONS = {
         "batchSize",
         "maxOffsetsPerTrigger",
         "columns",
+        "maxPartitionBytes",
     )
 }
 
@@ -185,6 +194,7 @@ class MessageOptions:
     batch_size: int = SPARK_BATCH_ROWS
     max_offsets_per_trigger: int | None = None
     columns: tuple[str, ...] = COLUMNS
+    max_partition_bytes: int = MAX_PARTITION_BYTES
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> MessageOptions:
@@ -210,6 +220,8 @@ class MessageOptions:
             batch_size=SPARK_BATCH_ROWS if batch is None else batch,
             max_offsets_per_trigger=int_option("maxOffsetsPerTrigger", given.get("maxoffsetspertrigger"), 1),
             columns=_columns_option(given.get("columns")),
+            max_partition_bytes=int_option("maxPartitionBytes", given.get("maxpartitionbytes"), 0)
+            or MAX_PARTITION_BYTES,
         )
 
     @property
@@ -220,10 +232,11 @@ class MessageOptions:
 class MessagePartition(InputPartition):
     """One Spark partition: a queue range or a commit-log file range, and the rows it keeps."""
 
-    def __init__(self, rng: QueueRange | LogRange, rows: RowFilter | None = None) -> None:
+    def __init__(self, rng: QueueRange | LogRange, rows: RowFilter | None = None, file: LogFile | None = None) -> None:
         super().__init__(rng)
         self.rng = rng
         self.rows = rows or RowFilter()
+        self.file = file
 
     def __repr__(self) -> str:
         return f"MessagePartition({self.rng})"
@@ -313,9 +326,19 @@ class _ReadMixin:
         if rng is None:  # Spark's placeholder partition of an empty read
             return
         args = replace(self.args, rows=getattr(partition, "rows", RowFilter()))
+        file = getattr(partition, "file", None)
+        if file is not None and isinstance(rng, LogRange):
+            yield from self._spark_batches(read_log_file(file, rng, args))
+            return
         with open_store(self.opts.path) as store:
-            for batch in read_range(store, rng, args):
-                yield batch.cast(self.arrow)
+            yield from self._spark_batches(read_range(store, rng, args))
+
+    def _spark_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` in Spark's Arrow types; a batch that has them already (no timestamp or
+        map column) goes as it is, without a cast (which costs a pyarrow.compute call per
+        batch and, once per worker, its import)."""
+        for batch in batches:
+            yield batch if batch.schema.equals(self.arrow) else batch.cast(self.arrow)
 
 
 class MessageReader(_ReadMixin, DataSourceReader):
@@ -363,7 +386,11 @@ class MessageReader(_ReadMixin, DataSourceReader):
         end = self.opts.ending if isinstance(self.opts.ending, int) and self.opts.ending >= 0 else None
         rows = RowFilter(offset_min=self.offset_min, offset_max=self.offset_max, ts_min=self.ts_min, ts_max=self.ts_max)
         with open_store(self.opts.path) as store:
-            return [MessagePartition(r, rows) for r in log_ranges(store, start, end, self.opts.committed_only)]
+            return [
+                MessagePartition(piece, rows, log_file_of(store, piece))
+                for r in log_ranges(store, start, end, self.opts.committed_only)
+                for piece in split_log_range(store, r, self.opts.max_partition_bytes)
+            ]
 
 
 class MessagePushdownReader(MessageReader):

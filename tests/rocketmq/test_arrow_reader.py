@@ -5,6 +5,7 @@ the consume queues; stores written here read as the store's own decoder reads th
 from __future__ import annotations
 
 import hashlib
+import itertools
 import zlib
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,15 @@ import pytest
 from dledger.rocketmq import read_messages
 from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
+    LogRange,
+    ReadArgs,
     iter_message_batches,
+    log_file_of,
+    log_ranges,
     offset_for_timestamp,
     open_store,
+    read_log_file,
+    split_log_range,
 )
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.listing import escape, message_line, unescape
@@ -84,6 +91,37 @@ def test_walk_reads_every_record_as_java_listed(name: str) -> None:
     # Properties are a map<string, string>; a name given twice keeps its last value (the batch's WAIT).
     assert table.schema.field("properties").type == pa.map_(pa.string(), pa.string())
     assert table.schema.field("store_timestamp").type == pa.timestamp("ms")
+
+
+@pytest.mark.parametrize("max_bytes", [700, 4096])
+def test_a_walk_cut_into_pieces_reads_every_record_once(max_bytes: int) -> None:
+    """Each commit-log file cut at record starts, each piece read by mapping its file alone: the
+    pieces together are the Java listing, each record once (the fixture's PREPARED transaction
+    records, in no queue, lie inside pieces)."""
+    name = "classic-3topics"
+    want = [split_expected(line) for line in expected(name, "messages.tsv")]
+    with open_store(FIXTURES_MQ / name) as store:
+        files = log_ranges(store, None, None, True)
+        pieces = [p for r in files for p in split_log_range(store, r, max_bytes)]
+        assert len(pieces) > 2 * len(files)
+        for rng in files:  # the pieces of a file abut and cover it
+            mine = [p for p in pieces if rng.start <= p.start < rng.end]
+            assert mine[0].start == rng.start and mine[-1].end == rng.end
+            assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+        batches = []
+        for p in pieces:
+            file = log_file_of(store, p)
+            assert file is not None
+            batches += list(read_log_file(file, p, ReadArgs()))
+    got = [line_of(r) for r in pa.Table.from_batches(batches).to_pylist()]
+    assert got == want
+
+
+def test_a_dledger_walk_is_not_cut() -> None:
+    with open_store(FIXTURES_MQ / "dledger-1node") as store:
+        for rng in log_ranges(store, None, None, True):
+            assert split_log_range(store, rng, 700) == [rng]
+            assert log_file_of(store, LogRange(rng.start, rng.end)) is None
 
 
 @pytest.mark.parametrize("name", NAMES)

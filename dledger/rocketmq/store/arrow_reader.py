@@ -23,10 +23,12 @@ queue reads never go past what the queues hold, which dispatch wrote from commit
 
 from __future__ import annotations
 
+import itertools
 import logging
+import mmap
 import os
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -495,46 +497,141 @@ def _read_queue(store: MessageStore, rng: QueueRange, args: ReadArgs, schema: pa
         offset += got
 
 
+def _walk_view(
+    view: Any, base: int, wrote: int, fsize: int, pos: int, end: int, args: ReadArgs, schema: pa.Schema, scan: Any
+) -> Generator[pa.RecordBatch, None, int | None]:
+    """Batches of the records from ``pos`` in one mapped file (at most one window of it);
+    returns where the walk goes on, or None when it is over."""
+    stop_at = min(wrote, end - base, pos - base + _WALK_WINDOW)
+    cur = pos - base
+    code = K.STOP_END
+    while cur < stop_at:
+        cols, stop, code = scan(view, base, cur, stop_at, False, args.batch_rows)
+        if len(cols["size"]):
+            mask = args.rows.mask(view, cols)
+            if mask is not None:
+                cols = _take(cols, mask)
+            if len(cols["size"]):
+                yield batch_from_columns(view, cols, args.columns, decompress=args.decompress, schema=schema)
+        cur = stop
+        if code != K.STOP_LIMIT:
+            break
+    if code in (K.STOP_BLANK, K.STOP_ZERO) or cur >= fsize:
+        return None  # the rest of this file holds no record; the next range starts the next file
+    if code == K.STOP_END or (code == K.STOP_BAD and base + stop_at < end and cur > pos - base):
+        if base + cur <= pos:
+            return None
+        return base + cur  # the window ended, maybe inside a record: go on from the last whole one
+    log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], base + cur)
+    return None
+
+
 def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     cl = store.commitlog
-    dledger = store.mode == "dledger"
-    scan = K.scan_dledger_records if dledger else K.scan_records
-    pos = rng.start
-    while pos < rng.end:
+    scan = K.scan_dledger_records if store.mode == "dledger" else K.scan_records
+    pos: int | None = rng.start
+    while pos is not None and pos < rng.end:
         with cl.reading():
             f = cl.files.find(pos)
             if f is None:
                 return
-            base = int(f.file_from_offset)
-            stop_at = min(int(f.wrote_position), rng.end - base, pos - base + _WALK_WINDOW)
             view = f.view()
             try:
-                cur = pos - base
-                code = K.STOP_END
-                while cur < stop_at:
-                    cols, stop, code = scan(view, base, cur, stop_at, False, args.batch_rows)
-                    if len(cols["size"]):
-                        mask = args.rows.mask(view, cols)
-                        if mask is not None:
-                            cols = _take(cols, mask)
-                        if len(cols["size"]):
-                            yield batch_from_columns(
-                                view, cols, args.columns, decompress=args.decompress, schema=schema
-                            )
-                    cur = stop
-                    if code != K.STOP_LIMIT:
-                        break
+                pos = yield from _walk_view(
+                    view,
+                    int(f.file_from_offset),
+                    int(f.wrote_position),
+                    int(f.file_size),
+                    pos,
+                    rng.end,
+                    args,
+                    schema,
+                    scan,
+                )
             finally:
                 view.release()
-        if code in (K.STOP_BLANK, K.STOP_ZERO) or cur >= int(f.file_size):
-            return  # the rest of this file holds no record; the next range starts the next file
-        if code == K.STOP_END or (code == K.STOP_BAD and base + stop_at < rng.end and cur > pos - base):
-            if base + cur <= pos:
-                return
-            pos = base + cur  # the window ended, maybe inside a record: go on from the last whole one
-            continue
-        log.error("commit log: %s record at %d; the walk stops there", K.STOP_NAMES[code], base + cur)
-        return
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """The classic commit-log file a walk's range lies in, read by mapping that file alone
+    (opening the store costs tens of ms per Spark partition; the range was bounded by the
+    readable end when it was planned)."""
+
+    path: str
+    base: int
+    size: int
+
+
+def log_file_of(store: MessageStore, rng: LogRange) -> LogFile | None:
+    """The file ``rng`` lies in, when it can be read alone (a classic commit log)."""
+    if store.mode == "dledger":
+        return None
+    cl = store.commitlog
+    size = int(cl.file_size)
+    base = rng.start - rng.start % size
+    return LogFile(str(Path(cl.path) / f"{base:020d}"), base, size)
+
+
+def read_log_file(
+    file: LogFile, rng: LogRange, args: ReadArgs = ReadArgs(), schema: pa.Schema | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``rng`` (within ``file``, see :func:`log_file_of`), in log order."""
+    schema = schema or message_schema(args.columns)
+    with open(file.path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        size = min(file.size, len(mm))
+        pos: int | None = rng.start
+        while pos is not None and pos < rng.end:
+            view = memoryview(mm)
+            try:
+                pos = yield from _walk_view(
+                    view, file.base, size, file.size, pos, rng.end, args, schema, K.scan_records
+                )
+            finally:
+                view.release()
+    finally:
+        mm.close()
+
+
+def split_log_range(store: MessageStore, rng: LogRange, max_bytes: int) -> list[LogRange]:
+    """``rng`` cut into pieces of about ``max_bytes`` at record starts: the commit-log offsets of
+    consume-queue units (a classic store's units point at whole records; records no queue
+    holds lie between them and are walked as before). A DLedger log is not cut."""
+    if store.mode == "dledger" or max_bytes <= 0 or rng.end - rng.start <= max_bytes:
+        return [rng]
+    pieces = -(-(rng.end - rng.start) // max_bytes)
+    step = (rng.end - rng.start) // pieces
+    cuts = [rng.start]
+    for k in range(1, pieces):
+        at = _first_record_at_or_after(store, rng.start + k * step, rng.end)
+        if at is not None and at > cuts[-1]:
+            cuts.append(at)
+    cuts.append(rng.end)
+    return [LogRange(a, b) for a, b in itertools.pairwise(cuts) if a < b]
+
+
+def _first_record_at_or_after(store: MessageStore, target: int, end: int) -> int | None:
+    """The smallest commit-log offset in ``[target, end)`` that a consume-queue unit points at."""
+    best: int | None = None
+    for topic in store.consume_queues.topics():
+        for qid in store.consume_queues.queue_ids(topic):
+            cq = store.consume_queues.get(topic, qid)
+            if cq is None:
+                continue
+            lo, hi = int(cq.min_offset), int(cq.max_offset)
+            while lo < hi:  # first unit at or after target (units grow along a queue)
+                mid = (lo + hi) // 2
+                unit = cq.get_unit(mid)
+                if unit is not None and unit[0] < target:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            unit = cq.get_unit(lo) if lo < int(cq.max_offset) else None
+            if unit is not None and unit[0] < end and (best is None or unit[0] < best):
+                best = unit[0]
+    return best
 
 
 def read_range(
