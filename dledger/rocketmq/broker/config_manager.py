@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion
 from dledger.rocketmq.store.consumer_offset import _java_hash, _write_synced
+from dledger.rocketmq.store.mapped_file import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,7 @@ def string_to_file(text: str, path: Path) -> None:
     if previous is not None:
         _write_synced(path.with_name(path.name + ".bak"), previous)
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 def load_json(path: Path) -> dict[str, Any] | None:
