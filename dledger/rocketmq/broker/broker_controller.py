@@ -393,6 +393,8 @@ class BrokerController:
         await asyncio.to_thread(ha.ha_client.wait_unlinked, 5.0)
         await asyncio.to_thread(store.change_role, role)
         self.store_config = self.store_config.replace(broker_role=role, ha_master_address=None)
+        if store.schedule is not None:
+            store.schedule.wake()  # delivers now, not after its idle sleep (1 s)
         self._handle_slave_synchronize()
         log.info("changed to %s", role)
 
