@@ -134,7 +134,7 @@ class BrokerRemoting:
             config.transaction_timeout_ms,
             config.transaction_check_max,
         )
-        admin = AdminBrokerProcessor(
+        self.admin = admin = AdminBrokerProcessor(
             service,
             self.topics,
             self.consumers,

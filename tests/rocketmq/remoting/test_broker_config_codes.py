@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from dledger.rocketmq.broker.broker_controller import BrokerController
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_decoder import NettyDecoder
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.remoting_serializable import decode as json_decode
 from dledger.rocketmq.remoting.remoting_serializable import encode as json_encode
+from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.store.properties import parse_properties
 from dledger.testing import ClassicBroker, consecutive_free_ports
 from tests.rocketmq.remoting.processes import run, start_namesrv, stop
@@ -248,6 +251,8 @@ class Consumer:
                 if self.mode == "close":
                     self.writer.close()
                     return
+                if self.mode == "silent":
+                    continue
                 info = {"properties": {"clientId": self.client_id, "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"}}
                 self.writer.write(cmd.response(body=json_encode(info)).encode())
 
@@ -286,5 +291,40 @@ def test_consumer_running_info_is_forwarded_to_the_client_and_its_answer_returne
         finally:
             await consumer.close()
             await admin.close()
+
+    run(scenario)
+
+
+def test_a_consumer_that_does_not_answer_in_time_is_consume_msg_timeout(tmp_path: Path) -> None:
+    """Broker2Client.callClient's timeout (10 s; 0.5 s here, on a broker in this process)."""
+    port = consecutive_free_ports(4) + 2
+    addr = f"127.0.0.1:{port}"
+    cfg = MessageStoreConfig(
+        store_path_root_dir=str(tmp_path / "s"),
+        mapped_file_size_commit_log=1 << 18,
+        mapped_file_size_consume_queue=6000,
+        ha_listen_port=0,
+    )
+
+    async def scenario() -> None:
+        b = BrokerController(cfg, "127.0.0.1:0", remoting_port=port)
+        await b.start()
+        admin = NettyRemotingClient()
+        consumer = Consumer("10.0.0.2@2", "SlowG")
+        try:
+            assert b.remoting is not None
+            b.remoting.admin.call_client_timeout_s = 0.5
+            consumer.mode = "silent"
+            await consumer.connect(addr)
+            assert (await asyncio.wait_for(consumer.beat_answer, 10)).code == ResponseCode.SUCCESS
+            fields = {"consumerGroup": "SlowG", "clientId": "10.0.0.2@2", "jstackEnable": "false"}
+            r = await admin.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, fields))
+            assert r.code == ResponseCode.CONSUME_MSG_TIMEOUT
+            assert (r.remark or "").startswith("consumer <SlowG> <10.0.0.2@2> Timeout")
+            assert len(consumer.asked) == 1
+        finally:
+            await consumer.close()
+            await admin.close()
+            await b.shutdown()
 
     run(scenario)
