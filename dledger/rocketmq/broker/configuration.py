@@ -93,11 +93,6 @@ class Configuration:
         except OSError as exc:
             log.warning("could not write %s: %s", self.store_path, exc)
 
-    def runtime_value(self, key: str) -> bool | int:
-        kind = RUNTIME_KEYS[key]
-        text = self.all_configs[key]
-        return parse_bool(text) if kind is bool else int(text)
-
 
 def apply_runtime(changed: dict[str, str], setters: dict[str, Callable[[bool | int], None]]) -> None:
     """Hand each runtime key ``changed`` holds to its setter."""
