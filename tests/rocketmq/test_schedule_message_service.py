@@ -198,3 +198,24 @@ def test_a_promoted_slave_delivers_from_the_offsets_its_master_sent(tmp_path: Pa
         wait_for(lambda: s.max_offset_in_queue("T", 0) >= 1, 10, "the promoted store's delivery")
         time.sleep(0.6)
         assert [m.body for m in in_queue(s, "T", 0)] == [b"left to the slave"]
+
+
+def test_the_service_sleeps_until_the_next_delivery(tmp_path: Path, mode: str) -> None:
+    """No polling ten times a second: an idle store's thread wakes about once per shortest
+    level delay (1 s here), one with a message due in 3 s wakes for it, and a put made while it
+    sleeps is still delivered on time."""
+    with MessageStore(tmp_path / "s", config(mode)) as s:
+        assert s.schedule is not None
+        time.sleep(0.3)
+        start = s.schedule.rounds
+        time.sleep(2.0)
+        assert s.schedule.rounds - start <= 3  # polling every 0.1 s made 20
+        r = s.put_message(Message("T", b"later", queue_id=0, delay_level=2))  # 3 s
+        assert r.ok
+        scheduled = s.lookup(r.phys_offset)
+        assert scheduled is not None
+        wait_for(lambda: s.max_offset_in_queue("T", 0) >= 1, 10, "the delivery")
+        (m,) = in_queue(s, "T", 0)
+        assert m.store_timestamp >= scheduled.store_timestamp + 3000
+        # On time: woken for it, not a polling period later (1 s of slack for a loaded machine).
+        assert m.store_timestamp <= scheduled.store_timestamp + 3000 + 1000

@@ -36,6 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -112,7 +113,11 @@ class BrokerController:
         sync_period_s: float = SYNC_PERIOD_S,
         slave_read_enable: bool = False,
         auto_create_subscription_group: bool = True,
+        config_path: Path | None = None,
+        config_properties: dict[str, str] | None = None,
     ) -> None:
+        """``config_path``/``config_properties``: the broker.conf this broker runs from and its
+        keys (GET_BROKER_CONFIG lists them; UPDATE_BROKER_CONFIG rewrites the file)."""
         self.listen_host, self.listen_port = parse_addr(listen)
         if remoting_port is not None and not 2 < remoting_port <= 65535:
             raise ValueError(f"remoting port {remoting_port}: want 3-65535 (the VIP channel is port - 2)")
@@ -123,6 +128,8 @@ class BrokerController:
         self.sync_period_s = sync_period_s
         self.slave_read_enable = slave_read_enable
         self.auto_create_subscription_group = auto_create_subscription_group
+        self.config_path = config_path
+        self.config_properties = dict(config_properties or {})
         self.remoting: BrokerRemoting | None = None
         if not store_config.store_host:
             # With remoting on, records carry brokerIP1:listenPort, as the Java broker's do.
@@ -213,6 +220,8 @@ class BrokerController:
         )
 
     async def _start_remoting(self) -> None:
+        from dledger.rocketmq.broker.broker_startup import store_properties
+
         store, ha = self.store, self.ha
         assert store is not None and ha is not None and self.remoting_port is not None
         host = self.listen_host if self.listen_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
@@ -223,7 +232,7 @@ class BrokerController:
             host,
             self.remoting_port,
             self.namesrv_addrs,
-            True,
+            self.config_properties.get("autoCreateTopicEnable", "true").strip().lower() == "true",
             self.queue_nums,
             "",
             broker_id=self.broker_id if self.broker_id else 1,  # a slave's; Java refuses 0 for one
@@ -248,6 +257,9 @@ class BrokerController:
             offsets=store.consumer_offsets,
             delay_table=self._delay_table,
             delay_sink=delay_sink,
+            config_path=self.config_path,
+            file_properties=self.config_properties,
+            store_properties=store_properties(self.store_config),
         )
         remoting.leading = self.is_master
         try:
@@ -381,6 +393,8 @@ class BrokerController:
         await asyncio.to_thread(ha.ha_client.wait_unlinked, 5.0)
         await asyncio.to_thread(store.change_role, role)
         self.store_config = self.store_config.replace(broker_role=role, ha_master_address=None)
+        if store.schedule is not None:
+            store.schedule.wake()  # delivers now, not after its idle sleep (1 s)
         self._handle_slave_synchronize()
         log.info("changed to %s", role)
 

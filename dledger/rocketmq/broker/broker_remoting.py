@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
 from dledger.rocketmq.broker.broker_outer_api import BrokerOuterAPI
+from dledger.rocketmq.broker.configuration import (
+    DEFAULT_BROKER_PERMISSION,
+    RUNTIME_KEYS,
+    Configuration,
+    apply_runtime,
+)
 from dledger.rocketmq.broker.consumer_manager import ConsumerManager
 from dledger.rocketmq.broker.processor.admin_broker_processor import AdminBrokerProcessor
 from dledger.rocketmq.broker.processor.client_manage_processor import ClientManageProcessor
@@ -42,7 +49,8 @@ from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.broker.transactional_message_check_service import TransactionalMessageCheckService
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor
-from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID
+from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, TopicConfig
+from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID, PERM_READ, PERM_WRITE
 from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION, RemotingCommand
 from dledger.rocketmq.remoting.request_code import RequestCode
 
@@ -64,12 +72,24 @@ class BrokerRemoting:
         offsets: ConsumerOffsetManager | None = None,
         delay_table: Callable[[], dict[int, int] | None] = lambda: None,
         delay_sink: Callable[[dict[int, int]], None] | None = None,
+        config_path: Path | None = None,
+        file_properties: dict[str, str] | None = None,
+        store_properties: dict[str, str] | None = None,
     ) -> None:
         """``offsets``/``delay_sink``: where a slave puts its master's consumer and delay offsets
         (a classic broker; a DLedger member's come through its log); ``delay_table`` what a
-        master answers GET_ALL_DELAY_OFFSET with."""
+        master answers GET_ALL_DELAY_OFFSET with. ``config_path``/``file_properties``: the
+        broker.conf it runs from and what it holds (UPDATE_BROKER_CONFIG writes it again);
+        ``store_properties`` the store's options (listed by GET_BROKER_CONFIG, set or not)."""
         self.service = service
         self.config = config
+        self.configuration = Configuration(
+            {**(store_properties or {}), **(file_properties or {}), **self._properties(config)},
+            config_path,
+            set(file_properties or ()),
+        )
+        # brokerPermission: the topics' permission in registrations when not read-write.
+        self.broker_permission = DEFAULT_BROKER_PERMISSION
         self.bind_host = bind_host
         self.leading = False
         self.topics = TopicConfigManager(
@@ -100,7 +120,9 @@ class BrokerRemoting:
         send = SendMessageProcessor(
             service, self.topics, config, store_host_raw, self.topics_changed, self.subscriptions
         )
-        pull = PullMessageProcessor(service, self.topics, self.subscriptions, config.slave_read_enable)
+        pull = PullMessageProcessor(
+            service, self.topics, self.subscriptions, config.slave_read_enable, config.broker_ip1
+        )
         client = ClientManageProcessor(self.consumers, self.topics, self.topics_changed)
         consumer = ConsumerManageProcessor(service, self.consumers)
         query = QueryMessageProcessor(service)
@@ -112,7 +134,27 @@ class BrokerRemoting:
             config.transaction_timeout_ms,
             config.transaction_check_max,
         )
-        admin = AdminBrokerProcessor(service, self.topics, self.consumers, config, self.topics_changed)
+        self.admin = admin = AdminBrokerProcessor(
+            service,
+            self.topics,
+            self.consumers,
+            config,
+            self.topics_changed,
+            self.configuration,
+            self.config_updated,
+        )
+        # The keys a broker takes while it runs (UPDATE_BROKER_CONFIG), and at start from its file.
+        self._runtime_setters: dict[str, Callable[[bool | int], None]] = {
+            "brokerPermission": self._set_broker_permission,
+            "slaveReadEnable": lambda v: setattr(pull, "slave_read_enable", bool(v)),
+            "autoCreateTopicEnable": lambda v: setattr(self.topics, "auto_create", bool(v)),
+            "autoCreateSubscriptionGroup": lambda v: setattr(self.subscriptions, "auto_create", bool(v)),
+        }
+        self._permission_holders: list[SendMessageProcessor | PullMessageProcessor] = [send, pull]
+        apply_runtime(
+            {k: self.configuration.all_configs[k] for k in RUNTIME_KEYS if k in self.configuration.all_configs},
+            self._runtime_setters,
+        )
         meta = MetadataProcessor(self.subscriptions, delay_table)
         self._heart_beat = client.heart_beat
         R = RequestCode
@@ -148,6 +190,9 @@ class BrokerRemoting:
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: meta.get_all_subscription_group,
             R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: meta.update_and_create_subscription_group,
             R.DELETE_SUBSCRIPTIONGROUP: meta.delete_subscription_group,
+            R.GET_BROKER_CONFIG: admin.get_broker_config,
+            R.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+            R.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
             R.LOCK_BATCH_MQ: admin.lock_batch_mq,
             R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
         }
@@ -162,7 +207,50 @@ class BrokerRemoting:
     def broker_id(self) -> int:
         return MASTER_ID if self.leading else self.config.slave_id
 
+    @staticmethod
+    def _properties(c: BrokerConfig) -> dict[str, str]:
+        """The broker's properties under RocketMQ's names, as GET_BROKER_CONFIG lists them."""
+
+        def b(v: bool) -> str:
+            return "true" if v else "false"
+
+        return {
+            "brokerClusterName": c.cluster,
+            "brokerName": c.broker_name,
+            "brokerIP1": c.broker_ip1,
+            "brokerId": str(c.slave_id),
+            "listenPort": str(c.listen_port),
+            "namesrvAddr": ";".join(c.namesrv_addrs),
+            "defaultTopicQueueNums": str(c.queue_nums),
+            "registerNameServerPeriod": str(int(c.register_period_s * 1000)),
+            "brokerPermission": str(DEFAULT_BROKER_PERMISSION),
+            "autoCreateTopicEnable": b(c.auto_create_topic_enable),
+            "autoCreateSubscriptionGroup": b(c.auto_create_subscription_group),
+            "slaveReadEnable": b(c.slave_read_enable),
+            "transactionCheckInterval": str(c.transaction_check_interval_ms),
+            "transactionTimeOut": str(c.transaction_timeout_ms),
+            "transactionCheckMax": str(c.transaction_check_max),
+        }
+
+    def _set_broker_permission(self, perm: bool | int) -> None:
+        self.broker_permission = int(perm)
+        for p in self._permission_holders:
+            p.broker_permission = int(perm)
+
+    def config_updated(self, changed: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG stored ``changed``: the runtime keys take effect now; a new
+        brokerPermission moves the topics' data version and registers at once (as Java's
+        updateBrokerConfig), so the name servers' routes carry it."""
+        apply_runtime(changed, self._runtime_setters)
+        if "brokerPermission" in changed:
+            self.topics.data_version = DataVersion(int(time.time() * 1000), self.topics.data_version.counter + 1)
+            self._register_now.set()
+
+    def _note_broker_id(self) -> None:
+        self.configuration.all_configs["brokerId"] = str(self.broker_id)
+
     async def start(self) -> None:
+        self._note_broker_id()
         for s in self.servers:
             await s.start()
         self.topics.adopt(sorted({t for t, _q, _cq in self.service.store.consume_queues}))
@@ -183,6 +271,7 @@ class BrokerRemoting:
     def on_role_change(self, leading: bool) -> None:
         if leading != self.leading:
             self.leading = leading
+            self._note_broker_id()
             if leading:
                 # Serve what the predecessor created: the topics its queues hold.
                 self.topics.adopt(sorted({t for t, _q, _cq in self.service.store.consume_queues}))
@@ -222,6 +311,14 @@ class BrokerRemoting:
         if not self.outer.namesrv_addrs:
             return
         c = self.config
+        table = dict(self.topics.table)
+        perm = self.broker_permission
+        if not (perm & PERM_READ and perm & PERM_WRITE):
+            # registerBrokerAll: a broker not both readable and writable gives every topic its
+            # own permission, so clients send (and pull) elsewhere.
+            table = {
+                name: TopicConfig(name, tc.read_queue_nums, tc.write_queue_nums, perm) for name, tc in table.items()
+            }
         # A slave's topics are not read by the name server (only a master's): sent all the same.
         answers = await self.outer.register_broker_all(
             c.cluster,
@@ -229,7 +326,7 @@ class BrokerRemoting:
             c.broker_name,
             self.broker_id,
             c.ha_server_addr,
-            dict(self.topics.table),
+            table,
             self.topics.data_version,
         )
         for resp in answers:

@@ -3,7 +3,9 @@
 ``-c broker.conf`` is read as RocketMQ reads it (Java properties, RocketMQ's key names: the
 MessageStoreConfig keys, plus ``brokerName``, ``listenPort``, ``brokerIP1``,
 ``defaultTopicQueueNums``, ``namesrvAddr``, ``brokerClusterName``, ``brokerId``,
-``slaveReadEnable`` and ``autoCreateSubscriptionGroup``). ``listenPort``
+``slaveReadEnable``, ``autoCreateSubscriptionGroup``, ``autoCreateTopicEnable`` and
+``brokerPermission``; the last four UPDATE_BROKER_CONFIG also changes while it runs, and
+writes the file again). ``listenPort``
 is what it is to a Java broker: RocketMQ's remoting port (``--remoting-port``), with the VIP
 channel at ``listenPort - 2``. The project's own protocol is on ``--listen``. Keys that do nothing
 here are named in one warning line. Flags override the file.
@@ -41,6 +43,8 @@ _BROKER_KEYS = {
     "brokerId",
     "slaveReadEnable",
     "autoCreateSubscriptionGroup",
+    "autoCreateTopicEnable",
+    "brokerPermission",
 }
 
 
@@ -59,6 +63,9 @@ class BrokerSettings:
     sync_period_ms: int = 10000
     slave_read_enable: bool = False
     auto_create_subscription_group: bool = True
+    # The -c file and its keys (UPDATE_BROKER_CONFIG writes it again, as Java's Configuration).
+    config_path: Path | None = None
+    properties: dict[str, str] = dataclasses.field(default_factory=dict)
     unsupported: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -97,6 +104,10 @@ def broker_settings(props: dict[str, str]) -> BrokerSettings:
                 s.slave_read_enable = _convert(key, value, False)
             elif key == "autoCreateSubscriptionGroup":
                 s.auto_create_subscription_group = _convert(key, value, True)
+            elif key == "autoCreateTopicEnable":
+                _convert(key, value, True)  # checked here, taken by the broker's Configuration
+            elif key == "brokerPermission":
+                _convert(key, value, 0)
             else:
                 s.queue_nums = int(value)
             continue
@@ -107,6 +118,23 @@ def broker_settings(props: dict[str, str]) -> BrokerSettings:
         default = getattr(defaults, name)
         s.store[name] = value if default is None else _convert(key, value, default)
     return s
+
+
+def store_properties(cfg: MessageStoreConfig) -> dict[str, str]:
+    """The store's options under broker.conf's names, as GET_BROKER_CONFIG lists them (Java's
+    Configuration holds every MessageStoreConfig property, set in the file or not)."""
+    from dledger.rocketmq.store.config import _ALIASES
+
+    java = {v: k for k, v in _ALIASES.items()}
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in ("store_host", "topic_queue_nums") or not isinstance(value, str | int | float):
+            continue  # not broker.conf keys here (None: unset)
+        head, *rest = f.name.split("_")
+        key = java.get(f.name) or head + "".join(w.capitalize() for w in rest)
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
 
 
 def add_broker_commands(sub: Any) -> None:
@@ -157,6 +185,7 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
 
     props = parse_properties(args.config.read_text()) if args.config is not None else {}
     s = broker_settings(props)
+    s.config_path, s.properties = args.config, props
     if s.unsupported:
         log.warning("broker.conf keys not supported here (ignored): %s", ", ".join(s.unsupported))
     if args.store_dir is not None:
@@ -239,6 +268,8 @@ async def _serve(cfg: MessageStoreConfig, s: BrokerSettings) -> int:
         sync_period_s=s.sync_period_ms / 1000.0,
         slave_read_enable=s.slave_read_enable,
         auto_create_subscription_group=s.auto_create_subscription_group,
+        config_path=s.config_path,
+        config_properties=s.properties,
     )
     await broker.start()
     stop = asyncio.Event()

@@ -101,6 +101,10 @@ class ConsumerManager:
             for cid in [c for c, i in g.channels.items() if i.last_update + CHANNEL_EXPIRED_TIMEOUT_S < now]:
                 g.channels.pop(cid).channel.close()
 
+    def find_channel(self, group: str, client_id: str) -> ClientChannelInfo | None:
+        g = self.groups.get(group)
+        return g.channels.get(client_id) if g is not None else None
+
     def client_ids(self, group: str) -> list[str]:
         g = self.groups.get(group)
         return list(g.channels) if g is not None else []

@@ -35,6 +35,27 @@ class Channel:
         self.closed = False
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
+        # Requests this server sent on the connection and awaits answers to, by opaque.
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a request to the peer and wait for its answer (NettyRemotingServer.invokeSync,
+        as Broker2Client.callClient uses it). TimeoutError after ``timeout_s``;
+        ConnectionError when the connection is or gets closed."""
+        if self.closed:
+            raise ConnectionError(f"connection to {self.remote_addr} closed")
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[cmd.opaque] = fut
+        try:
+            self.send(cmd)
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def response_arrived(self, cmd: RemotingCommand) -> None:
+        fut = self._pending.pop(cmd.opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_result(cmd)
 
     def send(self, cmd: RemotingCommand) -> None:
         if self.closed:
@@ -64,6 +85,10 @@ class Channel:
                 self._flush()
             self.closed = True
             self._writer.close()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"connection to {self.remote_addr} closed"))
+            self._pending.clear()
 
 
 # A processor answers a request (None: no answer, as for a oneway request or a held one that
@@ -128,7 +153,8 @@ class NettyRemotingServer:
                 for frame in decoder.feed(data):
                     cmd = RemotingCommand.decode(frame)
                     if cmd.is_response:
-                        continue  # answers to requests this server sent: none awaited
+                        ch.response_arrived(cmd)  # an answer to a request this server sent
+                        continue
                     task = asyncio.get_running_loop().create_task(self._process(cmd, ch))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)

@@ -4,7 +4,8 @@ A put with a delay level is stored in ``SCHEDULE_TOPIC_XXXX``, queue level - 1, 
 ``REAL_TOPIC``/``REAL_QID`` in its properties and the time it is due as its consume-queue tags
 code (the preparer and dispatch do that, as CommitLog.putMessage and checkMessageAndReturnSize).
 While the store takes puts (a master; a DLedger group's leader) this service looks at each
-level's queue every DELAY_FOR_A_WHILE and puts the messages whose time has come back into their
+level's queue when its head message falls due (it sleeps until the soonest one, as RocketMQ's
+timer tasks do; see ``next_due_in``) and puts the messages whose time has come back into their
 real topic and queue, as ``DeliverDelayedMessageTimerTask.messageTimeup`` rebuilds them: same
 body, flag, sys flag, born time and host, reconsume times and properties, DELAY removed and
 ``WAIT=false``; the UNIQ_KEY (the producer's msg id) is kept.
@@ -42,9 +43,9 @@ from dledger.rocketmq.store.message import (
     PROPERTY_REAL_TOPIC,
     RMQ_SYS_SCHEDULE_TOPIC,
     Message,
-    MessageConst,
     MessageExt,
 )
+from dledger.rocketmq.store.message_accessor import renew_message
 from dledger.rocketmq.store.status import GetMessageStatus, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,11 @@ log = logging.getLogger(__name__)
 # The consumer group whose offsets on SCHEDULE_TOPIC_XXXX say what each level delivered (the
 # DLedger member's and the classic master's records of progress beside delayOffset.json).
 DELAY_OFFSET_GROUP = "RMQ_SYS_DELAY_OFFSET"
-# ScheduleMessageService.DELAY_FOR_A_WHILE: how often the levels' queues are looked at (s).
+# The longest the thread sleeps while the store takes no puts (a slave, a follower): a store
+# promoted meanwhile starts delivering at most this late, unless its owner calls ``wake``.
+IDLE_WAIT = 1.0
+# ScheduleMessageService.DELAY_FOR_A_WHILE: the shortest sleep, so that a head left due (its put
+# or its offset commit failed) is tried again at Java's pace, not in a busy loop.
 DELAY_FOR_A_WHILE = 0.1
 # After a round that failed (a put refused, an error), the wait before the next: DELAY_FOR_A_PERIOD.
 ERROR_PAUSE = 10.0
@@ -74,27 +79,14 @@ T = TypeVar("T")
 def time_up(m: MessageExt) -> Message | None:
     """messageTimeup: the message to put into its real topic (None when the stored one names no
     real topic and queue, or a transaction's half topic: it cannot be delivered)."""
-    props = dict(m.properties)
-    topic = props.get(PROPERTY_REAL_TOPIC)
+    topic = m.properties.get(PROPERTY_REAL_TOPIC)
     try:
-        queue_id = int(props.get(PROPERTY_REAL_QID, ""))
+        queue_id = int(m.properties.get(PROPERTY_REAL_QID, ""))
     except ValueError:
         return None
     if not topic or topic == _TRANS_HALF_TOPIC:
         return None
-    props.pop(PROPERTY_DELAY, None)
-    props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = "false"
-    return Message(
-        topic,
-        m.body,
-        queue_id=queue_id,
-        flag=m.flag,
-        properties=props,
-        sys_flag=m.sys_flag,
-        born_timestamp=m.born_timestamp,
-        born_host=m.born_host,
-        reconsume_times=m.reconsume_times,
-    )
+    return renew_message(m, topic=topic, queue_id=queue_id, drop=(PROPERTY_DELAY,))
 
 
 def call_on_loop(
@@ -134,6 +126,10 @@ class ScheduleMessageService:
         self.writable: Callable[[], bool] = self._store_takes_puts
         self._persisted: dict[int, int] = {}
         self._stop = threading.Event()
+        # Set by wake() and shutdown(): the thread looks at the queues now.
+        self._wake = threading.Event()
+        # Rounds the thread has made (how often it woke).
+        self.rounds = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -162,6 +158,7 @@ class ScheduleMessageService:
             self.writable = writable
         self.load()
         self._stop.clear()
+        self._wake.clear()
         self._thread = threading.Thread(target=self._run, name="rocketmq-schedule", daemon=True)
         self._thread.start()
 
@@ -171,6 +168,7 @@ class ScheduleMessageService:
         if thread is None:
             return
         self._stop.set()
+        self._wake.set()
         thread.join(60)
         if thread.is_alive():
             log.error("the delayed-message thread did not stop in 60 s")
@@ -209,19 +207,56 @@ class ScheduleMessageService:
         with self._lock:
             self.offset_table = table
 
+    def wake(self) -> None:
+        """Look at the queues now (the store became a writer, or an owner knows of a new put)."""
+        self._wake.set()
+
     def _run(self) -> None:
         interval = self.store.config.flush_delay_offset_interval / 1000.0
         last_persist = time.monotonic()
-        while not self._stop.wait(DELAY_FOR_A_WHILE):
+        wait = 0.0
+        while True:
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self.rounds += 1
+            wait = IDLE_WAIT
             try:
                 if self.writable():
                     self.deliver_due()
+                    wait = max(self.next_due_in(), DELAY_FOR_A_WHILE)
                 if time.monotonic() - last_persist >= interval:
                     last_persist = time.monotonic()
                     self.persist()
             except Exception:
                 log.exception("delivering delayed messages failed; trying again in %.0f s", ERROR_PAUSE)
-                self._stop.wait(ERROR_PAUSE)
+                wait = ERROR_PAUSE
+            # The file is written every interval it moved, whatever the next delivery.
+            wait = min(wait, max(0.0, last_persist + interval - time.monotonic()))
+
+    def next_due_in(self) -> float:
+        """Seconds until the next delivery (RocketMQ's timer tasks, one a level, each set to
+        its head message's time). A level's queue with nothing left waits for a put, whose
+        message falls due no sooner than the level's delay from now; a level with no queue yet
+        no sooner than the shortest delay: nothing can be due before, so no new put needs to
+        wake the thread."""
+        now = int(time.time() * 1000)
+        if not self.delay_table:
+            return IDLE_WAIT
+        soonest = now + min(self.delay_table.values())
+        for queue_id in self.store.consume_queues.queue_ids(RMQ_SYS_SCHEDULE_TOPIC):
+            delay = self.delay_table.get(queue_id + 1)
+            cq = self.store.consume_queues.get(RMQ_SYS_SCHEDULE_TOPIC, queue_id)
+            if delay is None or cq is None:
+                continue
+            tags = cq.get_units(self._offset(queue_id), 1)[2].tolist()
+            at = now + delay
+            if tags:
+                # correctDeliverTimestamp: one further off than the delay is due now.
+                at = int(tags[0]) if int(tags[0]) <= now + delay else now
+            soonest = min(soonest, at)
+        return max(0.0, (soonest - now) / 1000.0)
 
     # -- progress -------------------------------------------------------------------------
 

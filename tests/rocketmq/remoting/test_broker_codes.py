@@ -416,7 +416,7 @@ def test_unserved_codes_answer_request_code_not_supported(broker: str) -> None:
     async def scenario() -> None:
         c = NettyRemotingClient()
         try:
-            for code in (9999, int(RequestCode.GET_CONSUMER_RUNNING_INFO)):
+            for code in (9999, int(RequestCode.CONSUME_MESSAGE_DIRECTLY)):
                 r = await c.invoke(broker, RemotingCommand.request(code, {"x": "1"}))
                 assert (r.code, r.remark) == (
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -424,6 +424,37 @@ def test_unserved_codes_answer_request_code_not_supported(broker: str) -> None:
                 )
             # The connection stays.
             r = await c.invoke(broker, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+            assert r.code == ResponseCode.SUCCESS
+        finally:
+            await c.close()
+
+    run(scenario)
+
+
+def test_broker_config_is_served_and_updated_in_memory(broker: str) -> None:
+    """GET_BROKER_CONFIG / UPDATE_BROKER_CONFIG on either broker (a DLedger member keeps an
+    update in memory; a classic one's file: test_broker_config_codes.py)."""
+
+    async def scenario() -> None:
+        c = NettyRemotingClient()
+        try:
+
+            async def props() -> dict[str, str]:
+                r = await c.invoke(broker, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
+                assert r.code == ResponseCode.SUCCESS and "version" in (r.ext_fields or {})
+                text = bytes(r.body).decode()
+                return dict(line.split("=", 1) for line in text.splitlines())
+
+            before = await props()
+            assert before["brokerId"] == "0" and before["slaveReadEnable"] == "false"
+            assert before["listenPort"] == broker.rsplit(":", 1)[1]
+            body = b"slaveReadEnable=true\nnoSuchKey=x\n"
+            r = await c.invoke(broker, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+            assert r.code == ResponseCode.SUCCESS
+            after = await props()
+            assert after["slaveReadEnable"] == "true" and "noSuchKey" not in after
+            body = b"slaveReadEnable=false\n"
+            r = await c.invoke(broker, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
             assert r.code == ResponseCode.SUCCESS
         finally:
             await c.close()

@@ -347,7 +347,7 @@ def test_codes_it_does_not_serve_are_refused_on_both_ports_and_the_connection_st
         c = NettyRemotingClient()
         try:
             for addr in (f"127.0.0.1:{port}", f"127.0.0.1:{port - 2}"):
-                got = await c.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"x": "1"}))
+                got = await c.invoke(addr, RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, {"x": "1"}))
                 assert got.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
                 got = await c.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "T"}))
                 assert got.code == ResponseCode.SYSTEM_ERROR  # a header field missing

@@ -3,17 +3,21 @@ offsets (GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP,
 GET_EARLIEST_MSG_STORETIME), topics (UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER,
 GET_ALL_TOPIC_CONFIG), statistics (GET_BROKER_RUNTIME_INFO, GET_TOPIC_STATS_INFO,
 GET_CONSUME_STATS), consumers (QUERY_TOPIC_CONSUME_BY_WHO, GET_CONSUMER_CONNECTION_LIST,
-GET_ALL_CONSUMER_OFFSET) and orderly consumers' queue locks (LOCK_BATCH_MQ, UNLOCK_BATCH_MQ)."""
+GET_ALL_CONSUMER_OFFSET, GET_CONSUMER_RUNNING_INFO forwarded to the client as Broker2Client),
+the broker's properties (GET_BROKER_CONFIG, UPDATE_BROKER_CONFIG through ``Configuration``) and
+orderly consumers' queue locks (LOCK_BATCH_MQ, UNLOCK_BATCH_MQ)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from dledger.codes import ResponseCode as DCode
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
+from dledger.rocketmq.broker.configuration import Configuration
 from dledger.rocketmq.broker.consumer_manager import ConsumerManager
 from dledger.rocketmq.broker.rebalance_lock_manager import MessageQueue, RebalanceLockManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
@@ -23,11 +27,18 @@ from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.protocol.register_broker_body import TopicConfig
 from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION, RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
+from dledger.rocketmq.remoting.request_code import RequestCode
 from dledger.rocketmq.remoting.response_code import ResponseCode
 from dledger.rocketmq.wire import MessageRequestCode, QueueRequest
 
+log = logging.getLogger(__name__)
+
 # createResponseCommand(null)'s remark, which the Java broker leaves on some answers.
 NOT_SET = "not set any response code"
+# Broker2Client.callClient's invokeSync timeout (ms), and MQVersion.Version.V3_1_8_SNAPSHOT's
+# ordinal: an older client cannot answer a forwarded request.
+CALL_CLIENT_TIMEOUT_MS = 10000
+V3_1_8_SNAPSHOT = 62
 
 
 def _json(s: str) -> str:
@@ -55,8 +66,15 @@ class AdminBrokerProcessor:
         consumers: ConsumerManager,
         config: BrokerConfig,
         on_topic_created: Callable[[], None],
+        configuration: Configuration | None = None,
+        on_config_update: Callable[[dict[str, str]], None] = lambda changed: None,
     ) -> None:
+        """``configuration``: the broker's properties (GET/UPDATE_BROKER_CONFIG);
+        ``on_config_update`` takes the keys an update stored (to apply the runtime ones)."""
         self.service = service
+        self.configuration = configuration
+        self.on_config_update = on_config_update
+        self.call_client_timeout_s = CALL_CLIENT_TIMEOUT_MS / 1000.0
         self.topics = topics
         self.consumers = consumers
         self.config = config
@@ -261,6 +279,66 @@ class AdminBrokerProcessor:
     async def get_all_consumer_offset(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
         table = self.service.store.consumer_offsets.offset_table
         return req.response(body=remoting_serializable.encode_fastjson({"offsetTable": table}, quote_int_keys=False))
+
+    async def get_consumer_running_info(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """getConsumerRunningInfo: the request forwarded to the client's own connection (the
+        one its heartbeats came on) and the client's answer returned as it is."""
+        return await self._call_consumer(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, req, req.ext_str("consumerGroup"), req.ext_str("clientId")
+        )
+
+    async def _call_consumer(self, code: int, req: RemotingCommand, group: str, client_id: str) -> RemotingCommand:
+        """callConsumer with Broker2Client.callClient."""
+        info = self.consumers.find_channel(group, client_id)
+        if info is None or info.channel.closed:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+        if info.version < V3_1_8_SNAPSHOT:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer <{client_id}> Version <{info.version}> too low to finish, please upgrade it to "
+                "V3_1_8_SNAPSHOT",
+            )
+        forward = RemotingCommand.request(code, dict(req.ext_fields or {}), req.body)
+        try:
+            return await info.channel.invoke(forward, self.call_client_timeout_s)
+        except TimeoutError as exc:
+            return req.response(
+                ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {type(exc).__name__}"
+            )
+        except (ConnectionError, RuntimeError) as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {exc}")
+
+    # -- the broker's properties -------------------------------------------------------------
+
+    async def get_broker_config(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """getBrokerConfig: every property as ``key=value`` lines, the data version (JSON) in
+        the ``version`` header field."""
+        if self.configuration is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, "this broker keeps no configuration")
+        body = self.configuration.all_configs_format_string().encode("utf-8")
+        version = remoting_serializable.encode(self.configuration.data_version.to_json()).decode("utf-8")
+        return req.response(ext_fields={"version": version}, body=body)
+
+    async def update_broker_config(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """updateBrokerConfig: the body's properties stored (the keys the broker has; others
+        left out, no error) and the runtime ones applied; no body: nothing to do."""
+        if self.configuration is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, "this broker keeps no configuration")
+        if req.body:
+            # Here, not at the top: dledger.store loads numpy.
+            from dledger.store.properties import parse_properties
+
+            try:
+                props = parse_properties(bytes(req.body).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                return req.response(ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {exc}")
+            log.info("updateBrokerConfig from %s: %s", ch.remote_addr, props)
+            try:
+                changed = await asyncio.to_thread(self.configuration.update, props)
+            except ValueError as exc:
+                return req.response(ResponseCode.SYSTEM_ERROR, f"string2Properties error: {exc}")
+            self.on_config_update(changed)
+        return req.response()
 
     # -- orderly consumers' queue locks ------------------------------------------------------
 

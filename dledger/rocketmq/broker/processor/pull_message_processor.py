@@ -5,7 +5,8 @@ records as the body and nextBeginOffset / minOffset / maxOffset / suggestWhichBr
 
 The consumer group is checked first (SUBSCRIPTION_GROUP_NOT_EXIST for an unknown one when
 ``autoCreateSubscriptionGroup`` is off, NO_PERMISSION when its consumeEnable is off), and with
-``slaveReadEnable`` on a consumer far behind is told to pull from a slave."""
+``slaveReadEnable`` on a consumer far behind is told to pull from a slave. Before all that, a
+broker whose ``brokerPermission`` is not readable refuses every pull (NO_PERMISSION)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from dledger.codes import ResponseCode as DCode
 from dledger.rocketmq.broker.broker_config import MessageServiceView
+from dledger.rocketmq.broker.configuration import DEFAULT_BROKER_PERMISSION
 from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
@@ -63,8 +65,12 @@ class PullMessageProcessor:
         topics: TopicConfigManager,
         subscriptions: SubscriptionGroupManager,
         slave_read_enable: bool = False,
+        broker_ip1: str = "",
     ) -> None:
         self.service = service
+        self.broker_ip1 = broker_ip1
+        # brokerPermission (UPDATE_BROKER_CONFIG changes it, and slaveReadEnable, while it runs).
+        self.broker_permission = DEFAULT_BROKER_PERMISSION
         self.topics = topics
         self.subscriptions = subscriptions
         self.slave_read_enable = slave_read_enable
@@ -72,6 +78,10 @@ class PullMessageProcessor:
         self._commits: set[asyncio.Task[Any]] = set()
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand | None:
+        if not self.broker_permission & PERM_READ:
+            return req.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{self.broker_ip1}] pulling message is forbidden"
+            )
         group = req.ext_str("consumerGroup")
         topic = req.ext_str("topic")
         queue_id = req.ext_int("queueId")

@@ -14,6 +14,7 @@ import numpy as np
 from dledger.codes import ResponseCode as DCode
 from dledger.net.transport import Response
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
+from dledger.rocketmq.broker.configuration import DEFAULT_BROKER_PERMISSION
 from dledger.rocketmq.broker.processor.query_message_processor import look_message_by_offset
 from dledger.rocketmq.broker.send_message_processor import (
     DLQ_NUMS_PER_GROUP,
@@ -108,6 +109,13 @@ class SendMessageProcessor:
         self.on_topic_created = on_topic_created
         # findSubscriptionGroupConfig; None: every group has SubscriptionGroupConfig's defaults.
         self.subscriptions = subscriptions
+        # brokerPermission (UPDATE_BROKER_CONFIG changes it while the broker runs).
+        self.broker_permission = DEFAULT_BROKER_PERMISSION
+
+    def _forbidden(self, req: RemotingCommand) -> RemotingCommand:
+        return req.response(
+            ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending message is forbidden"
+        )
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
         h = header_v1(req)
@@ -115,6 +123,10 @@ class SendMessageProcessor:
         if not topic:
             raise RemotingCommandException("the custom field <topic> is null")
         tc = self.topics.select(topic)
+        # msgCheck: a broker that is not writable refuses only an order topic's sends (the
+        # others' clients leave it, as its registration gives every topic its permission).
+        if not self.broker_permission & PERM_WRITE and tc is not None and tc.order:
+            return self._forbidden(req)
         if tc is None:
             # msgCheck: created from the default topic on its first send, or a retry topic.
             queue_nums = _int(h, "defaultTopicQueueNums", 4)
@@ -268,6 +280,8 @@ class SendMessageProcessor:
                     "for further details.",
                 )
             retry_queue_nums, max_times = sgc.retry_queue_nums, sgc.retry_max_times
+        if not self.broker_permission & PERM_WRITE:
+            return self._forbidden(req)
         if retry_queue_nums <= 0:
             return req.response()  # the group takes no retries: dropped, as Java
         if ext.get("maxReconsumeTimes"):
