@@ -67,7 +67,7 @@ from dledger.rocketmq.broker.send_message_processor import (
 )
 from dledger.rocketmq.broker.service_metrics import MessageStats
 from dledger.rocketmq.broker.slave_synchronize import SYNC_DELAY_S, SYNC_PERIOD_S, TransportOffsetSynchronize
-from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig
+from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig, store_properties
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
 from dledger.rocketmq.store.ha.ha_service import HAService
@@ -220,8 +220,6 @@ class BrokerController:
         )
 
     async def _start_remoting(self) -> None:
-        from dledger.rocketmq.broker.broker_startup import store_properties
-
         store, ha = self.store, self.ha
         assert store is not None and ha is not None and self.remoting_port is not None
         host = self.listen_host if self.listen_host not in ("", "0.0.0.0", "::") else "127.0.0.1"

@@ -120,23 +120,6 @@ def broker_settings(props: dict[str, str]) -> BrokerSettings:
     return s
 
 
-def store_properties(cfg: MessageStoreConfig) -> dict[str, str]:
-    """The store's options under broker.conf's names, as GET_BROKER_CONFIG lists them (Java's
-    Configuration holds every MessageStoreConfig property, set in the file or not)."""
-    from dledger.rocketmq.store.config import _ALIASES
-
-    java = {v: k for k, v in _ALIASES.items()}
-    out: dict[str, str] = {}
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if f.name in ("store_host", "topic_queue_nums") or not isinstance(value, str | int | float):
-            continue  # not broker.conf keys here (None: unset)
-        head, *rest = f.name.split("_")
-        key = java.get(f.name) or head + "".join(w.capitalize() for w in rest)
-        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    return out
-
-
 def add_broker_commands(sub: Any) -> None:
     b = sub.add_parser("broker", help="run a classic broker: a master or a slave of a RocketMQ 4.9 pair")
     b.add_argument("-c", "--config", type=Path, help="RocketMQ's broker.conf (Java properties, RocketMQ key names)")

@@ -236,3 +236,18 @@ class MessageStoreConfig:
 
     def replace(self, **changes: Any) -> MessageStoreConfig:
         return dataclasses.replace(self, **changes)
+
+
+def store_properties(cfg: MessageStoreConfig) -> dict[str, str]:
+    """The store's options under broker.conf's names, as GET_BROKER_CONFIG lists them (Java's
+    Configuration holds every MessageStoreConfig property, set in the file or not)."""
+    java = {v: k for k, v in _ALIASES.items()}
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in ("store_host", "topic_queue_nums") or not isinstance(value, str | int | float):
+            continue  # not broker.conf keys here (None: unset)
+        head, *rest = f.name.split("_")
+        key = java.get(f.name) or head + "".join(w.capitalize() for w in rest)
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
