@@ -266,7 +266,15 @@ class TestCluster:
         log = self.root / f"{member}.log"
         self.logs[member] = log
         cmd = python_module(
-            "dledger.cli", "server", "--group", self.group, "--id", member, "--peers", self.view(member)
+            "dledger.cli",
+            "server",
+            "--group",
+            self.group,
+            "--id",
+            member,
+            "--peers",
+            self.view(member),
+            die_with_parent=True,
         )
         cmd += ["--store-dir", str(self.store_dir(member)), *self.extra]
         with open(log, "a") as f:
@@ -403,7 +411,7 @@ class ClassicBroker:
         return f"127.0.0.1:{self.ha_port}"
 
     def start(self, timeout: float = 30.0) -> ClassicBroker:
-        cmd = python_module("dledger.cli", "mq", "-v", "broker", "-c", str(self.conf))
+        cmd = python_module("dledger.cli", "mq", "-v", "broker", "-c", str(self.conf), die_with_parent=True)
         cmd += ["--store-dir", str(self.dir), "--role", self.role, "--listen", self.listen]
         cmd += ["--ha-port", str(self.ha_port)]
         if self.master_ha:
