@@ -61,6 +61,10 @@ def mq(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]
     )
 
 
+def consume(peers: str, topic: str, queue: int, *more: str) -> subprocess.CompletedProcess[str]:
+    return mq("consume", "--peers", peers, "--topic", topic, "--queue", str(queue), *more)
+
+
 # What the client logs (at INFO: `mq -v`) before sending a request again after an answer that
 # leaves its fate unknown (its own timeout, a lost connection, WAIT_QUORUM_ACK_TIMEOUT,
 # TERM_CHANGED): the first copy may be in the queue too.
@@ -86,10 +90,7 @@ def stored_at_least_once(
     acked = [(int(x[3]), x[1], body) for x, body in zip(lines, bodies, strict=True)]
     offsets = [a[0] for a in acked]
     assert offsets == sorted(set(offsets)), out  # in the order of the lines
-    got = mq(
-        "consume", "--peers", peers, "--topic", topic, "--queue", str(queue), "--offset", "0",
-        "--count", str(offsets[-1] + 1), "--wait", "5",
-    )  # fmt: skip
+    got = consume(peers, topic, queue, "--offset", "0", "--count", str(offsets[-1] + 1), "--wait", "5")
     rows = [r.split("\t") for r in got.stdout.splitlines()]
     stored = [(int(r[0]), r[2], r[-1]) for r in rows]
     assert [s[0] for s in stored] == list(range(offsets[-1] + 1)), got
@@ -136,39 +137,10 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     assert last_in_1 >= len(stored)
 
     # With the consumer group's offset, committed as it goes, from a follower.
-    out = mq(
-        "consume",
-        "--peers",
-        peers,
-        "--topic",
-        "CliTopic",
-        "--queue",
-        "1",
-        "--count",
-        "2",
-        "--wait",
-        "5",
-        "--commit",
-        "--consumer-group",
-        "cg",
-    )
+    out = consume(peers, "CliTopic", 1, "--count", "2", "--wait", "5", "--commit", "--consumer-group", "cg")
     assert [r.split("\t")[-1] for r in out.stdout.splitlines()] == bodies[:2]
-    out = mq(
-        "consume",
-        "--peers",
-        peers,
-        "--topic",
-        "CliTopic",
-        "--queue",
-        "1",
-        "--count",
-        "5",
-        "--consumer-group",
-        "cg",
-        "--read-from",
-        "follower",
-        "--wait",
-        "1",
+    out = consume(
+        peers, "CliTopic", 1, "--count", "5", "--consumer-group", "cg", "--read-from", "follower", "--wait", "1"
     )
     # From the committed offset, or from the start on a follower that has not applied the commit yet.
     assert out.stdout.splitlines()[0].split("\t")[-1] in (bodies[2], bodies[0])
@@ -195,7 +167,7 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\t")[:3] == ["SEND_OK", out.stdout.split("\t")[1], "2"]
-    out = mq("consume", "--peers", peers, "--topic", "CliLater", "--queue", "2", "--offset", "0", "--wait", "20")
+    out = consume(peers, "CliLater", 2, "--offset", "0", "--wait", "20")
     assert out.returncode == 0 and out.stdout.split("\t")[-1].strip() == "later", out
     # Several delayed lines: each goes alone (no batch carries a delay level).
     out = mq(
@@ -239,7 +211,7 @@ def test_produce_consume_query_stats_over_the_network(cluster: TestCluster):
     out = mq("produce", "/nonexistent-dir-for-test", "--topic", "T", "--delay-level", "1", "--data", "x")
     assert out.returncode == 1 and "--delay-level needs --peers" in out.stderr
     # A queue the topics do not have is an error, not a wait for messages that cannot come.
-    out = mq("consume", "--peers", peers, "--topic", "CliTopic", "--queue", "9", "--offset", "0", "--wait", "30")
+    out = consume(peers, "CliTopic", 9, "--offset", "0", "--wait", "30")
     assert out.returncode == 1 and out.stdout == "" and "queue id 9" in out.stderr
 
 
