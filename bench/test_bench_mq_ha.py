@@ -114,7 +114,10 @@ def replication_round() -> dict[str, float]:
     # (when the master acknowledged a batch, where the batch's last record starts, its id)
     acks: list[tuple[float, int, str]] = []
     mon = subprocess.Popen(
-        python_code(MONITOR, slave.addr, str(LOOK_EVERY_S)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        python_code(MONITOR, slave.addr, str(LOOK_EVERY_S), die_with_parent=True),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert mon.stdout is not None and mon.stdin is not None

@@ -42,7 +42,7 @@ def main() -> None:
     for _ in range(args.trials):
         for kind, code in SPINNERS.items():
             alone = work(data, args.loops)
-            spinner = subprocess.Popen(python_code(code))
+            spinner = subprocess.Popen(python_code(code, die_with_parent=True))
             try:
                 time.sleep(0.3)  # running before the timed part
                 beside = work(data, args.loops)

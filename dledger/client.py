@@ -46,6 +46,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# Retried answers after which the request may have been applied all the same: a write sent
+# again after one of these can be in the log twice (the producer's msg id tells the copies).
+_OUTCOME_UNKNOWN = frozenset(
+    {
+        ResponseCode.TIMEOUT,
+        ResponseCode.NETWORK_ERROR,
+        ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+        ResponseCode.TERM_CHANGED,
+    }
+)
 # Answers worth asking again (elsewhere or later) rather than giving up on.
 _RETRY = {
     ResponseCode.NOT_LEADER,
@@ -58,6 +68,15 @@ _RETRY = {
     ResponseCode.TERM_CHANGED,
     ResponseCode.DISK_FULL,
 }
+
+
+def _say_resend(code: int, answer: ResponseCode, target: str) -> None:
+    """Log a request sent again after an answer that leaves its fate unknown, so that a write
+    found twice in the log (at-least-once) can be traced to its resend."""
+    if answer in _OUTCOME_UNKNOWN:
+        what = getattr(code, "name", code)
+        log.info("%s: %s from %s; sending it again (it may be applied twice)", what, answer.name, target)
+
 
 # One append request carries at most this many bodies / bytes; larger batches are split
 # and the pieces pipelined.
@@ -388,6 +407,7 @@ class AsyncClient:
             attempt += 1
             if loop.time() >= deadline or self.all_refuse_authentication() or self._refused_long_enough():
                 return self._gave_up(last or resp, answers)
+            _say_resend(code, code_enum, target)
             if tried % len(self._order) == 0 or code_enum not in (ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR):
                 # Short and capped: during an election the answer changes within ~100 ms, and a
                 # client asleep when the new leader is ready adds its nap to the failover. A

@@ -39,8 +39,19 @@ def peers_string(nodes: int, base_port: int, host: str = "127.0.0.1") -> str:
 def start_member(
     member_id: str, peers: str, store_dir: Path, group: str, extra: list[str] | None = None, log: IO[str] | None = None
 ) -> subprocess.Popen[str]:
+    # The members die with the supervisor, killed or not: none is left holding its port.
     cmd = python_module(
-        "dledger.cli", "server", "--group", group, "--id", member_id, "--peers", peers, "--store-dir", str(store_dir)
+        "dledger.cli",
+        "server",
+        "--group",
+        group,
+        "--id",
+        member_id,
+        "--peers",
+        peers,
+        "--store-dir",
+        str(store_dir),
+        die_with_parent=True,
     )
     cmd += extra or []
     return subprocess.Popen(

@@ -25,3 +25,13 @@ def create_sized(path: Path, size: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory, so that a file created, renamed or removed in it is durable: the
+    file's own fsync does not write out its name (fsync(2))."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

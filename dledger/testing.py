@@ -20,11 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dledger.child_process import python_module
 from dledger.client import Client
 from dledger.cluster import wait_ready
+from dledger.config import DLedgerConfig
 
 if TYPE_CHECKING:
     from dledger.store.file import MmapFileStore
@@ -102,6 +103,15 @@ def consecutive_free_ports(n: int) -> int:
         if all(_bindable(base + k) for k in range(1, n)):
             return base
     raise RuntimeError(f"no run of {n} free ports on 127.0.0.1")
+
+
+def one_member_config(store_base_dir: Path, **options: Any) -> DLedgerConfig:
+    """Group "g" of one member, n0, on a free port of 127.0.0.1 with its files under
+    ``store_base_dir``: a node a test runs in its own process (``NodeServer``)."""
+    port = free_ports(1)[0]
+    return DLedgerConfig(
+        group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(store_base_dir), **options
+    )
 
 
 # A scrape's samples by (name, labels).
@@ -266,7 +276,15 @@ class TestCluster:
         log = self.root / f"{member}.log"
         self.logs[member] = log
         cmd = python_module(
-            "dledger.cli", "server", "--group", self.group, "--id", member, "--peers", self.view(member)
+            "dledger.cli",
+            "server",
+            "--group",
+            self.group,
+            "--id",
+            member,
+            "--peers",
+            self.view(member),
+            die_with_parent=True,
         )
         cmd += ["--store-dir", str(self.store_dir(member)), *self.extra]
         with open(log, "a") as f:
@@ -403,7 +421,7 @@ class ClassicBroker:
         return f"127.0.0.1:{self.ha_port}"
 
     def start(self, timeout: float = 30.0) -> ClassicBroker:
-        cmd = python_module("dledger.cli", "mq", "-v", "broker", "-c", str(self.conf))
+        cmd = python_module("dledger.cli", "mq", "-v", "broker", "-c", str(self.conf), die_with_parent=True)
         cmd += ["--store-dir", str(self.dir), "--role", self.role, "--listen", self.listen]
         cmd += ["--ha-port", str(self.ha_port)]
         if self.master_ha:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dledger.child_process import python_code
 from dledger.errors import CorruptionError
 from dledger.store.file import MmapFileStore
 from dledger.store.properties import read_properties, write_properties
@@ -203,7 +204,7 @@ WRITER = textwrap.dedent("""
 
 def test_kill_9_loses_nothing_checkpointed(tmp_path):
     node = tmp_path / "dledger-n0"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(node)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(python_code(WRITER, str(node), die_with_parent=True), stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         seen = 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dledger.child_process import python_module
 from dledger.testing import FAST, TestCluster
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,7 +30,7 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
 
 def start(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "dledger.cli", *args],
+        python_module("dledger.cli", *args, die_with_parent=True),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,6 +9,8 @@ import os
 import time
 from pathlib import Path
 
+from dledger.files import fsync_dir
+
 
 def read_properties(path: str | os.PathLike[str]) -> dict[str, str] | None:
     """The key/value pairs of a properties file, or None if it does not exist."""
@@ -51,8 +53,4 @@ def write_properties(path: str | os.PathLike[str], values: dict[str, object], *,
     finally:
         os.close(fd)
     os.replace(tmp, target)
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(target.parent)

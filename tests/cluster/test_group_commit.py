@@ -9,24 +9,17 @@ from pathlib import Path
 import pytest
 
 from dledger.client import AsyncClient
-from dledger.config import DLedgerConfig
 from dledger.server import INLINE_FLUSH_MAX_BYTES, NodeServer
 from dledger.store.file import MmapFileStore
-from dledger.testing import free_ports, store_held
+from dledger.testing import one_member_config, store_held
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_an_ack_means_its_entries_are_msynced_for_small_and_big_flushes(tmp_path: Path):
-    port = free_ports(1)[0]
     # One member: the leader's own flush is the quorum, so every ack waits for it.
-    cfg = DLedgerConfig(
-        group="g",
-        self_id="n0",
-        peers=f"n0-127.0.0.1:{port}",
-        store_base_dir=str(tmp_path),
-        mapped_file_size_for_entry_data=64 << 20,
-        mapped_file_size_for_entry_index=8 << 20,
+    cfg = one_member_config(
+        tmp_path, mapped_file_size_for_entry_data=64 << 20, mapped_file_size_for_entry_index=8 << 20
     )
     big_body = b"b" * 1024
     big_batch = [big_body] * (4 * INLINE_FLUSH_MAX_BYTES // len(big_body))
@@ -60,15 +53,7 @@ def test_a_busy_store_delays_the_ack_not_the_node(tmp_path: Path):
     # waits for its flush on the flush thread; the node's loop goes on answering. Behaviour,
     # not time: the loop answers requests while the store is still held, and the ack comes
     # only after the hold ends (how long either takes is bench/ material).
-    port = free_ports(1)[0]
-    cfg = DLedgerConfig(
-        group="g",
-        self_id="n0",
-        peers=f"n0-127.0.0.1:{port}",
-        store_base_dir=str(tmp_path),
-        mapped_file_size_for_entry_data=4 << 20,
-        mapped_file_size_for_entry_index=1 << 20,
-    )
+    cfg = one_member_config(tmp_path, mapped_file_size_for_entry_data=4 << 20, mapped_file_size_for_entry_index=1 << 20)
 
     async def run() -> tuple[int, int]:
         server = NodeServer(cfg)

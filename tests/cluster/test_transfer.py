@@ -197,21 +197,27 @@ class Group:
         leaders = [m for m, n in self.nodes.items() if n.role == Role.LEADER]
         return leaders[0] if len(leaders) == 1 else None
 
+    def transfer_to_a_lagging_member(self) -> tuple[str, str]:
+        """Elect a leader, hold a member's traffic while 50 entries go out, and ask the leader
+        to hand over to that member; (leader, member)."""
+        self.run(5_000)
+        leader = self.leader()
+        assert leader is not None
+        target = next(m for m in self.nodes if m != leader)
+        self.hold = target
+        node = self.nodes[leader]
+        node.propose(self.now, [b"x"] * 50)
+        self.carry_out(leader, node.drain())
+        self.run(100)
+        assert self.nodes[target].store.ledger_end_index < node.store.ledger_end_index
+        node.transfer_leadership(self.now, target)
+        self.carry_out(leader, node.drain())
+        return leader, target
+
 
 def test_a_lagging_transferee_catches_up_first_then_takes_leadership() -> None:
     g = Group(leadership_transfer_wait_timeout=2_500)
-    g.run(5_000)
-    leader = g.leader()
-    assert leader is not None
-    target = next(m for m in g.nodes if m != leader)
-    g.hold = target
-    node = g.nodes[leader]
-    node.propose(g.now, [b"x"] * 50)
-    g.carry_out(leader, node.drain())
-    g.run(100)
-    assert g.nodes[target].store.ledger_end_index < node.store.ledger_end_index
-    node.transfer_leadership(g.now, target)
-    g.carry_out(leader, node.drain())
+    _leader, target = g.transfer_to_a_lagging_member()
     g.run(100)
     # It waits for the entries it lacks instead of standing with a shorter log.
     assert g.nodes[target].role == Role.FOLLOWER and not g.done
@@ -223,17 +229,8 @@ def test_a_lagging_transferee_catches_up_first_then_takes_leadership() -> None:
 
 def test_a_transferee_that_cannot_catch_up_is_not_asked_and_the_error_says_why() -> None:
     g = Group()
-    g.run(5_000)
-    leader = g.leader()
-    assert leader is not None
-    target = next(m for m in g.nodes if m != leader)
-    g.hold = target
+    leader, target = g.transfer_to_a_lagging_member()
     node = g.nodes[leader]
-    node.propose(g.now, [b"x"] * 50)
-    g.carry_out(leader, node.drain())
-    g.run(100)
-    node.transfer_leadership(g.now, target)
-    g.carry_out(leader, node.drain())
     g.run(node.core.timings.transfer_wait_ms + 100)
     (d,) = g.done
     assert d.response.code == ResponseCode.TIMEOUT

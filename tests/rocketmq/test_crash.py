@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from dledger.child_process import python_code
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
@@ -58,7 +59,7 @@ def run_and_kill(root: Path, flush: str, mode: str, batch: int, acks: int) -> in
     err_path = root.parent / f"producer-{os.getpid()}-{acks}.err"
     err = open(err_path, "wb")  # a file, not a pipe: a full pipe would stall the producer
     proc = subprocess.Popen(
-        [sys.executable, "-c", PRODUCER, str(root), flush, mode, str(batch)],
+        python_code(PRODUCER, str(root), flush, mode, str(batch), die_with_parent=True),
         stdout=subprocess.PIPE,
         stderr=err,
         env=env,

@@ -292,7 +292,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     procs: list[subprocess.Popen[str]] = []
     peers = []
-    exe = python_module("dledger.cli", "mq", "broker")
+    exe = python_module("dledger.cli", "mq", "broker", die_with_parent=True)  # none outlives this supervisor
     try:
         for k in range(args.slaves + 1):
             port = args.port + 10 * k

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from dledger.files import fsync_dir
 from dledger.rocketmq.remoting import remoting_serializable
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion
 from dledger.rocketmq.store.consumer_offset import _java_hash, _write_synced
-from dledger.rocketmq.store.mapped_file import fsync_dir
 
 log = logging.getLogger(__name__)
 

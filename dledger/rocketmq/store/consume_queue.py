@@ -23,8 +23,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
-from dledger.files import CREATING_SUFFIX
-from dledger.rocketmq.store.mapped_file import CQ_STORE_UNIT_SIZE, MappedFile, fsync_dir
+from dledger.files import CREATING_SUFFIX, fsync_dir
+from dledger.rocketmq.store.mapped_file import CQ_STORE_UNIT_SIZE, MappedFile
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dledger.files import fsync_dir
+
 log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"
@@ -183,11 +185,7 @@ class ConsumerOffsetManager:
         if previous is not None:
             _write_synced(self.path.with_name(FILE_NAME + ".bak"), previous)
         os.replace(tmp, self.path)
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(self.dir)
 
     # -- the table ---------------------------------------------------------------------
 

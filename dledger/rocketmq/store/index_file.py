@@ -14,6 +14,7 @@ only (as RocketMQ, which leaves the key check to its clients), newest file first
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -29,7 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
-from dledger.files import CREATING_SUFFIX, create_sized
+from dledger.files import CREATING_SUFFIX, create_sized, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -680,15 +681,8 @@ class IndexService:
         jobs += [job for f in self.files if partial or f.is_write_full() for job in f.flush_jobs()]
         if self._new_file:
             self._new_file = False
-            jobs.append(self._fsync_dir)
+            jobs.append(functools.partial(fsync_dir, self.dir))
         return jobs
-
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
         self.flush()

@@ -45,14 +45,6 @@ def _prefault(mm: mmap.mmap, start: int, end: int) -> None:
         pass
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class MappedFile:
     """One consume-queue file, mapped in full. Positions are relative to the file."""
 

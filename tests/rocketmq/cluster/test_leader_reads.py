@@ -12,28 +12,19 @@ from pathlib import Path
 import pytest
 
 from dledger.codes import ResponseCode
-from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.rocketmq.broker.message_service import MessageService, message_service_factory
 from dledger.rocketmq.client.consumer import AsyncConsumer
 from dledger.rocketmq.client.producer import AsyncProducer
 from dledger.rocketmq.store.message import Message
 from dledger.server import NodeServer
-from dledger.testing import free_ports
+from dledger.testing import one_member_config
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def test_a_leader_still_catching_up_answers_reads_not_ready_until_it_is(tmp_path: Path) -> None:
-    port = free_ports(1)[0]
-    cfg = DLedgerConfig(
-        group="g",
-        self_id="n0",
-        peers=f"n0-127.0.0.1:{port}",
-        store_base_dir=str(tmp_path),
-        message_store=True,
-        mapped_file_size_for_entry_data=1 << 22,
-    )
+    cfg = one_member_config(tmp_path, message_store=True, mapped_file_size_for_entry_data=1 << 22)
 
     async def run() -> None:
         server = NodeServer(cfg, application_factory=message_service_factory)

@@ -15,10 +15,11 @@ from dledger.codes import ResponseCode
 from dledger.config import MEMORY, DLedgerConfig
 from dledger.metrics import AppMetric
 from dledger.net.transport import Response, RpcClient
+from dledger.peers import split_peers
 from dledger.raft.member_state import Role
 from dledger.server import GroupApplication, GroupHandle, NodeServer
 from dledger.store.base import DLedgerStore
-from dledger.testing import free_ports
+from dledger.testing import free_ports, one_member_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,12 +65,10 @@ class Toy:
 def test_an_application_sees_roles_commits_and_answers_its_codes(tmp_path: Path) -> None:
     toy = Toy()
     app: GroupApplication = toy  # the protocol is satisfied
-    port = free_ports(1)[0]
     # The entries stay in memory; the member's term file goes under the store dir (this test's
     # own, not the default /tmp/dledgerstore, where one run's term would reach the next).
-    cfg = DLedgerConfig(
-        group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_type=MEMORY, store_base_dir=str(tmp_path)
-    )
+    cfg = one_member_config(tmp_path, store_type=MEMORY)
+    addr = split_peers(cfg.peers)["n0"]
 
     async def run() -> None:
         server = NodeServer(cfg, application_factory=lambda c, addr: app)
@@ -82,12 +81,12 @@ def test_an_application_sees_roles_commits_and_answers_its_codes(tmp_path: Path)
                 await asyncio.sleep(0.02)
             assert toy.roles[-1][0] == Role.LEADER and toy.roles[-1][2] == "n0"
             assert toy.group is not None and toy.group.self_id == "n0" and toy.group.name == "g"
-            resp = await rpc.call(f"127.0.0.1:{port}", TOY_CODE, {"bodies": [b"a", b"b", b"c"]}, group="g")
+            resp = await rpc.call(addr, TOY_CODE, {"bodies": [b"a", b"b", b"c"]}, group="g")
             assert resp.code == ResponseCode.SUCCESS and resp.body["index"] == 2
             assert toy.committed[-1] == 2
             assert toy.committed == sorted(toy.committed)
             # DLedger's own requests still work beside the application's.
-            resp = await rpc.call(f"127.0.0.1:{port}", 50000, {}, group="g")
+            resp = await rpc.call(addr, 50000, {}, group="g")
             assert resp.code == ResponseCode.SUCCESS and resp.body["committed_index"] == 2
         finally:
             await rpc.close()

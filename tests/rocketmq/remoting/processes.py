@@ -8,13 +8,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from dledger.child_process import python_module
 from dledger.testing import FAST, free_ports
 
 T = TypeVar("T")
@@ -49,7 +49,7 @@ def start_namesrv(workdir: Path, port: int | None = None) -> tuple[subprocess.Po
     log = workdir / f"namesrv-{port}.log"
     with open(log, "ab") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dledger.cli", "mq", "namesrv", "--listen", f"127.0.0.1:{port}"],
+            python_module("dledger.cli", "mq", "namesrv", "--listen", f"127.0.0.1:{port}", die_with_parent=True),
             stdout=f,
             stderr=f,
             cwd=workdir,
@@ -105,9 +105,7 @@ class Brokers:
 
     def start(self, member: str) -> None:
         log = self.workdir / f"{member}.log"
-        cmd = [
-            sys.executable,
-            "-m",
+        cmd = python_module(
             "dledger.cli",
             "server",
             "--group",
@@ -125,7 +123,8 @@ class Brokers:
             self.namesrv_addr,
             *FAST,
             *self.extra,
-        ]
+            die_with_parent=True,
+        )
         with open(log, "ab") as f:
             proc = subprocess.Popen(cmd, stdout=f, stderr=f, cwd=self.workdir, start_new_session=True)
         self.procs[member] = proc
