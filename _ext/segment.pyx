@@ -56,8 +56,7 @@ cdef extern from "<fcntl.h>" nogil:
 # file's blocks up to this much past its end (fallocate, mode 0: the size does not change; the
 # blocks read as zeros until written). Into a sparse file ext4 reserves blocks page by page as
 # a pwrite fills them (delayed allocation: an extent-status entry and buffer heads a page);
-# into allocated ones it only maps them. batch_append_1k (docs/performance.md): the store went
-# from 0.5-0.6x to ~0.9x of os.writev into a preallocated file. The file stays sparse past
+# into allocated ones it only maps them (batch_append_1k: docs/performance.md). The file stays sparse past
 # what is written but this step, so the disk usage is what it was; a filesystem without
 # fallocate (EOPNOTSUPP) or a full disk (ENOSPC, which the write then reports) is left to the
 # write as before.
@@ -100,8 +99,8 @@ cdef extern from "<sys/uio.h>" nogil:
 # pre-writer holds for its own pwrites. flush unmaps such pages (MADV_DONTNEED) before it
 # msyncs them: otherwise the msync write-protects each page written through the mapping, a TLB
 # shootdown each while another thread of the process runs (an msync of 64 MB: 130 ms of CPU
-# against 8 ms), and the put thread takes the interrupts. Measured (docs/message-store.md):
-# classic single puts of 100 B 13.0 -> 8.6 us; DLedger put_batch of 32 x 1 KiB 53 -> 42 us.
+# against 8 ms), and the put thread takes the interrupts. Both single puts and batches gained
+# in alternating put loops (docs/message-store.md).
 # Single entries go through the mapping in any case (see EntryLog._put), into pages the
 # service populated writable: a syscall per entry would cost more.
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
@@ -505,10 +504,9 @@ cdef class MappedFile:
     def prewrite(self, int64_t start, int64_t end):
         """Make the page-cache pages of ``[start, end)`` by writing zeros there, past everything
         written (the write position and ``prewritten_to``), so that the writer's pwrites land in
-        pages that are allocated, zeroed, dirty and have their blocks reserved. On this VM a
-        populate-read cost 2-8 us a page and left the writer 3.3; this costs 1.1 and leaves 2.3
-        (bench/page_costs.py; docs/message-store.md). Only for a file of a guarded list, whose
-        writers take the write guard past ``prewritten_to``.
+        pages that are allocated, zeroed, dirty and have their blocks reserved: cheaper for both
+        than a populate-read of the hole (bench/page_costs.py; docs/message-store.md). Only for
+        a file of a guarded list, whose writers take the write guard past ``prewritten_to``.
         The zeros read as the hole they replace. Where the write fails (ENOSPC, EIO: nothing to
         undo, the zeros are what was there) the rest of the range is populated read-only instead
         (``populate(write=False)``); the writer's own pwrite then reports the error. Returns the
