@@ -56,8 +56,7 @@ cdef extern from "<fcntl.h>" nogil:
 # file's blocks up to this much past its end (fallocate, mode 0: the size does not change; the
 # blocks read as zeros until written). Into a sparse file ext4 reserves blocks page by page as
 # a pwrite fills them (delayed allocation: an extent-status entry and buffer heads a page);
-# into allocated ones it only maps them. batch_append_1k (docs/performance.md): the store went
-# from 0.5-0.6x to ~0.9x of os.writev into a preallocated file. The file stays sparse past
+# into allocated ones it only maps them (batch_append_1k: docs/performance.md). The file stays sparse past
 # what is written but this step, so the disk usage is what it was; a filesystem without
 # fallocate (EOPNOTSUPP) or a full disk (ENOSPC, which the write then reports) is left to the
 # write as before.
@@ -100,14 +99,19 @@ cdef extern from "<sys/uio.h>" nogil:
 # pre-writer holds for its own pwrites. flush unmaps such pages (MADV_DONTNEED) before it
 # msyncs them: otherwise the msync write-protects each page written through the mapping, a TLB
 # shootdown each while another thread of the process runs (an msync of 64 MB: 130 ms of CPU
-# against 8 ms), and the put thread takes the interrupts. Measured (docs/message-store.md):
-# classic single puts of 100 B 13.0 -> 8.6 us; DLedger put_batch of 32 x 1 KiB 53 -> 42 us.
+# against 8 ms), and the put thread takes the interrupts. Both single puts and batches gained
+# in alternating put loops (docs/message-store.md).
 # Single entries go through the mapping in any case (see EntryLog._put), into pages the
 # service populated writable: a syscall per entry would cost more.
 # pwritev takes at most IOV_MAX buffers (1024 on Linux); a leader batch goes in runs of
 # RUN_ENTRIES entries, two buffers (header, body) each (see _put_run).
 cdef int IOV_MAX_ = 1024
 cdef Py_ssize_t RUN_ENTRIES = 512
+# INDEX_BLOCKS: a leader batch's index units (32 bytes an entry) are framed in a scratch and
+# go to each index file in one block: by one pwrite where the blocks are allocated and the
+# pages not made ahead, where a copy through the mapping took a page fault a 4 KiB page (the
+# kernel zero-filling a hole page, then the copy over it; append_batch without the store
+# service: batch_append_1k), else by one memcpy into the pages the store service made ahead.
 # Scratch for one run's headers (and AppendHook prefixes) is at most this, so a run shrinks
 # when the hook's position is far into the body.
 cdef Py_ssize_t SCRATCH_BYTES = 1 << 20
@@ -500,10 +504,9 @@ cdef class MappedFile:
     def prewrite(self, int64_t start, int64_t end):
         """Make the page-cache pages of ``[start, end)`` by writing zeros there, past everything
         written (the write position and ``prewritten_to``), so that the writer's pwrites land in
-        pages that are allocated, zeroed, dirty and have their blocks reserved. On this VM a
-        populate-read cost 2-8 us a page and left the writer 3.3; this costs 1.1 and leaves 2.3
-        (bench/page_costs.py; docs/message-store.md). Only for a file of a guarded list, whose
-        writers take the write guard past ``prewritten_to``.
+        pages that are allocated, zeroed, dirty and have their blocks reserved: cheaper for both
+        than a populate-read of the hole (bench/page_costs.py; docs/message-store.md). Only for
+        a file of a guarded list, whose writers take the write guard past ``prewritten_to``.
         The zeros read as the hole they replace. Where the write fails (ENOSPC, EIO: nothing to
         undo, the zeros are what was there) the rest of the range is populated read-only instead
         (``populate(write=False)``); the writer's own pwrite then reports the error. Returns the
@@ -1013,21 +1016,23 @@ cdef class EntryLog:
         cdef Py_ssize_t stride = DL_BODY_OFFSET + (self.patch_at + 8 if self.patch_at >= 0 else 0)
         cdef Py_ssize_t run = min(RUN_ENTRIES, max(1, SCRATCH_BYTES // stride))
         cdef unsigned char *headers = <unsigned char *>malloc(run * stride)
+        cdef unsigned char *units = <unsigned char *>malloc(run * DL_INDEX_UNIT)
         cdef iovec *iov = <iovec *>malloc(2 * run * sizeof(iovec))
         try:
-            if headers == NULL or iov == NULL:
+            if headers == NULL or units == NULL or iov == NULL:
                 raise MemoryError()
             k = 0
             while k < count:
-                k += self._put_run(bs, k, min(count - k, run), first + k, term, headers, stride, iov, &ps[k])
+                k += self._put_run(bs, k, min(count - k, run), first + k, term, headers, stride, iov, &ps[k], units)
         finally:
             free(headers)
+            free(units)
             free(iov)
         return first, positions
 
     cdef Py_ssize_t _put_run(self, _Bodies bs, Py_ssize_t start, Py_ssize_t limit, int64_t index0,
                              int64_t term, unsigned char *headers, Py_ssize_t stride, iovec *iov,
-                             int64_t *pos_out) except -1:
+                             int64_t *pos_out, unsigned char *units) except -1:
         """Write the leader entries ``bs[start:start + limit]`` (at most one run) that fit in the
         current data file with one pwritev, then their index units; returns how many.
         Each entry is two buffers: its scratch (``stride`` bytes: the header, and with the
@@ -1065,16 +1070,61 @@ cdef class EntryLog:
             iov[2 * j + 1].iov_len = <size_t>(n - skip)
             at += size
             j += 1
-        df._pwritev(df.wrote_position, iov, <int>(2 * j), at - df.wrote_position)
-        self.written_bytes += at - df.wrote_position
+        cdef int64_t run_from = df.wrote_position
+        df._pwritev(run_from, iov, <int>(2 * j), at - run_from)
+        self.written_bytes += at - run_from
         df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
-        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef Py_ssize_t i
         for i in range(j):
-            xf = self._put_unit(xf, DL_CURRENT_MAGIC, pos_out[i], <int32_t>(DL_BODY_OFFSET + bs.lens[start + i]),
-                                index0 + i, term)
+            dl_write_index(units + i * DL_INDEX_UNIT, DL_CURRENT_MAGIC, pos_out[i],
+                           <int32_t>(DL_BODY_OFFSET + bs.lens[start + i]), index0 + i, term)
+        try:
+            self._write_units(units, j)
+        except BaseException:
+            # The run's entries are not in the ledger (end did not move): their bytes must not
+            # read as entries, nor the next run land after them. The pages were just written,
+            # so the zeros take no fault; a flush that already took them writes the zeros next.
+            memset(df.ptr + run_from, 0, at - run_from)
+            df.wrote_position = run_from
+            if df.flushed_position > run_from:
+                df.flushed_position = (run_from // PAGE) * PAGE
+            self.written_bytes -= at - run_from
+            raise
         self._advance(index0, index0 + j - 1, term)
         return j
+
+    cdef int _write_units(self, const unsigned char *units, Py_ssize_t count) except -1:
+        """Write ``count`` index units at the index's end, each index file's share in one
+        block (INDEX_BLOCKS); on failure nothing of them is left (what landed is zeroed)."""
+        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
+        cdef MappedFile first = None
+        cdef int64_t first_from = 0, nbytes, at
+        cdef Py_ssize_t k = 0, n
+        try:
+            while k < count:
+                if xf.wrote_position >= xf.file_size:
+                    xf = self.index.last_file(0, True)
+                if first is None:
+                    first, first_from = xf, xf.wrote_position
+                n = min(count - k, (xf.file_size - xf.wrote_position) // DL_INDEX_UNIT)
+                nbytes = n * DL_INDEX_UNIT
+                at = xf.wrote_position
+                if at + nbytes > xf.populated_to and xf.allocated_to >= 0:
+                    xf._pwrite_begin(at, nbytes)  # allocates the blocks ahead (ALLOCATE_AHEAD)
+                if at + nbytes <= xf.populated_to or at + nbytes > xf.allocated_to:
+                    # Pages made ahead by the store service, or blocks not allocated (no
+                    # fallocate here, or none left: a pwrite would not be safer than the mapping).
+                    memcpy(xf.ptr + at, units + k * DL_INDEX_UNIT, nbytes)
+                else:
+                    xf._pwrite(at, units + k * DL_INDEX_UNIT, nbytes)
+                xf.wrote_position = at + nbytes
+                k += n
+        except BaseException:
+            if first is not None and first is not xf:  # a share went to an earlier file: undo it
+                memset(first.ptr + first_from, 0, first.wrote_position - first_from)
+                first.wrote_position = first_from
+            raise
+        return 0
 
     def append_framed(self, buf, offsets, int64_t term):
         """Append as leader the entries framed in ``buf``: entry k is ``buf[offsets[k]:offsets[k + 1]]``,

@@ -248,3 +248,94 @@ def failover(kills: int = 20, extra: list[str] | None = None) -> tuple[float, fl
     finally:
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+class _PeerControl:
+    """A PySyncObj member run with ``--control`` (bench/pysyncobj_peer.py), asked by line."""
+
+    def __init__(self, addr: str, partners: list[str], profile: str) -> None:
+        self.addr, self.partners, self.profile = addr, partners, profile
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                PEER_SCRIPT,
+                self.addr,
+                ",".join(self.partners),
+                "--control",
+                "--failover-profile",
+                self.profile,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def ask(self, command: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if not answer:
+            raise RuntimeError(f"PySyncObj member {self.addr} exited (code {self.proc.poll()})")
+        return answer
+
+    def kill(self) -> None:
+        self.proc.kill()  # SIGKILL, as cluster.kill does to ours
+        self.proc.wait()
+
+    def restart(self) -> None:
+        self.proc = self._spawn()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def pysyncobj_failover(kills: int = 20, profile: str = "defaults") -> tuple[float, float, list[float]]:
+    """PySyncObj's seconds from kill -9 of the leader to the first acknowledged write (p50, p99,
+    all), measured as ``failover`` measures ours: three member processes, a random phase of its
+    heartbeat before each kill, the write made through a surviving member (PySyncObj is a
+    library: a member is its client) and made again whenever it fails, the killed member
+    restarted and given 0.5 s before the next kill. ``profile`` is one of the peer script's
+    FAILOVER_PROFILES (its timers as its SyncObjConf documents them)."""
+    require_pysyncobj()
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    members = [_PeerControl(a, [b for b in addrs if b != a], profile) for a in addrs]
+    heartbeat = 0.05 if profile == "low-latency" else 0.1  # appendEntriesPeriod (the peer's profiles)
+    rng = random.Random()
+    times: list[float] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not members[0].ask("append") == "ok":  # a leader, and a first write committed
+            if time.monotonic() > deadline:
+                raise RuntimeError("PySyncObj elected no leader within 60 s")
+        for _ in range(kills):
+            leader = _pysyncobj_leader(members, time.monotonic() + 60)
+            survivor = members[(members.index(leader) + 1) % len(members)]
+            if survivor.ask("append") != "ok":
+                raise RuntimeError("PySyncObj did not commit a write before the kill")
+            time.sleep(rng.uniform(0, heartbeat))
+            t0 = time.monotonic()
+            leader.kill()
+            if survivor.ask("append") != "ok":
+                raise RuntimeError("PySyncObj committed no write within 30 s of the kill")
+            times.append(time.monotonic() - t0)
+            leader.restart()
+            time.sleep(0.5)
+        return statistics.median(times), _percentile(times, 0.99), times
+    finally:
+        for m in members:
+            m.close()
+
+
+def _pysyncobj_leader(members: list[_PeerControl], deadline: float) -> _PeerControl:
+    while time.monotonic() < deadline:
+        for m in members:
+            if m.ask("role") == "leader":
+                return m
+        time.sleep(0.01)
+    raise RuntimeError("no PySyncObj member says it leads")

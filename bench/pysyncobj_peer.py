@@ -6,6 +6,7 @@ journal file (in memory: less durable than dledger, which writes every entry to 
 
     python bench/pysyncobj_peer.py SELF PARTNER,PARTNER [--drive N --size B --window W --seconds S]
     python bench/pysyncobj_peer.py SELF PARTNER,PARTNER --latency N --unbatched [--size B]
+    python bench/pysyncobj_peer.py SELF PARTNER,PARTNER --control [--failover-profile P]
 
 A driving member stands for election first (shorter timeouts), waits for a leader, then
 keeps up to W appends in flight until N have committed, and prints one JSON line:
@@ -17,6 +18,13 @@ member runs with ``--unbatched``: PySyncObj's docs name ``appendEntriesUseBatch=
 the setting that "improves single request speed" (a command wakes the loop at once instead
 of waiting for the next tick's batch). In that mode PySyncObj's followers print "truncating
 already-applied log entries" now and then: its own warning, left as it prints it.
+
+With ``--control`` a member serves and answers lines on its stdin, one line each on its
+stdout: ``role`` -> ``leader`` or ``follower``; ``append`` -> ``ok`` once one write committed
+(made again whenever PySyncObj fails it, as our client retries), ``fail`` after 30 s. The
+failover bench (cluster_bench.pysyncobj_failover) drives three such members.
+``--failover-profile`` sets the timers PySyncObj's docs name for how soon a dead leader is
+replaced (see FAILOVER_PROFILES); every member of a group gets the same one, none stands first.
 """
 
 from __future__ import annotations
@@ -36,22 +44,49 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 DRIVER_TIMEOUTS = (0.35, 0.5)
 OTHER_TIMEOUTS = (1.5, 2.5)
 
+# Failover profiles, as PySyncObj's SyncObjConf documents its timers: a follower that hears
+# nothing from the leader for a random raftMinTimeout..raftMaxTimeout stands for election;
+# the leader sends append entries (its heartbeat) every appendEntriesPeriod, and PySyncObj
+# refuses a raftMinTimeout of 3 x appendEntriesPeriod or less. "defaults" is SyncObjConf's
+# own (0.1 s heartbeat, 0.4-1.4 s); "low-latency" is the shortest its check allows at the
+# 50 ms heartbeat of our low-latency profile (cluster_bench.LOW_LATENCY: a dead leader noticed
+# after 150 ms, votes 20-80 ms apart), with the 5 ms tick that lets it act on a timeout at once.
+FAILOVER_PROFILES: dict[str, dict[str, float]] = {
+    "defaults": {},
+    "low-latency": {
+        "appendEntriesPeriod": 0.05,
+        "raftMinTimeout": 0.155,
+        "raftMaxTimeout": 0.235,
+        "autoTickPeriod": 0.005,
+    },
+}
+
 
 class Log(SyncObj):
-    def __init__(self, self_addr: str, partners: list[str], driver: bool = False, batch: bool = True) -> None:
-        low, high = DRIVER_TIMEOUTS if driver else OTHER_TIMEOUTS
-        conf = SyncObjConf(
-            raftMinTimeout=low,
-            raftMaxTimeout=high,
-            logCompactionMinEntries=2**31,
-            logCompactionMinTime=10**9,
-            appendEntriesBatchSizeBytes=2**20,
-            sendBufferSize=2**20,
-            recvBufferSize=2**20,
-            commandsQueueSize=10**6,
-            autoTickPeriod=0.005,
-            appendEntriesUseBatch=batch,
-        )
+    def __init__(
+        self,
+        self_addr: str,
+        partners: list[str],
+        driver: bool = False,
+        batch: bool = True,
+        failover: dict[str, float] | None = None,
+    ) -> None:
+        if failover is not None:
+            conf = SyncObjConf(**failover)
+        else:
+            low, high = DRIVER_TIMEOUTS if driver else OTHER_TIMEOUTS
+            conf = SyncObjConf(
+                raftMinTimeout=low,
+                raftMaxTimeout=high,
+                logCompactionMinEntries=2**31,
+                logCompactionMinTime=10**9,
+                appendEntriesBatchSizeBytes=2**20,
+                sendBufferSize=2**20,
+                recvBufferSize=2**20,
+                commandsQueueSize=10**6,
+                autoTickPeriod=0.005,
+                appendEntriesUseBatch=batch,
+            )
         super().__init__(self_addr, partners, conf)
         self.count = 0
 
@@ -59,6 +94,38 @@ class Log(SyncObj):
     def append(self, body: bytes) -> int:
         self.count += 1
         return self.count
+
+
+def control(log: Log) -> int:
+    """Answer ``role`` and ``append`` lines on stdin until it closes (see the module doc)."""
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "role":
+            answer = "leader" if log._isLeader() else "follower"
+        elif cmd == "append":
+            answer = "ok" if append_until_committed(log, deadline=time.monotonic() + 30) else "fail"
+        else:
+            answer = f"error: unknown command {cmd!r}"
+        print(answer, flush=True)
+    return 0
+
+
+def append_until_committed(log: Log, deadline: float) -> bool:
+    """One write, made again at once whenever PySyncObj reports it failed (the leader it was
+    forwarded to is gone, or changed), until it commits; False past ``deadline``. A command
+    made while there is no leader waits for one (commandsWaitLeader, on by default)."""
+    while time.monotonic() < deadline:
+        done = threading.Event()
+        outcome: list[int] = []
+
+        def cb(_result: object, err: int, outcome: list[int] = outcome, done: threading.Event = done) -> None:
+            outcome.append(err)
+            done.set()
+
+        log.append(b"failover", callback=cb)
+        if done.wait(max(0.0, deadline - time.monotonic())) and outcome[0] == FAIL_REASON.SUCCESS:
+            return True
+    return False
 
 
 def main() -> int:
@@ -71,7 +138,11 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--latency", type=int, default=0)
     p.add_argument("--unbatched", action="store_true")
+    p.add_argument("--control", action="store_true")
+    p.add_argument("--failover-profile", choices=sorted(FAILOVER_PROFILES), default="defaults")
     args = p.parse_args()
+    if args.control:
+        return control(Log(args.self_addr, args.partners.split(","), failover=FAILOVER_PROFILES[args.failover_profile]))
     log = Log(
         args.self_addr, args.partners.split(","), driver=bool(args.drive or args.latency), batch=not args.unbatched
     )
