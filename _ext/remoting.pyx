@@ -10,7 +10,7 @@ fastjson writes it, or ROCKETMQ binary).
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
 cnp.import_array()
@@ -218,6 +218,127 @@ cdef object _from_json(object obj, object body):
     return _Command(code, ext, body, remark, opaque, flag, version, lang, _json_type)
 
 
+cdef class _JsonCursor:
+    cdef const uint8_t* p
+    cdef Py_ssize_t pos, n
+
+
+cdef object _NOT_FAST = object()
+
+
+cdef object _json_str(_JsonCursor c):
+    """A JSON string at the cursor (on its opening quote) without escapes or control
+    characters; _NOT_FAST for any other."""
+    cdef Py_ssize_t start = c.pos + 1, i = start
+    cdef uint8_t ch
+    while i < c.n:
+        ch = c.p[i]
+        if ch == 34:
+            c.pos = i + 1
+            return (<const char*>c.p + start)[: i - start].decode("utf-8")
+        if ch == 92 or ch < 0x20:
+            return _NOT_FAST
+        i += 1
+    return _NOT_FAST
+
+
+cdef object _json_value(_JsonCursor c, bint nested):
+    """A string, an integer of at most 18 digits, true/false/null, or (not ``nested``) an
+    object of them; _NOT_FAST for anything else (floats, arrays, escapes, spaces...)."""
+    cdef Py_ssize_t i, digits
+    cdef int64_t v = 0
+    cdef bint neg = False
+    cdef uint8_t ch
+    if c.pos >= c.n:
+        return _NOT_FAST
+    ch = c.p[c.pos]
+    if ch == 34:
+        return _json_str(c)
+    if ch == 45 or 48 <= ch <= 57:
+        i = c.pos
+        if ch == 45:
+            neg = True
+            i += 1
+        digits = 0
+        while i < c.n and 48 <= c.p[i] <= 57:
+            v = v * 10 + (c.p[i] - 48)
+            digits += 1
+            i += 1
+            if digits > 18:
+                return _NOT_FAST
+        if digits == 0 or (digits > 1 and c.p[i - digits] == 48):
+            return _NOT_FAST
+        if i < c.n and (c.p[i] == 46 or c.p[i] == 101 or c.p[i] == 69):
+            return _NOT_FAST  # a fraction or an exponent: json's float
+        c.pos = i
+        return -v if neg else v
+    if ch == 123 and not nested:
+        return _json_object(c, True)
+    if c.n - c.pos >= 4 and memcmp(c.p + c.pos, b"true", 4) == 0:
+        c.pos += 4
+        return True
+    if c.n - c.pos >= 5 and memcmp(c.p + c.pos, b"false", 5) == 0:
+        c.pos += 5
+        return False
+    if c.n - c.pos >= 4 and memcmp(c.p + c.pos, b"null", 4) == 0:
+        c.pos += 4
+        return None
+    return _NOT_FAST
+
+
+cdef object _json_object(_JsonCursor c, bint nested):
+    """A compact JSON object at the cursor (on its ``{``); _NOT_FAST when it is not in the
+    fast subset."""
+    cdef dict d = {}
+    c.pos += 1
+    if c.pos < c.n and c.p[c.pos] == 125:
+        c.pos += 1
+        return d
+    while True:
+        if c.pos >= c.n or c.p[c.pos] != 34:
+            return _NOT_FAST
+        key = _json_str(c)
+        if key is _NOT_FAST or c.pos >= c.n or c.p[c.pos] != 58:
+            return _NOT_FAST
+        c.pos += 1
+        value = _json_value(c, nested)
+        if value is _NOT_FAST:
+            return _NOT_FAST
+        d[key] = value
+        if c.pos >= c.n:
+            return _NOT_FAST
+        if c.p[c.pos] == 44:
+            c.pos += 1
+            continue
+        if c.p[c.pos] == 125:
+            c.pos += 1
+            return d
+        return _NOT_FAST
+
+
+cdef object _json_header(const uint8_t* p, Py_ssize_t n):
+    """A JSON header as json.loads reads it. What fastjson writes (compact, strings without
+    escapes, integers, extFields of strings) is read here; anything else by json.loads."""
+    cdef _JsonCursor c = _JsonCursor()
+    c.p, c.pos, c.n = p, 0, n
+    if n > 0 and p[0] == 123:
+        try:
+            obj = _json_object(c, False)
+        except UnicodeDecodeError:
+            obj = _NOT_FAST  # json.loads says why
+        if obj is not _NOT_FAST and c.pos == n:
+            return obj
+    return _json_loads(PyBytes_FromStringAndSize(<const char*>p, n))
+
+
+def json_header(buf):
+    """What a command's JSON header reads as (the kernel's reading; json.loads's result)."""
+    cdef const uint8_t[::1] b = memoryview(buf).cast("B")
+    if b.shape[0] == 0:
+        return _json_loads(b"")
+    return _json_header(&b[0], b.shape[0])
+
+
 cdef object _command(const uint8_t* p, Py_ssize_t n, object body_owner, Py_ssize_t body_at):
     """The command of one frame (without its length field) at ``p``; its body a bytes copy, or
     when ``body_owner`` is given a view of it from ``body_at`` on (the frame's own buffer)."""
@@ -241,7 +362,7 @@ cdef object _command(const uint8_t* p, Py_ssize_t n, object body_owner, Py_ssize
         return _Command(h[0], h[6], body, h[5], h[3], h[4], h[2], h[1], _rocketmq_type)
     if stype != 0:
         raise _Error(f"serialize type {stype} is neither JSON (0) nor ROCKETMQ (1)")
-    return _from_json(_json_loads(PyBytes_FromStringAndSize(<const char*>p + 4, hlen)), body)
+    return _from_json(_json_header(p + 4, hlen), body)
 
 
 def decode_command(buf, view=None):

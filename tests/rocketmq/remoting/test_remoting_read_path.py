@@ -297,3 +297,54 @@ def test_every_control_character_is_escaped_as_json_escapes_it() -> None:
     cmd = RemotingCommand(1, {text: text}, remark=text, opaque=1)
     bean = {"code": 1, "extFields": {text: text}, "flag": 0, "language": "JAVA", "opaque": 1, "remark": text}
     assert cmd.encode_header() == RS.encode_sorted({**bean, "serializeTypeCurrentRPC": "JSON", "version": cmd.version})
+
+
+# -- the JSON header reader -----------------------------------------------------------------------
+
+_json_scalar = st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | _text | st.floats(allow_nan=False)
+_json_any = st.recursive(
+    _json_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=4)
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    obj=st.dictionaries(_text, _json_any, max_size=8),
+    compact=st.booleans(),
+)
+def test_the_header_reader_reads_what_json_reads(obj: dict[str, object], compact: bool) -> None:
+    import json
+
+    from dledger._ext import remoting as K
+
+    data = json.dumps(obj, ensure_ascii=False, separators=(",", ":") if compact else None).encode()
+    assert K.json_header(data) == RS.decode(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"code":01}',  # a leading zero: not JSON
+        b'{"code":1',  # cut short
+        b'{"code":1}x',  # bytes after it
+        b'{"code":-}',
+        b'{"a":"\xff"}',  # not UTF-8
+        b'{"a":"x\ny"}',  # a raw control character
+        b'{"a":1,}',
+        b"",
+    ],
+)
+def test_the_header_reader_refuses_what_json_refuses(data: bytes) -> None:
+    from dledger._ext import remoting as K
+
+    with pytest.raises(RemotingCommandException):
+        RS.decode(data)
+    with pytest.raises(RemotingCommandException):
+        K.json_header(data)  # the same refusal: json.loads was asked
+
+
+def test_the_header_reader_reads_a_long_number_and_escapes_as_json() -> None:
+    from dledger._ext import remoting as K
+
+    for data in (b'{"a":1234567890123456789012}', b'{"a":"x\\"y\\u00e9"}', b'{"a":1.5e3}', b'{0:"a"}', b'{"a": 1}'):
+        assert K.json_header(data) == RS.decode(data), data
