@@ -1,4 +1,4 @@
-"""Type stub for the ``dledger._ext.remoting`` Cython kernel (SEND_BATCH_MESSAGE bodies)."""
+"""Type stub for the ``dledger._ext.remoting`` Cython kernel (SEND_BATCH_MESSAGE bodies, frames, headers)."""
 
 import sys
 from typing import Any, TypeAlias
@@ -26,3 +26,22 @@ def decode_messages(
 def decode_header(
     buf: _BytesLike,
 ) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None, str | None]: ...
+def configure(
+    command: Any,
+    json_loads: Any,
+    java_text: Any,
+    lang_names: dict[str, int],
+    lang_other: int,
+    json_type: Any,
+    rocketmq_type: Any,
+    error: type[Exception],
+) -> None: ...
+def decode_command(buf: _BytesLike, view: memoryview | None = None) -> Any: ...
+def decode_frames(buf: _BytesLike, start: int, end: int, max_frame: int) -> tuple[int, int, list[Any], Any]: ...
+def encode_json_header(
+    code: int, ext: dict[str, str] | None, flag: int, language: str, opaque: int, remark: str | None, version: int
+) -> bytes | None: ...
+def encode_binary_header(
+    code: int, language: int, version: int, opaque: int, flag: int, remark: str | None, ext: dict[str, str] | None
+) -> bytes: ...
+def json_header(buf: _BytesLike) -> Any: ...

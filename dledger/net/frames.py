@@ -33,7 +33,7 @@ import logging
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgpack
 import numpy as np
@@ -47,6 +47,8 @@ DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 # get their own exact-size buffer. 256 KiB is what asyncio's selector transport reads at most
 # per recv, so a scratch buffer this size never shortens a read.
 SCRATCH_SIZE = 256 * 1024
+
+F = TypeVar("F")
 
 
 class FrameError(Exception):
@@ -176,15 +178,16 @@ def decode_payload(payload: bytes | bytearray | memoryview) -> Frame:
     return Frame(kind, rid, code, group, body, message)
 
 
-class FrameDecoder:
-    """Incremental frame decoder with the ``asyncio.BufferedProtocol`` buffer interface.
+class BufferedFrameDecoder(Generic[F]):
+    """What a length-prefixed protocol's decoder shares, with the ``asyncio.BufferedProtocol``
+    buffer interface: the reusable scratch buffer frames are received into (many per
+    ``recv``, decoded in place) and the exact-size buffer of a frame too big for it.
 
     Call ``get_buffer()``, write up to ``len(buffer)`` bytes into it, then
     ``buffer_updated(n)`` which returns the frames completed. ``feed(data)`` does the same
-    for bytes received any other way. After a ``FrameError`` the decoder is unusable.
-
-    ``max_frame`` may be changed between calls (the server lowers it until a peer has
-    authenticated); it applies to the next length prefix read.
+    for bytes received any other way. A subclass reads the length prefixes (``_parse``, over
+    ``_view[_start:_end]``; it sets ``_need``, or hands a frame too big for the scratch buffer
+    to ``_receive_big``) and decodes a big frame once whole (``_whole``).
     """
 
     __slots__ = (
@@ -200,15 +203,13 @@ class FrameDecoder:
         "max_frame",
     )
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, scratch_size: int = SCRATCH_SIZE) -> None:
-        if not 0 < max_frame < TAIL_FLAG:
-            raise ValueError(f"max_frame must be positive and below {TAIL_FLAG}")
+    def __init__(self, max_frame: int, scratch_size: int, prefix_size: int) -> None:
         self.max_frame = max_frame
         self._buf = bytearray(max(scratch_size, 64))
         self._view = memoryview(self._buf)
         self._start = 0  # first unparsed byte in the scratch buffer
         self._end = 0  # end of received bytes in the scratch buffer
-        self._need = HEADER_SIZE  # bytes from _start needed before the next frame can complete
+        self._need = prefix_size  # bytes from _start needed before the next frame can complete
         self._big: np.ndarray | None = None
         self._big_view: memoryview | None = None
         self._big_fill = 0
@@ -231,20 +232,20 @@ class FrameDecoder:
             self._start, self._end = 0, n
         return self._view[self._end :]
 
-    def buffer_updated(self, nbytes: int) -> list[Frame]:
+    def buffer_updated(self, nbytes: int) -> list[F]:
         if self._big is not None:
             self._big_fill += nbytes
             if self._big_fill < len(self._big):
                 return []
             view, self._big, self._big_view, self._big_fill = self._big_view, None, None, 0
             assert view is not None
-            # The buffer is this frame's alone: a tail can be handed on as a view of it.
-            return [decode_tailed(view, copy=False) if self._big_tailed else decode_payload(view)]
+            # The buffer is this frame's alone: what is decoded may keep views of it.
+            return [self._whole(view, self._big_tailed)]
         self._end += nbytes
         return self._parse()
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
-        frames: list[Frame] = []
+    def feed(self, data: bytes | bytearray | memoryview) -> list[F]:
+        frames: list[F] = []
         src = memoryview(data).cast("B")
         pos = 0
         while pos < len(src):
@@ -254,6 +255,43 @@ class FrameDecoder:
             pos += n
             frames.extend(self.buffer_updated(n))
         return frames
+
+    def _receive_big(self, length: int, have_from: int, end: int, tailed: bool = False) -> None:
+        """Give a frame of ``length`` bytes (after its prefix) its own buffer, the bytes of it
+        received so far (``_view[have_from:end]``) copied in; the rest is received straight
+        into it. np.empty, not bytearray: the kernel overwrites every byte, so zeroing the
+        megabytes first would be wasted."""
+        self._big = np.empty(length, dtype=np.uint8)
+        self._big_view = self._big.data
+        self._big_tailed = tailed
+        self._big_view[: end - have_from] = self._view[have_from:end]
+        self._big_fill = end - have_from
+
+    def _parse(self) -> list[F]:
+        raise NotImplementedError
+
+    def _whole(self, payload: memoryview, tailed: bool) -> F:
+        raise NotImplementedError
+
+
+class FrameDecoder(BufferedFrameDecoder[Frame]):
+    """Incremental decoder of this protocol's frames (see BufferedFrameDecoder). After a
+    ``FrameError`` the decoder is unusable.
+
+    ``max_frame`` may be changed between calls (the server lowers it until a peer has
+    authenticated); it applies to the next length prefix read.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, scratch_size: int = SCRATCH_SIZE) -> None:
+        if not 0 < max_frame < TAIL_FLAG:
+            raise ValueError(f"max_frame must be positive and below {TAIL_FLAG}")
+        super().__init__(max_frame, scratch_size, HEADER_SIZE)
+
+    def _whole(self, payload: memoryview, tailed: bool) -> Frame:
+        # The buffer is this frame's alone: a tail can be handed on as a view of it.
+        return decode_tailed(payload, copy=False) if tailed else decode_payload(payload)
 
     def _parse(self) -> list[Frame]:
         frames: list[Frame] = []
@@ -274,15 +312,8 @@ class FrameDecoder:
                 start += total
                 continue
             if total > len(self._buf):
-                # Too big for the scratch buffer: give it its own buffer and receive straight into
-                # it. np.empty, not bytearray: the kernel overwrites every byte, so zeroing the
-                # megabytes first would be wasted.
-                have = end - start - HEADER_SIZE
-                self._big = np.empty(length, dtype=np.uint8)
-                self._big_view = self._big.data
-                self._big_tailed = tailed
-                self._big_view[:have] = view[start + HEADER_SIZE : end]
-                self._big_fill = have
+                # Too big for the scratch buffer: its own buffer, received straight into.
+                self._receive_big(length, start + HEADER_SIZE, end, tailed)
                 start = end = 0
                 total = HEADER_SIZE
             self._need = total

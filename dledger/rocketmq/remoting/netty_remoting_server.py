@@ -5,38 +5,178 @@ As NettyRemotingAbstract.processRequestCommand: requests of a connection run con
 (a held pull does not stall the heartbeat behind it); a code nobody serves is answered
 REQUEST_CODE_NOT_SUPPORTED and a processor's exception SYSTEM_ERROR, the connection staying
 open; a oneway request gets no answer. A frame that does not decode closes the connection, as
-NettyDecoder does.
+NettyDecoder does (the requests before it in the stream are still served).
+
+The read path is an ``asyncio.BufferedProtocol``: the socket is read into the decoder's
+scratch buffer (``dledger.net.frames.BufferedFrameDecoder``, the one our own protocol reads
+with) and its frames are split and made into commands by a kernel, no bytes object per frame.
+A processor's coroutine is first run right there, in the read callback: one that answers
+without waiting (a send the store takes at once, a pull that finds messages, the heartbeat)
+is answered in that turn with no task, so such answers leave in the order of their requests;
+only one that waits (a held pull, a send waiting for its commit) goes on in a task of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any
 
-from dledger.rocketmq.remoting.netty_decoder import FRAME_MAX_LENGTH, NettyDecoder
-from dledger.rocketmq.remoting.remoting_command import RemotingCommand
+from dledger.net.frames import SCRATCH_SIZE, BufferedFrameDecoder
+from dledger.rocketmq.remoting.netty_decoder import FRAME_MAX_LENGTH, FrameTooLong
+from dledger.rocketmq.remoting.remoting_command import K, RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
 from dledger.rocketmq.remoting.response_code import ResponseCode
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 256 * 1024
+READ_SIZE = SCRATCH_SIZE
 
 
-class Channel:
-    """One accepted connection: its peer and a way to write commands to it (the server's
-    answers, and requests the server sends, such as NOTIFY_CONSUMER_IDS_CHANGED)."""
+class CommandDecoder(BufferedFrameDecoder[RemotingCommand]):
+    """A connection's byte stream made into commands, with the BufferedProtocol buffer
+    interface (``get_buffer``/``buffer_updated``, or ``feed``). A frame is an int32 length,
+    then that many bytes, at most ``max_frame`` counting the length field (NettyDecoder's
+    limit). A frame past the limit or that does not decode sets ``error`` (the commands before
+    it are still returned); the decoder takes nothing more after it."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-        peer = writer.get_extra_info("peername")
-        self.remote_addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
+    __slots__ = ("error",)
+
+    def __init__(self, max_frame: int = FRAME_MAX_LENGTH, scratch_size: int = SCRATCH_SIZE) -> None:
+        super().__init__(max_frame, scratch_size, 4)
+        self.error: RemotingCommandException | None = None
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        if self.error is not None:
+            raise self.error
+        return super().get_buffer(sizehint)
+
+    def _parse(self) -> list[RemotingCommand]:
+        start, need, cmds, error = K.decode_frames(self._view, self._start, self._end, self.max_frame)
+        end = self._end
+        if error is not None:
+            self.error = error if isinstance(error, RemotingCommandException) else FrameTooLong(str(error))
+            if not cmds:
+                raise self.error
+        elif need > len(self._buf):
+            # Too big for the scratch buffer: its own buffer, received straight into.
+            self._receive_big(need - 4, start + 4, end)
+            start = end = 0
+            need = 4
+        self._need = need
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+        return cmds
+
+    def _whole(self, payload: memoryview, tailed: bool) -> RemotingCommand:
+        # The buffer is this frame's alone: the body is a view of it, not a copy.
+        cmd: RemotingCommand = K.decode_command(payload, payload.toreadonly())
+        return cmd
+
+
+class _Resume:
+    """Awaiting it goes on with a coroutine that was started outside a task and is now
+    waiting for ``first`` (what it yielded): the task awaiting this waits for ``first`` and
+    then drives the coroutine to its end, as ``await`` would have."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, out = self.coro, self.first
+        self.first = None
+        while True:
+            try:
+                sent = yield out
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation, or what the awaited future raised
+                try:
+                    out = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    out = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+# A processor answers a request (None: no answer, as for a oneway request or a held one that
+# will not be answered).
+Processor = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
+
+
+class Channel(asyncio.BufferedProtocol):
+    """One accepted connection: its peer, its read path, and a way to write commands to it
+    (the server's answers, and requests the server sends, such as
+    NOTIFY_CONSUMER_IDS_CHANGED)."""
+
+    def __init__(self, server: NettyRemotingServer) -> None:
+        self.server = server
+        self.decoder = CommandDecoder(server.max_frame_length)
+        self.remote_addr = "?"
         self.closed = False
+        self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
+        self._loop = asyncio.get_running_loop()
         # Requests this server sent on the connection and awaits answers to, by opaque.
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.remote_addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
+        self.server.channels.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            cmds = self.decoder.buffer_updated(nbytes)
+        except RemotingCommandException as exc:
+            log.warning("closing %s: %s", self.remote_addr, exc)
+            self.close()
+            return
+        dispatch = self.server.dispatch
+        for cmd in cmds:
+            if self.closed:
+                return
+            if cmd.flag & 1:
+                self.response_arrived(cmd)  # an answer to a request this server sent
+            else:
+                dispatch(cmd, self)
+        if self.decoder.error is not None:
+            log.warning("closing %s: %s", self.remote_addr, self.decoder.error)
+            self.close()
+
+    def eof_received(self) -> bool:
+        return False  # let the transport close itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._out.clear()
+        self._fail_pending()
+        if self in self.server.channels:
+            self.server.channels.discard(self)
+            if self.server.on_channel_close is not None:
+                self.server.on_channel_close(self)
+
+    # -- requests this server sends -------------------------------------------------------------
 
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request to the peer and wait for its answer (NettyRemotingServer.invokeSync,
@@ -57,8 +197,16 @@ class Channel:
         if fut is not None and not fut.done():
             fut.set_result(cmd)
 
+    def _fail_pending(self) -> None:
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"connection to {self.remote_addr} closed"))
+        self._pending.clear()
+
+    # -- writing -------------------------------------------------------------------------------
+
     def send(self, cmd: RemotingCommand) -> None:
-        if self.closed:
+        if self.closed or self.transport is None:
             return
         data = cmd.encode()
         if self._flush_handle is not None:
@@ -68,15 +216,15 @@ class Channel:
         # the ones after it in the same turn (the answers of a window of sends committed
         # together) are joined and written once by the flush scheduled here: one send call,
         # not one each.
-        self._writer.write(data)
-        self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        self.transport.write(data)
+        self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None
-        if self._out and not self.closed:
+        if self._out and not self.closed and self.transport is not None:
             data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
             self._out.clear()
-            self._writer.write(data)
+            self.transport.write(data)
 
     def close(self) -> None:
         if not self.closed:
@@ -84,16 +232,9 @@ class Channel:
                 self._flush_handle.cancel()
                 self._flush()
             self.closed = True
-            self._writer.close()
-            for fut in self._pending.values():
-                if not fut.done():
-                    fut.set_exception(ConnectionError(f"connection to {self.remote_addr} closed"))
-            self._pending.clear()
-
-
-# A processor answers a request (None: no answer, as for a oneway request or a held one that
-# will not be answered).
-Processor = Callable[[RemotingCommand, Channel], Awaitable[RemotingCommand | None]]
+            if self.transport is not None:
+                self.transport.close()
+            self._fail_pending()
 
 
 class NettyRemotingServer:
@@ -125,7 +266,8 @@ class NettyRemotingServer:
         self.processors[code] = processor
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=READ_SIZE)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: Channel(self), self.host, self.port)
         sock = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
 
@@ -141,47 +283,53 @@ class NettyRemotingServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ch = Channel(writer)
-        self.channels.add(ch)
-        decoder = NettyDecoder(self.max_frame_length)
-        try:
-            while True:
-                data = await reader.read(READ_SIZE)
-                if not data:
-                    break
-                for frame in decoder.feed(data):
-                    cmd = RemotingCommand.decode(frame)
-                    if cmd.is_response:
-                        ch.response_arrived(cmd)  # an answer to a request this server sent
-                        continue
-                    task = asyncio.get_running_loop().create_task(self._process(cmd, ch))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
-        except RemotingCommandException as exc:
-            log.warning("closing %s: %s", ch.remote_addr, exc)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self.channels.discard(ch)
-            ch.close()
-            if self.on_channel_close is not None:
-                self.on_channel_close(ch)
-
-    async def _process(self, cmd: RemotingCommand, ch: Channel) -> None:
+    def dispatch(self, cmd: RemotingCommand, ch: Channel) -> None:
+        """Serve one request: its processor's coroutine is run here until it answers or waits;
+        only one that waits goes on in a task (see the module docstring)."""
         proc = self.processors.get(cmd.code)
-        resp: RemotingCommand | None
         if proc is None:
-            resp = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
-        else:
-            try:
-                resp = await proc(cmd, ch)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.exception("processing request code %d from %s", cmd.code, ch.remote_addr)
-                resp = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if resp is None or cmd.is_oneway:
+            self._answer(
+                cmd,
+                ch,
+                cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"),
+            )
+            return
+        try:
+            aw = proc(cmd, ch)
+            send = getattr(aw, "send", None)
+            if send is None:  # an awaitable that is not a coroutine: a task awaits it
+                self._spawn(self._finish(cmd, ch, aw))
+                return
+            first = send(None)
+        except StopIteration as stop:
+            self._answer(cmd, ch, stop.value)
+            return
+        except Exception as exc:
+            self._answer(cmd, ch, self._failed(cmd, ch, exc))
+            return
+        self._spawn(self._finish(cmd, ch, _Resume(aw, first)))  # type: ignore[arg-type]
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, cmd: RemotingCommand, ch: Channel, aw: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            resp = await aw
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            resp = self._failed(cmd, ch, exc)
+        self._answer(cmd, ch, resp)
+
+    @staticmethod
+    def _failed(cmd: RemotingCommand, ch: Channel, exc: Exception) -> RemotingCommand:
+        log.exception("processing request code %d from %s", cmd.code, ch.remote_addr, exc_info=exc)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _answer(self, cmd: RemotingCommand, ch: Channel, resp: RemotingCommand | None) -> None:
+        if resp is None or cmd.flag & 2:  # no answer, or a oneway request
             return
         resp.opaque = cmd.opaque
         resp.flag |= 1
@@ -192,6 +340,8 @@ class NettyRemotingServer:
             ch.send(resp)
         except (ConnectionError, RuntimeError):
             pass
+        except RemotingCommandException as exc:  # an answer that does not encode: logged, not sent
+            log.error("answer to request code %d from %s: %s", cmd.code, ch.remote_addr, exc)
 
 
-__all__ = ["Channel", "NettyRemotingServer", "Processor"]
+__all__ = ["Channel", "CommandDecoder", "NettyRemotingServer", "Processor"]

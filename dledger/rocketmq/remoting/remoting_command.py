@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.remoting import remoting_serializable, rocketmq_serializable
 from dledger.rocketmq.remoting.language_code import LanguageCode
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
@@ -29,8 +30,11 @@ ONEWAY_FLAG = 1 << RPC_ONEWAY
 # What a 4.9.4 client stamps into ``version`` (MQVersion.Version.V4_9_4.ordinal()).
 CURRENT_VERSION = 401
 
+K = _load_ext("remoting")
+
 _PREFIX = struct.Struct(">ii")
 _LANG_NAMES = {c.name: int(c) for c in LanguageCode}
+_LANG_BY_VALUE = {int(c): c.name for c in LanguageCode}
 _opaques = itertools.count()
 # What Long.parseLong takes (Python's int() takes more: spaces, underscores).
 _JAVA_LONG = re.compile(r"[+-]?[0-9]{1,19}")
@@ -104,7 +108,18 @@ class RemotingCommand:
             return rocketmq_serializable.encode_header(
                 self.code, self.language, self.version, self.opaque, self.flag, self.remark, self.ext_fields
             )
-        lang = LanguageCode(self.language).name if self.language in LanguageCode._value2member_map_ else "OTHER"
+        lang = _LANG_BY_VALUE.get(self.language, "OTHER")
+        if self.remark is None or type(self.remark) is str:
+            # The kernel writes a header of string fields and int64 numbers (every one we
+            # make); None or OverflowError: another, which the general encoder writes.
+            try:
+                header: bytes | None = K.encode_json_header(
+                    self.code, self.ext_fields, self.flag, lang, self.opaque, self.remark, self.version
+                )
+            except OverflowError:
+                header = None
+            if header is not None:
+                return header
         bean: dict[str, Any] = {
             "code": self.code,
             "extFields": self.ext_fields,
@@ -130,22 +145,9 @@ class RemotingCommand:
     @staticmethod
     def decode(frame: bytes | memoryview) -> RemotingCommand:
         """A command from a frame without its length field (what NettyDecoder hands on)."""
-        n = len(frame)
-        if n < 4:
-            raise RemotingCommandException(f"frame of {n} bytes has no header length")
-        (mark,) = struct.unpack_from(">i", frame, 0)
-        hlen = mark & 0xFFFFFF
-        stype = (mark >> 24) & 0xFF
-        if hlen > n - 4:
-            raise RemotingCommandException(f"decode error, bad header length: {hlen} in a frame of {n}")
-        header = memoryview(frame)[4 : 4 + hlen]
-        body = bytes(memoryview(frame)[4 + hlen :])
-        if stype == SerializeType.ROCKETMQ:
-            code, lang, version, opaque, flag, remark, ext = rocketmq_serializable.decode_header(header)
-            return RemotingCommand(code, ext, body, remark, opaque, flag, version, lang, SerializeType.ROCKETMQ)
-        if stype != SerializeType.JSON:
-            raise RemotingCommandException(f"serialize type {stype} is neither JSON (0) nor ROCKETMQ (1)")
-        return _from_json(remoting_serializable.decode(header), body)
+        # The kernel reads the header in place and copies the body once (decode_command).
+        cmd: RemotingCommand = K.decode_command(frame)
+        return cmd
 
     def ext_str(self, name: str, default: str | None = None) -> str:
         """A custom header field (CFNotNull when no default): RemotingCommandException if absent."""
@@ -173,31 +175,6 @@ class RemotingCommand:
         return default if v is None else v.lower() == "true"
 
 
-def _from_json(obj: Any, body: bytes) -> RemotingCommand:
-    if not isinstance(obj, dict):
-        raise RemotingCommandException("a JSON header must be an object")
-    try:
-        code = int(obj.get("code", 0))
-        lang_v = obj.get("language", "JAVA")
-        lang = _LANG_NAMES.get(lang_v, LanguageCode.OTHER) if isinstance(lang_v, str) else int(lang_v)
-        version = int(obj.get("version", 0))
-        opaque = int(obj.get("opaque", 0))
-        flag = int(obj.get("flag", 0))
-    except (TypeError, ValueError) as exc:
-        raise RemotingCommandException(f"JSON header field: {exc}") from None
-    remark = obj.get("remark")
-    ext_v = obj.get("extFields")
-    ext: dict[str, str] | None = None
-    if isinstance(ext_v, dict):
-        # fastjson makes a HashMap<String, String>: any scalar reads as its text.
-        ext = {str(k): _java_text(v) for k, v in ext_v.items() if v is not None}
-    elif ext_v is not None:
-        raise RemotingCommandException("extFields must be an object")
-    return RemotingCommand(
-        code, ext, body, None if remark is None else str(remark), opaque, flag, version, lang, SerializeType.JSON
-    )
-
-
 def _java_text(v: Any) -> str:
     if isinstance(v, str):
         return v
@@ -205,5 +182,16 @@ def _java_text(v: Any) -> str:
         return "true" if v else "false"
     return remoting_serializable.encode(v).decode("utf-8") if isinstance(v, dict | list) else str(v)
 
+
+K.configure(
+    RemotingCommand,
+    remoting_serializable.decode,
+    _java_text,
+    _LANG_NAMES,
+    int(LanguageCode.OTHER),
+    SerializeType.JSON,
+    SerializeType.ROCKETMQ,
+    RemotingCommandException,
+)
 
 __all__ = ["CURRENT_VERSION", "ONEWAY_FLAG", "RESPONSE_FLAG", "RemotingCommand", "next_opaque"]

@@ -10,45 +10,26 @@ the empty string here (writing it back gives the same bytes; Java skips null val
 
 from __future__ import annotations
 
-import struct
-
 from dledger._ext import load as _load_ext
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
 
 K = _load_ext("remoting")
 
-_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-FIXED_LEN = _FIXED.size  # 13
+FIXED_LEN = 13  # code, language, version, opaque, flag
 
 
 def encode_header(
     code: int, language: int, version: int, opaque: int, flag: int, remark: str | None, ext: dict[str, str] | None
 ) -> bytes:
-    """The header's bytes (rocketMQProtocolEncode). Java writes code and version as shorts."""
-    parts = [_FIXED.pack(_short(code), _byte(language), _short(version), _int(opaque), _int(flag))]
-    rb = remark.encode("utf-8") if remark else b""
-    parts.append(_I32.pack(len(rb)))
-    parts.append(rb)
-    if ext:
-        fields = []
-        for k, v in ext.items():
-            if k is None or v is None:
-                continue
-            kb, vb = k.encode("utf-8"), v.encode("utf-8")
-            if len(kb) > 0x7FFF:
-                raise RemotingCommandException(f"extFields key of {len(kb)} bytes: a short length holds 32767")
-            fields.append(_I16.pack(len(kb)))
-            fields.append(kb)
-            fields.append(_I32.pack(len(vb)))
-            fields.append(vb)
-        body = b"".join(fields)
-        parts.append(_I32.pack(len(body)))
-        parts.append(body)
-    else:
-        parts.append(_I32.pack(0))
-    return b"".join(parts)
+    """The header's bytes (rocketMQProtocolEncode, a kernel). Java writes code and version as
+    shorts; a number that does not fit its field is a RemotingCommandException."""
+    try:
+        header: bytes = K.encode_binary_header(code, language, version, opaque, flag, remark, ext)
+    except OverflowError:
+        raise RemotingCommandException(
+            f"a header number does not fit its field: {(code, language, version, opaque, flag)}"
+        ) from None
+    return header
 
 
 def decode_header(
@@ -61,24 +42,6 @@ def decode_header(
     if error is not None:
         raise RemotingCommandException(error)
     return code, language, version, opaque, flag, remark, ext
-
-
-def _short(v: int) -> int:
-    if not -0x8000 <= v <= 0x7FFF:
-        raise RemotingCommandException(f"{v} does not fit the header's int16")
-    return v
-
-
-def _byte(v: int) -> int:
-    if not -0x80 <= v <= 0x7F:
-        raise RemotingCommandException(f"language {v} does not fit a byte")
-    return v
-
-
-def _int(v: int) -> int:
-    if not -0x80000000 <= v <= 0x7FFFFFFF:
-        raise RemotingCommandException(f"{v} does not fit the header's int32")
-    return v
 
 
 __all__ = ["FIXED_LEN", "decode_header", "encode_header"]
