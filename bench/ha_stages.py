@@ -13,7 +13,8 @@ under a hook that records, by CLOCK_MONOTONIC (one clock for every process on Li
 
 then runs the bench's producer (batches of 1,000 x 1 KiB, 16 in flight) and prints, per put,
 the time from the put's end to the first slave read holding its end, to the slave's append of
-it, and to its dispatch: p50/p90/p99. ``--broker-python`` runs the brokers with another
+it, and to its dispatch, and from that read's return to the append (the wait for the GIL and
+the frames before it): p50/p90/p99. ``--broker-python`` runs the brokers with another
 checkout's interpreter (the code before a change), the hook being the same.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dledger import testing
+from dledger.child_process import python_code
 from dledger.rocketmq.client.producer import AsyncProducer
 from dledger.testing import ClassicBroker
 
@@ -110,7 +112,7 @@ def stages(master: dict[str, Any], slave: dict[str, Any]) -> dict[str, list[floa
     app_at = [a[2] for a in slave["append"]]
     disp_t = [d[0] for d in slave["dispatch"]]
     disp_at = [d[1] for d in slave["dispatch"]]
-    out: dict[str, list[float]] = {"append began": [], "appended": [], "dispatched": [], "read": []}
+    out: dict[str, list[float]] = {"append began": [], "appended": [], "dispatched": [], "read": [], "gil": []}
     recv = sorted(slave["recv"])
     for t, end in master["put"]:
         k = bisect.bisect_left(app_at, end)  # appends end in log order
@@ -122,6 +124,7 @@ def stages(master: dict[str, Any], slave: dict[str, Any]) -> dict[str, list[floa
             j = bisect.bisect_right(recv, app_start[k]) - 1  # the read that brought it
             if j >= 0:
                 out["read"].append(recv[j] - t)
+                out["gil"].append(app_start[k] - recv[j])
         d = _first_after(disp_t, disp_at, app_end[k], end)
         if d is not None:
             out["dispatched"].append(d - t)
@@ -133,7 +136,9 @@ def run(count: int, broker_python: str | None) -> dict[str, list[float]]:
     exe = broker_python or sys.executable
 
     def module(module: str, *args: str) -> list[str]:
-        return [exe, "-c", HOOK, module, *args]
+        cmd = python_code(HOOK, module, *args)
+        cmd[0] = exe
+        return cmd
 
     testing.python_module = module
     conf = "mappedFileSizeConsumeQueue=6000000\nmaxHashSlotNum=5000000\nmaxIndexNum=20000000\n"
@@ -171,11 +176,12 @@ def main() -> None:
     ap.add_argument("--broker-python", default=None)
     args = ap.parse_args()
     got = run(args.count, args.broker_python)
-    for name in ("read", "append began", "appended", "dispatched"):
+    for name in ("read", "append began", "appended", "dispatched", "gil"):
         v = got[name]
         if v:
+            what = "slave's read -> its append began" if name == "gil" else f"put end -> slave {name}"
             print(
-                f"put end -> slave {name}: p50 {statistics.median(v) * 1e3:.2f} ms, "
+                f"{what}: p50 {statistics.median(v) * 1e3:.2f} ms, "
                 f"p90 {_pct(v, 0.9) * 1e3:.2f} ms, p99 {_pct(v, 0.99) * 1e3:.2f} ms ({len(v)} puts)"
             )
 
