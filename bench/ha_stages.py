@@ -135,8 +135,8 @@ def run(count: int, broker_python: str | None) -> dict[str, list[float]]:
     root = Path(tempfile.mkdtemp(prefix="dledger-ha-stages-"))
     exe = broker_python or sys.executable
 
-    def module(module: str, *args: str) -> list[str]:
-        cmd = python_code(HOOK, module, *args)
+    def module(module: str, *args: str, die_with_parent: bool = False) -> list[str]:
+        cmd = python_code(HOOK, module, *args, die_with_parent=die_with_parent)
         cmd[0] = exe
         return cmd
 
