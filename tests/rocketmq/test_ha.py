@@ -340,6 +340,9 @@ def test_master_and_slave_stores_replicate_byte_for_byte(tmp_path: Path) -> None
     sha.start()
     try:
         wait_for(lambda: mha.connection_count == 1 and sha.ha_client.connected)
+        # The empty slave is sent from the master's last file as of when the write side takes
+        # its report: here the log's start, before anything is put (else the test races it).
+        wait_for(lambda: mha.connections[0].next_transfer_from_where == 0)
         for k in range(5):
             fill(m, 100, k * 100)
             mha.wakeup_all()
@@ -403,3 +406,119 @@ def test_send_file_frames_sends_exact_frames_of_a_file_and_times_out_on_a_stuck_
 def recv_all(sock: socket.socket, n: int) -> bytes:
     sock.settimeout(10)
     return recv_exact(sock, n)
+
+
+# -- the kernels, against raw sockets ---------------------------------------------------------------
+
+
+def _recv(ha_kernel: object, sock: socket.socket, buf: bytearray, filled: int, pos: int, expected: int) -> tuple:
+    return ha_kernel.recv_frames(sock.fileno(), buf, filled, pos, expected, -1, 0.3)  # type: ignore[attr-defined]
+
+
+def test_recv_frames_reports_waits_for_whole_frames_and_checks_every_header() -> None:
+    """The slave's read kernel: the report's exact bytes first; a header split across reads
+    (7 + 3 + 2 bytes) and a body split across reads are waited for; every header of a read must
+    name the slave's end (the end of the frames before it), or the read stops at it."""
+    from dledger._ext import load
+
+    k = load("ha")
+    a, b = socket.socketpair()
+    try:
+        a.settimeout(5)
+        # Stale bytes of earlier reads (all ones): a header read before its 12 bytes are there
+        # would take its size from them.
+        buf = bytearray(b"\xff" * 1024)
+        # Nothing to read: the report goes, the read comes back idle.
+        assert k.recv_frames(a.fileno(), buf, 0, 0, 1000, 1000, 0.2) == (k.IDLE, 0, 0, 0)
+        b.settimeout(5)
+        assert recv_exact(b, 8) == REP.pack(1000)
+        frame = HDR.pack(1000, 5) + b"abcde"
+        b.sendall(frame[:7])
+        assert _recv(k, a, buf, 0, 0, 1000) == (k.IDLE, 7, 0, 0)
+        b.sendall(frame[7:10])
+        assert _recv(k, a, buf, 7, 0, 1000) == (k.IDLE, 10, 0, 0)
+        b.sendall(frame[10:15])
+        assert _recv(k, a, buf, 10, 0, 1000) == (k.IDLE, 15, 0, 0)
+        # the body's rest, a heartbeat at the new end and a frame after it: all three whole
+        b.sendall(frame[15:] + HDR.pack(1005, 0) + HDR.pack(1005, 4) + b"wxyz")
+        status, filled, pos, whole = _recv(k, a, buf, 15, 0, 1000)
+        assert (status, pos, whole) == (k.FRAMES, 0, 17 + 12 + 16) and filled == whole
+        assert bytes(buf[12:17]) == b"abcde" and bytes(buf[41:45]) == b"wxyz"
+        # A read whose second frame is not where the first ends: the first is whole, the
+        # second is named (whole points at it).
+        b.sendall(HDR.pack(1009, 2) + b"ab" + HDR.pack(1012, 1) + b"c")
+        status, filled, pos, whole = _recv(k, a, buf, 45, 45, 1009)
+        assert (status, pos, whole) == (k.WRONG_OFFSET, 45, 45 + 14)
+        assert HDR.unpack_from(buf, whole) == (1012, 1)
+        # A first frame elsewhere than the slave's end.
+        b.sendall(HDR.pack(7, 1) + b"z")
+        assert _recv(k, a, bytearray(64), 0, 0, 8)[0] == k.WRONG_OFFSET
+        # An empty slave (0) takes any offset.
+        b.sendall(HDR.pack(4096, 1) + b"z")
+        assert _recv(k, a, bytearray(64), 0, 0, 0) == (k.FRAMES, 13, 0, 13)
+        # A size the buffer cannot hold, or negative.
+        b.sendall(HDR.pack(0, 64 - 11))
+        assert _recv(k, a, bytearray(64), 0, 0, 0)[0] == k.BAD_SIZE
+        b.sendall(HDR.pack(0, -1))
+        assert _recv(k, a, bytearray(64), 0, 0, 0)[0] == k.BAD_SIZE
+        # A partial frame that does not fit behind processed bytes is moved to the front.
+        small = bytearray(64)
+        b.sendall(HDR.pack(50, 40) + bytes(range(40)))
+        assert _recv(k, a, small, 30, 30, 50) == (k.FRAMES, 52, 0, 52)
+        assert HDR.unpack_from(small, 0) == (50, 40) and bytes(small[12:52]) == bytes(range(40))
+        b.close()
+        assert _recv(k, a, small, 0, 0, 90)[0] == k.CLOSED
+    finally:
+        a.close()
+        b.close()
+
+
+def test_push_file_sends_what_is_published_when_woken_and_stops_at_the_files_end(tmp_path: Path) -> None:
+    """The master's write kernel: frames of the file up to the feed's published end, the next
+    ones as soon as a publish wakes it (its idle wait is far longer than the test may take),
+    never past the file's end; ``stop`` ends it."""
+    from dledger._ext import load
+
+    k = load("ha")
+    data = bytes(range(256)) * 400  # 102,400 bytes: a "file" from log offset 1 << 20
+    path = tmp_path / "log"
+    path.write_bytes(data)
+    base = 1 << 20
+    fd = os.open(path, os.O_RDONLY)
+    a, b = socket.socketpair()
+    feed = k.LogFeed()
+    got: list[int] = []
+
+    def push(start: int, limit: int) -> None:
+        got.append(k.push_file(feed, a.fileno(), fd, start, base, limit, 32768, 60.0, 5.0))
+
+    try:
+        a.settimeout(5)
+        feed.publish(base + 40_000)
+        t = threading.Thread(target=push, args=(base + 1000, base + len(data)))
+        t.start()
+        b.settimeout(10)
+        frames = [HDR.unpack(recv_exact(b, 12)) for _ in range(1)]
+        body = recv_exact(b, frames[0][1])
+        assert frames[0] == (base + 1000, 32768) and body == data[1000:33768]
+        assert HDR.unpack(recv_exact(b, 12)) == (base + 33768, 40_000 - 33768)
+        recv_exact(b, 40_000 - 33768)
+        feed.publish(base + 30_000)  # an older end: never back
+        assert feed.end == base + 40_000
+        feed.publish(base + 50_000)  # the kernel waits: this wakes it
+        assert HDR.unpack(recv_exact(b, 12)) == (base + 40_000, 10_000)
+        assert recv_exact(b, 10_000) == data[40_000:50_000]
+        feed.stop()
+        t.join(10)
+        assert got == [base + 50_000]
+        # Published past the file: it stops at the file's end (the next frame is the next file's).
+        feed2 = k.LogFeed()
+        feed2.publish(base + 10 * len(data))
+        assert k.push_file(
+            feed2, a.fileno(), fd, base + 100_000, base, base + len(data), 32768, 60.0, 5.0
+        ) == base + len(data)
+        assert HDR.unpack(recv_exact(b, 12)) == (base + 100_000, len(data) - 100_000)
+    finally:
+        os.close(fd)
+        a.close()
+        b.close()

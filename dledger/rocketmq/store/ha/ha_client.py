@@ -4,7 +4,10 @@ It connects to ``ha_master_address`` and reports its max physical offset (8 byte
 at once, after the frames of each read it appends, and after ``ha_send_heartbeat_interval`` without a report.
 The master pushes frames ``{phyOffset int64, size int32}`` + ``size`` bytes; each is appended at
 that offset in one call (``append_to_commit_log``), and the store's dispatch builds the consume
-queues and the index from the appended records as the master's did. A frame that does not start
+queues and the index from the appended records as the master's did. The socket work is a
+kernel without the GIL (``dledger._ext.ha.recv_frames``): it sends the report, reads until whole
+frames are in the buffer and checks their headers, so the loop takes the GIL once per read,
+for the appends. A frame that does not start
 exactly at the slave's max offset (when the slave holds anything) closes the link; the slave
 connects again and reports where it is. A link silent for ``ha_housekeeping_interval`` (the master
 sends a heartbeat every 5 s) is closed too.
@@ -21,10 +24,12 @@ import threading
 import time
 from typing import Protocol
 
+from dledger._ext import load as _load_ext
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.ha.ha_connection import HEADER, REPORT, configure_socket
 
 log = logging.getLogger(__name__)
+_HA = _load_ext("ha")
 
 # HAClient.READ_MAX_BUFFER_SIZE
 READ_MAX_BUFFER_SIZE = 4 * 1024 * 1024
@@ -60,7 +65,6 @@ class HAClient:
         self._last_report = 0.0
         self._last_read = 0.0
         self._buf = bytearray(READ_MAX_BUFFER_SIZE)
-        self._view = memoryview(self._buf)
         self._filled = 0
         self._dispatch_pos = 0
         # Links made, and frames appended (for tests and stats).
@@ -117,13 +121,8 @@ class HAClient:
                 if self._master_address != self._linked_to:
                     self._close_master()  # re-pointed (a role change): link anew, or not
                     continue
-                if time.monotonic() - self._last_report > heartbeat and not self._report(self.current_reported_offset):
+                if not self._process_read_event(sock, heartbeat):
                     self._close_master()
-                    continue
-                if not self._process_read_event(sock):
-                    self._close_master()
-                    continue
-                if not self._report_plus():
                     continue
                 if time.monotonic() - self._last_read > housekeeping:
                     log.warning("HA master %s silent for %.0f s: closing the link", self._master_address, housekeeping)
@@ -187,70 +186,56 @@ class HAClient:
         self._last_report = time.monotonic()
         return True
 
-    def _report_plus(self) -> bool:
-        """reportSlaveMaxOffsetPlus: report when the log grew since the last report."""
+    def _process_read_event(self, sock: socket.socket, heartbeat_s: float) -> bool:
+        """One read: the report (reportSlaveMaxOffsetPlus when the log grew since the last one,
+        or the heartbeat's), then frames, appended (dispatchReadRequest). False ends the link."""
         now_at = int(self.store.max_phys_offset)
-        if now_at > self.current_reported_offset:
-            self.current_reported_offset = now_at
-            if not self._report(now_at):
-                self._close_master()
-                return False
-        return True
-
-    def _process_read_event(self, sock: socket.socket) -> bool:
-        if self._filled == len(self._buf):
-            self._compact()
-        try:
-            n = sock.recv_into(self._view[self._filled :])
-        except TimeoutError:
-            return True
-        if n == 0:
+        report = -1
+        if now_at > self.current_reported_offset or time.monotonic() - self._last_report > heartbeat_s:
+            report = self.current_reported_offset = max(now_at, self.current_reported_offset)
+        filled_before = self._filled
+        status, self._filled, self._dispatch_pos, whole = _HA.recv_frames(
+            sock.fileno(), self._buf, self._filled, self._dispatch_pos, now_at, report, SELECT_S
+        )
+        if report >= 0:
+            self._last_report = time.monotonic()
+        if self._filled != filled_before or whole != self._dispatch_pos:
+            self._last_read = time.monotonic()
+        if not self._append_frames(whole):
+            return False
+        if status == _HA.CLOSED:
             log.info("HA master %s closed the link", self._master_address)
             return False
-        self._filled += n
-        self._last_read = time.monotonic()
-        return self._dispatch_read_request()
+        if status == _HA.WRONG_OFFSET:
+            master_offset, _size = HEADER.unpack_from(self._buf, whole)
+            log.error(
+                "master pushed offset %d, not this slave's max offset %d: closing the link",
+                master_offset,
+                int(self.store.max_phys_offset),
+            )
+            return False
+        if status == _HA.BAD_SIZE:
+            _offset, size = HEADER.unpack_from(self._buf, whole)
+            log.error("master pushed a frame of %d bytes: closing the link", size)
+            return False
+        return True
 
-    def _compact(self) -> None:
-        """reallocateByteBuffer: the unprocessed tail to the front."""
-        start, end = self._dispatch_pos, self._filled
-        self._buf[0 : end - start] = self._view[start:end]
-        self._filled = end - start
-        self._dispatch_pos = 0
-
-    def _dispatch_read_request(self) -> bool:
+    def _append_frames(self, whole: int) -> bool:
+        """The whole frames the kernel checked, ``buf[dispatch_pos:whole]``: each appended at its
+        offset in one call (heartbeats append nothing)."""
         hsize = HEADER.size
-        view = self._view
-        while True:
-            pos = self._dispatch_pos
-            diff = self._filled - pos
-            if diff < hsize:
-                break
-            master_offset, size = HEADER.unpack_from(self._buf, pos)
-            slave_offset = int(self.store.max_phys_offset)
-            if slave_offset != 0 and slave_offset != master_offset:
-                log.error(
-                    "master pushed offset %d, not this slave's max offset %d: closing the link",
-                    master_offset,
-                    slave_offset,
-                )
-                return False
-            if size < 0 or size > len(self._buf) - hsize:
-                log.error("master pushed a frame of %d bytes: closing the link", size)
-                return False
-            if diff < hsize + size:
-                if pos > 0 and self._filled + (hsize + size - diff) > len(self._buf):
-                    self._compact()
-                break
+        pos = self._dispatch_pos
+        if pos == whole:
+            return True
+        view = memoryview(self._buf)
+        while pos < whole:
+            master_offset, size = HEADER.unpack_from(view, pos)
             if size:
                 if not self.store.append_to_commit_log(master_offset, view[pos + hsize : pos + hsize + size]):
                     return False
                 self.frames += 1
-            self._dispatch_pos = pos + hsize + size
-        # One report for the frames of this read (RocketMQ's slave reports after each frame; the
-        # last is the one that counts, and each send costs the GIL a hand-over).
-        if not self._report_plus():
-            return False
-        if self._dispatch_pos == self._filled:
+            pos += hsize + size
+        self._dispatch_pos = pos
+        if pos == self._filled:
             self._filled = self._dispatch_pos = 0
         return True

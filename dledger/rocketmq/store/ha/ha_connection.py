@@ -11,11 +11,13 @@
 - Either side ends the link: a read of nothing for ``ha_housekeeping_interval``, a closed or
   failed socket; both stop and the service forgets the connection.
 
-Each side is a thread. The write side sends up to SEND_MOST of log at a time as frames, each a
-header and the file's bytes by ``sendfile`` from a descriptor of the commit-log file it holds
-open, in one kernel call without the GIL (``dledger._ext.ha.send_file_frames``). It takes none of
-the log's locks: the store's writers never wait on a slave, and the write side never waits
-behind dispatch or the prefault (which hold the read lock a batch at a time).
+Each side is a thread. The write side runs in a kernel without the GIL, a commit-log file at a
+time (``dledger._ext.ha.push_file``): it sends frames, each a header and the file's bytes by
+``sendfile`` from a descriptor of the file it holds open, up to where the master's puts have
+published the log's end (``LogFeed``), then waits on the feed's eventfd for the next put. It
+comes back to Python at a file's end, after IDLE_WAIT_S without a put (the heartbeat, a look
+at the log of its own) or on an error. It takes none of the log's locks: the store's writers
+never wait on a slave, and the write side never waits behind dispatch or the prefault.
 """
 
 from __future__ import annotations
@@ -43,10 +45,7 @@ READ_MAX_BUFFER_SIZE = 1024 * 1024
 FIRST_REPORT_POLL_S = 0.01
 IDLE_WAIT_S = 0.1
 SELECT_S = 1.0
-# Log bytes a write side sends in one go (as frames of ha_transfer_batch_size), and how long a
-# send may wait for a slave that reads nothing. Each go takes the GIL back once: on a busy
-# master a wait of up to the switch interval (5 ms), so a go is large.
-SEND_MOST = 4 * 1024 * 1024
+# How long a send may wait for a slave that reads nothing.
 SEND_TIMEOUT_S = 5.0
 
 
@@ -69,9 +68,7 @@ class ConnectionOwner(Protocol):
 
     def transfer_start(self, requested: int) -> int: ...
 
-    def log_file_at(self, offset: int) -> tuple[int, int, str] | None: ...
-
-    def wait_for_data(self, timeout_s: float) -> None: ...
+    def log_file_at(self, offset: int) -> tuple[int, int, str] | None: ...  # (base, size, path)
 
     def notify_transfer_some(self, offset: int) -> None: ...
 
@@ -96,6 +93,8 @@ class HAConnection:
         # The commit-log file the write side reads: its first offset and a descriptor.
         self._file_base = -1
         self._file_fd = -1
+        # Where the log ends, as the master's puts publish it (HAService.wakeup_all).
+        self.feed = _HA.LogFeed()
         self._stop = threading.Event()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -185,12 +184,11 @@ class HAConnection:
                 if time.monotonic() - last_write > heartbeat:
                     self.sock.sendall(HEADER.pack(self.next_transfer_from_where, 0))
                     last_write = time.monotonic()
-                sent = self._send_log(self.next_transfer_from_where, batch)
-                if not sent:
-                    self.service.wait_for_data(IDLE_WAIT_S)
-                    continue
-                self.next_transfer_from_where += sent
-                last_write = time.monotonic()
+                idle = max(min(IDLE_WAIT_S, heartbeat - (time.monotonic() - last_write)), 0.001)
+                at = self.next_transfer_from_where
+                self.next_transfer_from_where = self._push_log(at, batch, idle)
+                if self.next_transfer_from_where != at:
+                    last_write = time.monotonic()
         except OSError as exc:
             if not self._stop.is_set():
                 log.info("HA link of slave %s failed writing: %s", self.client_addr, exc)
@@ -199,25 +197,29 @@ class HAConnection:
             self.close()
             self._side_ended()
 
-    def _send_log(self, offset: int, batch: int) -> int:
-        """getCommitLogData and the frames' transfer: the written bytes from ``offset`` to the
-        end of its file (at most SEND_MOST) as frames of at most ``batch`` bytes, never past the
-        file. Returns the log bytes sent; 0 when there are none. A slave that takes nothing for
-        SEND_TIMEOUT_S ends the link (TimeoutError)."""
+    def _push_log(self, offset: int, batch: int, idle_s: float) -> int:
+        """getCommitLogData and the frames' transfer, in the kernel: the file holding ``offset``
+        from there as frames of at most ``batch`` bytes (never past the file), up to the log's
+        end and on as puts extend it, until the file's end or ``idle_s`` without a put. Returns
+        where it got to. A slave that takes nothing for SEND_TIMEOUT_S ends the link
+        (TimeoutError)."""
+        # Published here too: puts made before the link (or by a store without a broker's put).
+        self.feed.publish(self.service.master_max_offset())
         found = self.service.log_file_at(offset)
         if found is None:
-            return 0
-        base, wrote, path = found
-        total = min(wrote - (offset - base), SEND_MOST)
-        if total <= 0:
-            return 0
+            self._stop.wait(idle_s)
+            return offset
+        base, file_size, path = found
         if base != self._file_base:
             self._close_file()
             # Opened once a file: a file retention deletes meanwhile stays readable through it.
             self._file_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             self._file_base = base
+        limit = base + file_size
         return int(
-            _HA.send_file_frames(self.sock.fileno(), self._file_fd, offset, offset - base, total, batch, SEND_TIMEOUT_S)
+            _HA.push_file(
+                self.feed, self.sock.fileno(), self._file_fd, offset, base, limit, batch, idle_s, SEND_TIMEOUT_S
+            )
         )
 
     def _close_file(self) -> None:
@@ -234,6 +236,7 @@ class HAConnection:
                 return
             self._closed = True
         self._stop.set()
+        self.feed.stop()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -101,7 +101,6 @@ class HAService:
         self._lock = threading.Lock()
         self.connections: list[HAConnection] = []
         self.push2slave_max_offset = 0
-        self._data = threading.Condition()
         self.accept_service = AcceptSocketService(self, host, self.config.ha_listen_port)
         self.group_transfer_service = GroupTransferService(lambda: self.push2slave_max_offset)
         self.ha_client = HAClient(store, self.config)
@@ -166,25 +165,27 @@ class HAService:
         return max(at, 0)
 
     def log_file_at(self, offset: int) -> tuple[int, int, str] | None:
-        """The commit-log file holding ``offset``: (its first offset, its written bytes, its
-        path), or None. Taken without the log's read lock (a lookup under the GIL, no mapping
-        read): the write side reads the file through a descriptor of its own."""
+        """The commit-log file holding ``offset``: (its first offset, its size, its path), or
+        None. Taken without the log's read lock (a lookup under the GIL, no mapping read): the
+        write side reads the file through a descriptor of its own."""
         cl = self.store.commitlog
         if cl.closed:
             return None
         f = cl.find_file(offset)
         if f is None:
             return None
-        return int(f.file_from_offset), int(f.wrote_position), str(f.path)
-
-    def wait_for_data(self, timeout_s: float) -> None:
-        with self._data:
-            self._data.wait(timeout_s)
+        return int(f.file_from_offset), int(f.file_size), str(f.path)
 
     def wakeup_all(self) -> None:
-        """The commit log grew (or a link ended): every write side looks now."""
-        with self._data:
-            self._data.notify_all()
+        """The commit log grew (a put: the broker calls this after each) or a link ended: every
+        write side is told where the log ends now and woken, without a hand-over of the GIL."""
+        try:
+            end = self.master_max_offset()
+        except Exception:  # the store closed under us: nothing to send
+            return
+        with self._lock:
+            for c in self.connections:
+                c.feed.publish(end)
 
     # -- acknowledgements ------------------------------------------------------------------------
 

@@ -1,0 +1,190 @@
+"""Where a classic slave's lag goes: per-stage timestamps inside the two broker processes.
+
+    python -m bench.ha_stages [--count N] [--broker-python PATH]
+
+Starts an ASYNC_MASTER and a slave (`dledger mq broker`, as bench/test_bench_mq_ha.py does)
+under a hook that records, by CLOCK_MONOTONIC (one clock for every process on Linux):
+
+- master: the end of each put (``HAService.wakeup_all``, which the broker calls right after
+  the put) and the log's end then;
+- slave: when each read of frames came back (``recv_frames``, where the code has it), when
+  each append began and ended and the log's end after it, and when each dispatch round ended
+  and where dispatch stood.
+
+then runs the bench's producer (batches of 1,000 x 1 KiB, 16 in flight) and prints, per put,
+the time from the put's end to the first slave read holding its end, to the slave's append of
+it, and to its dispatch, and from that read's return to the append (the wait for the GIL and
+the frames before it): p50/p90/p99. ``--broker-python`` runs the brokers with another
+checkout's interpreter (the code before a change), the hook being the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dledger import testing
+from dledger.child_process import python_code
+from dledger.rocketmq.client.producer import AsyncProducer
+from dledger.testing import ClassicBroker
+
+HOOK = r"""
+import atexit, json, os, runpy, sys, time
+out = os.environ["HA_STAGES_OUT"]
+now = time.monotonic
+rec = {"put": [], "recv": [], "append": [], "dispatch": []}
+from dledger.rocketmq.store.ha import ha_client, ha_service
+from dledger.rocketmq.store import message_store, dispatch
+
+wake = ha_service.HAService.wakeup_all
+def wakeup_all(self):
+    t = now()
+    wake(self)
+    try:
+        rec["put"].append((t, int(self.store.commitlog.max_offset)))
+    except Exception:
+        pass
+ha_service.HAService.wakeup_all = wakeup_all
+
+append = message_store.MessageStore.append_to_commit_log
+def append_to_commit_log(self, start, data):
+    t = now()
+    ok = append(self, start, data)
+    rec["append"].append((t, now(), start + len(data)))
+    return ok
+message_store.MessageStore.append_to_commit_log = append_to_commit_log
+
+batches = dispatch.ReputMessageService._dispatch_batches
+def _dispatch_batches(self, *a):
+    n = batches(self, *a)
+    rec["dispatch"].append((now(), int(self.reput_from)))
+    return n
+dispatch.ReputMessageService._dispatch_batches = _dispatch_batches
+
+if hasattr(ha_client, "_HA") and hasattr(ha_client._HA, "recv_frames"):
+    class _K:
+        def __getattr__(self, name):
+            return getattr(real, name)
+        def recv_frames(self, *a):
+            r = real.recv_frames(*a)
+            if r[3] != a[3]:
+                rec["recv"].append(now())
+            return r
+    real = ha_client._HA
+    ha_client._HA = _K()
+
+@atexit.register
+def dump():
+    with open(out, "w") as f:
+        json.dump(rec, f)
+
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(int(q * len(s)), len(s) - 1)] if s else float("nan")
+
+
+def _first_after(times: list[float], ends: list[int], t: float, end: int) -> float | None:
+    """The first time at or after ``t`` whose end is at least ``end``."""
+    k = bisect.bisect_left(times, t)
+    while k < len(times):
+        if ends[k] >= end:
+            return times[k]
+        k += 1
+    return None
+
+
+def stages(master: dict[str, Any], slave: dict[str, Any]) -> dict[str, list[float]]:
+    app_start = [a[0] for a in slave["append"]]
+    app_end = [a[1] for a in slave["append"]]
+    app_at = [a[2] for a in slave["append"]]
+    disp_t = [d[0] for d in slave["dispatch"]]
+    disp_at = [d[1] for d in slave["dispatch"]]
+    out: dict[str, list[float]] = {"append began": [], "appended": [], "dispatched": [], "read": [], "gil": []}
+    recv = sorted(slave["recv"])
+    for t, end in master["put"]:
+        k = bisect.bisect_left(app_at, end)  # appends end in log order
+        if k == len(app_at):
+            continue
+        out["append began"].append(app_start[k] - t)
+        out["appended"].append(app_end[k] - t)
+        if recv:
+            j = bisect.bisect_right(recv, app_start[k]) - 1  # the read that brought it
+            if j >= 0:
+                out["read"].append(recv[j] - t)
+                out["gil"].append(app_start[k] - recv[j])
+        d = _first_after(disp_t, disp_at, app_end[k], end)
+        if d is not None:
+            out["dispatched"].append(d - t)
+    return out
+
+
+def run(count: int, broker_python: str | None) -> dict[str, list[float]]:
+    root = Path(tempfile.mkdtemp(prefix="dledger-ha-stages-"))
+    exe = broker_python or sys.executable
+
+    def module(module: str, *args: str, die_with_parent: bool = False) -> list[str]:
+        cmd = python_code(HOOK, module, *args, die_with_parent=die_with_parent)
+        cmd[0] = exe
+        return cmd
+
+    testing.python_module = module
+    conf = "mappedFileSizeConsumeQueue=6000000\nmaxHashSlotNum=5000000\nmaxIndexNum=20000000\n"
+    os.environ["HA_STAGES_OUT"] = str(root / "m.json")
+    master = ClassicBroker(root, "m", "ASYNC_MASTER", conf=conf, file_size=128 << 20).start()
+    os.environ["HA_STAGES_OUT"] = str(root / "s.json")
+    slave = ClassicBroker(root, "s", "SLAVE", master.ha, conf=conf, file_size=128 << 20).start()
+    try:
+        body = b"x" * 1024
+
+        async def produce() -> None:
+            async with AsyncProducer(master.addr, timeout=60) as p:
+                nums = await p.queue_nums("Bench")
+                sem = asyncio.Semaphore(16)
+
+                async def one(k: int) -> None:
+                    async with sem:
+                        assert (await p.send_bodies("Bench", [body] * 1000, k % nums)).ok
+
+                await asyncio.gather(*(one(k) for k in range(count // 1000)))
+
+        asyncio.run(produce())
+        asyncio.run(asyncio.sleep(2.0))  # the slave catches up
+    finally:
+        slave.stop()
+        master.stop()
+    got = stages(json.loads((root / "m.json").read_text()), json.loads((root / "s.json").read_text()))
+    shutil.rmtree(root, ignore_errors=True)
+    return got
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--broker-python", default=None)
+    args = ap.parse_args()
+    got = run(args.count, args.broker_python)
+    for name in ("read", "append began", "appended", "dispatched", "gil"):
+        v = got[name]
+        if v:
+            what = "slave's read -> its append began" if name == "gil" else f"put end -> slave {name}"
+            print(
+                f"{what}: p50 {statistics.median(v) * 1e3:.2f} ms, "
+                f"p90 {_pct(v, 0.9) * 1e3:.2f} ms, p99 {_pct(v, 0.99) * 1e3:.2f} ms ({len(v)} puts)"
+            )
+
+
+if __name__ == "__main__":
+    main()
