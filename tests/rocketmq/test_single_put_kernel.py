@@ -28,7 +28,7 @@ def config(mode: str, file_size: int = 4096) -> MessageStoreConfig:
     )
 
 
-def workload_message(seq: int, body: bytes = b"x" * 100, keys: object = None) -> Message:
+def workload_message(seq: int, body: bytes = b"x" * 100, keys: str | list[str] | None = None) -> Message:
     return Message(
         "BenchTopic",
         body,
