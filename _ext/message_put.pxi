@@ -217,3 +217,236 @@ def message_ints_ok(m):
         and _whole_in(m.born_timestamp, -0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF)
         and _whole_in(m.prepared_offset, -0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF)
     )
+
+
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
+from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
+
+cdef object _PROP_UNIQ = "UNIQ_KEY"
+cdef object _PROP_KEYS = "KEYS"
+
+
+cdef bytes _encode_single(PutTemplate t, const char *kp, Py_ssize_t kl, bytes body, bytes uniq_head,
+                          int64_t counter, int32_t flag, int64_t born_ts, int32_t reconsume, int64_t prepared,
+                          int64_t queue_offset, int64_t phys_offset, int64_t store_ts):
+    """``encode_put`` of a keyed template's put with KEYS value ``kp`` (``kl`` bytes; the
+    template's ``keys_before`` then the key precede ``props_head``), or of an unkeyed one
+    (``kp`` NULL): the record ``with_keys`` then ``encode_put`` would make, with no template
+    made for the put."""
+    cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
+    cdef Py_ssize_t bl = 0, hl = PyBytes_GET_SIZE(t.props_head), tl = PyBytes_GET_SIZE(t.props_tail)
+    cdef Py_ssize_t ul = PyBytes_GET_SIZE(uniq_head) if t.uniq else 0
+    if kp != NULL:
+        bl = PyBytes_GET_SIZE(<bytes>t.keys_before)
+    cdef int64_t size = t.fixed_len + kl + body_len
+    cdef Py_ssize_t plen = bl + kl + hl + t.uniq_len + tl
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
+    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(out)
+    cdef uint32_t c = <uint32_t>(counter & 0xFFFF)
+    _write_record(p, size, <const unsigned char *>PyBytes_AS_STRING(body), body_len,
+                  <const unsigned char *>PyBytes_AS_STRING(t.topic), PyBytes_GET_SIZE(t.topic), NULL, 0,
+                  t.queue_id, flag, queue_offset, phys_offset, t.sys_flag, born_ts,
+                  <const unsigned char *>PyBytes_AS_STRING(t.born_host), PyBytes_GET_SIZE(t.born_host), store_ts,
+                  <const unsigned char *>PyBytes_AS_STRING(t.store_host), PyBytes_GET_SIZE(t.store_host),
+                  reconsume, prepared)
+    cdef unsigned char *q = p + size - plen
+    mq_put16(q - 2, <uint16_t>plen)
+    if bl:
+        memcpy(q, PyBytes_AS_STRING(<bytes>t.keys_before), bl)
+        q += bl
+    if kl:
+        memcpy(q, kp, kl)
+        q += kl
+    if hl:
+        memcpy(q, PyBytes_AS_STRING(t.props_head), hl)
+        q += hl
+    if t.uniq:
+        if ul:
+            memcpy(q, PyBytes_AS_STRING(uniq_head), ul)
+            q += ul
+        q[0] = _HEX[(c >> 12) & 0xF]
+        q[1] = _HEX[(c >> 8) & 0xF]
+        q[2] = _HEX[(c >> 4) & 0xF]
+        q[3] = _HEX[c & 0xF]
+        q += 4
+    if tl:
+        memcpy(q, PyBytes_AS_STRING(t.props_tail), tl)
+    return out
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef class SinglePut:
+    """``MessageStore.put_message`` of one message in one call (issue 40): its cached template
+    (the preparer's, by the same key), its KEYS value, its UNIQ_KEY, then under the commit
+    log's put lock the store time, the queue offset, the record and its append, and the
+    ``AppendMessageResult``. ``put`` returns None, having done nothing, for whatever is not
+    the common case (no cached template yet, a number out of range, a key that would not
+    read back, a message over the size limit, a put that waits for the flush, a DLedger log
+    that takes no writes now): the caller's general path then puts it, or says why not.
+
+    What it reads of the commit log it reads on each put (the topic-queue table, the files,
+    the last store time), as ``put_one`` did: recovery and role changes replace them."""
+
+    cdef dict templates
+    cdef object prep
+    cdef object gen
+    cdef UniqClock uniq
+    cdef object config
+    cdef object log
+    cdef object acquire
+    cdef object release
+    cdef object result_type
+    cdef object put_ok
+    cdef int64_t max_size
+    cdef int64_t file_size
+    cdef int64_t end_min_blank
+    cdef bint sync
+    cdef bint dledger
+    cdef int64_t body_offset
+
+    def __init__(self, prep, config, log, result_type, put_ok, int64_t max_size, bint sync,
+                 int64_t end_min_blank, int64_t body_offset):
+        self.prep = prep
+        self.templates = prep._put_templates
+        self.gen = prep.uniq
+        self.uniq = prep.uniq._clock
+        self.config = config
+        self.log = log
+        self.acquire = log.put_lock.acquire
+        self.release = log.put_lock.release
+        self.result_type = result_type
+        self.put_ok = put_ok
+        self.max_size = max_size
+        self.sync = sync
+        self.dledger = bool(log.dledger)
+        self.file_size = 0 if self.dledger else log.file_size
+        self.end_min_blank = end_min_blank
+        self.body_offset = body_offset
+
+    def put(self, m):
+        cdef object props = m.properties
+        cdef object keys = m.keys
+        cdef Py_ssize_t pos_ = 0, k = 0, n
+        cdef PyObject *pk
+        cdef PyObject *pv
+        cdef tuple pkey, item, key
+        if type(props) is not dict:
+            return None
+        n = len(<dict>props)
+        pkey = PyTuple_New(n)
+        while PyDict_Next(props, &pos_, &pk, &pv):
+            if k >= n:
+                return None
+            if <object>pk == _PROP_UNIQ or <object>pk == _PROP_KEYS:
+                return None
+            item = (<object>pk, <object>pv)
+            Py_INCREF(item)
+            PyTuple_SET_ITEM(pkey, k, item)
+            k += 1
+        if k != n:
+            return None
+        cdef bint keyed
+        if keys is None:
+            keyed = False
+        elif type(keys) is str:
+            keyed = len(<str>keys) > 0
+        else:
+            return None  # a list of keys: the general path joins and checks it
+        key = (m.topic, m.queue_id, m.tags, pkey, keyed, m.delay_level, m.sys_flag, m.born_host)
+        cdef PyObject *found = PyDict_GetItem(self.templates, key)
+        if found == NULL:
+            return None
+        cdef PutTemplate t = <PutTemplate>found
+        if self.config.topic_queue_nums:
+            return None  # the queue is checked again on each put (the general path)
+        if self.prep.uniq is not self.gen:
+            return None  # another UNIQ_KEY generator put in place (tests do)
+        flag, reconsume, born, prepared = m.flag, m.reconsume_times, m.born_timestamp, m.prepared_offset
+        if not (_whole_in(flag, -0x80000000, 0x7FFFFFFF) and _whole_in(reconsume, -0x80000000, 0x7FFFFFFF)
+                and _whole_in(born, -0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF)
+                and _whole_in(prepared, -0x7FFFFFFFFFFFFFFF, 0x7FFFFFFFFFFFFFFF)):
+            return None
+        body = m.body
+        if type(body) is not bytes:
+            return None
+        cdef const char *kp = NULL
+        cdef Py_ssize_t kl = 0
+        if keyed:
+            kp = _clean_key(keys, &kl)
+            if kp == NULL or t.keys_before is None:
+                return None
+            if (PyBytes_GET_SIZE(<bytes>t.keys_before) + kl + PyBytes_GET_SIZE(t.props_head) + t.uniq_len
+                    + PyBytes_GET_SIZE(t.props_tail)) > MQ_MAX_PROPS:
+                return None
+        elif t.keys_before is not None:
+            return None
+        cdef int64_t length = t.fixed_len + kl + PyBytes_GET_SIZE(<bytes>body)
+        if length > self.max_size or (not self.dledger and length + self.end_min_blank > self.file_size):
+            return None
+        if self.sync and t.wait_store:
+            return None
+        log = self.log
+        if self.dledger and (not log.writable or log.appender is None or log._embedded is None):
+            return None
+        # From here on the put happens (or raises, with the lock let go).
+        cdef int64_t now = _now_ms()
+        cdef int64_t counter = self.uniq._take(1, now)
+        cdef bytes head = b""
+        if t.uniq:
+            if self.uniq.ms == self.uniq.head_ms:
+                head = self.uniq.head_raw
+            else:
+                ms = self.uniq.ms
+                cached = self.uniq.heads(ms)
+                self.uniq.head_ms, self.uniq.head_raw = ms, cached[2]
+                head = cached[2]
+            if PyBytes_GET_SIZE(head) + 4 != t.uniq_len:
+                raise ValueError(f"UNIQ_KEY head of {len(head)} bytes; the template was made for {t.uniq_len - 4}")
+        cdef int64_t born_ts = <int64_t>born
+        if born_ts == 0:
+            born_ts = now
+        cdef int64_t queue_offset = 0, pos, wp, last
+        cdef bytes rec
+        cdef object qkey = t.queue_key
+        self.acquire()
+        try:
+            # CommitLog.putMessage's beginTimeInLock: never behind the last put's.
+            now = _now_ms()
+            last = log.last_store_timestamp
+            if now < last:
+                now = last
+            table = log.topic_queue_table
+            if t.advances:
+                found = PyDict_GetItem(table, qkey)
+                if found != NULL:
+                    queue_offset = <object>found
+            if self.dledger:
+                rec = _encode_single(t, kp, kl, <bytes>body, head, counter, <int32_t>flag, born_ts,
+                                     <int32_t>reconsume, <int64_t>prepared, queue_offset, 0, now)
+                pos = log._append_single(rec) + self.body_offset
+            else:
+                files = log.files
+                f = files.last_file(0, True)
+                wp = f.wrote_position
+                if wp + length + self.end_min_blank > f.file_size:
+                    log._end_file(f)
+                    f = files.last_file(0, True)
+                    wp = f.wrote_position
+                pos = f.file_from_offset + wp
+                rec = _encode_single(t, kp, kl, <bytes>body, head, counter, <int32_t>flag, born_ts,
+                                     <int32_t>reconsume, <int64_t>prepared, queue_offset, pos, now)
+                if f.append(rec) < 0:
+                    raise OSError(f"{f.path}: the record did not fit where it was placed")
+            if t.advances:
+                PyDict_SetItem(table, qkey, queue_offset + 1)
+            log.last_store_timestamp = now
+        finally:
+            self.release()
+        return self.result_type(self.put_ok, pos, length, now, queue_offset, 1, t.store_host)

@@ -296,14 +296,23 @@ cdef class MappedFile:
     def append(self, data, bint release_gil=False):
         """Copy ``data`` at the write position; returns the absolute position, or -1 if it does not fit.
         With ``release_gil`` the GIL is let go for the write whatever its size (see WRITE_RELEASE)."""
-        cdef const unsigned char[::1] b = _ro(data)
+        cdef const unsigned char[::1] b
+        cdef const unsigned char *src
+        cdef Py_ssize_t n
+        # bytes (a single put's record) without a memoryview: its cast cost a put ~0.35 us.
+        if PyBytes_CheckExact(data):
+            src = <const unsigned char *>PyBytes_AS_STRING(data)
+            n = PyBytes_GET_SIZE(data)
+        else:
+            b = _ro(data)
+            n = b.shape[0]
+            src = &b[0] if n else NULL
         self._check_writable()
-        cdef Py_ssize_t n = b.shape[0]
         if n > self.file_size - self.wrote_position:
             return -1
         cdef int64_t at = self.wrote_position
         if n:
-            self._pwrite(at, &b[0], n, release_gil)
+            self._pwrite(at, src, n, release_gil)
         self.wrote_position = at + n
         return self.file_from_offset + at
 

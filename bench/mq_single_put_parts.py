@@ -49,7 +49,7 @@ def main() -> None:
         with MessageStore(root, workload_config(args.mode)) as store:
             p = Producer(store, 0, "single", True, args.size)
             p.put(20_000)  # warm: files, caches, templates
-            body, prep, log = p.body, store.preparer, store.commitlog
+            body, prep, log, kernel = p.body, store.preparer, store.commitlog, store._single_put.put
             props = {"CLUSTER": CLUSTER}
             msg = Message(TOPIC, body, queue_id=3, tags=TAGS, keys="key-0-1", properties=props, born_host=BORN_HOST)
             tpl = prep.put_template(msg)
@@ -66,11 +66,12 @@ def main() -> None:
                 ("put_template (keyed)", lambda: prep.put_template(msg)),
                 ("UNIQ_KEY reserve_raw", lambda: prep.uniq.reserve_raw(1)),
                 ("commitlog.put_one", lambda: log.put_one(tpl, body, 0, now, 0, 0, head, counter)),
+                ("SinglePut.put (kernel)", lambda: kernel(msg)),
                 ("put_message", lambda: store.put_message(msg)),
                 ("the workload's put", lambda: p.put(1)),
             ]
             for name, f in parts:
-                print(f"{args.mode} {args.size} B  {name:22s} {cpu_us(f):5.2f} us")
+                print(f"{args.mode} {args.size} B  {name:23s} {cpu_us(f):5.2f} us")
             if not store.wait_dispatched(600):
                 raise SystemExit("dispatch did not catch up within 600 s")
     finally:

@@ -7,6 +7,8 @@ compare on it in alternating processes:
         (cd $t && PYTHONPATH=$t python bench/mq_workload_cpu.py classic single 100); done; done
 
 (an older tree needs this file and ``test_bench_mq_workload.py`` copied into its ``bench/``).
+``--no-kernel`` puts single messages by the Python path the one-call kernel (``K.SinglePut``)
+replaced, in the same tree: its baseline in alternating processes without a second build.
 Prints the put thread's CPU a message for each of three timed runs of ``--messages`` (min and
 median), then each thread's over all three and dispatch's catch-up.
 """
@@ -30,6 +32,11 @@ from bench.thread_cpu import thread_times
 from dledger.rocketmq.store.message_store import MessageStore
 
 
+class _NoKernel:
+    def put(self, msg: object) -> None:
+        return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("mode", choices=["classic", "dledger"])
@@ -37,12 +44,20 @@ def main() -> None:
     ap.add_argument("size", type=int, help="body bytes")
     ap.add_argument("--unkeyed", action="store_true", help="no key per message (the same run's baseline)")
     ap.add_argument("--messages", type=int, default=0, help="a timed run (default 30,000 single, 100,000 batch)")
+    ap.add_argument(
+        "--no-kernel",
+        action="store_true",
+        help="single puts by the Python path (put_template, put_one), the one-call kernel's baseline",
+    )
     args = ap.parse_args()
     n = args.messages or (30_000 if args.kind == "single" else 100_000)
     n = max(32, n // 32 * 32)
     root = Path(tempfile.mkdtemp(prefix="dledger-workload-cpu-"))
     try:
         with MessageStore(root, workload_config(args.mode)) as store:
+            if args.no_kernel:
+                # K.SinglePut handing every message back: put_message's general path does it all.
+                store._single_put = _NoKernel()
             p = Producer(store, 0, args.kind, not args.unkeyed, args.size)
             p.put(max(32, n // 4 // 32 * 32))  # warm: files, caches, templates
             if not store.wait_dispatched(600):
@@ -59,7 +74,7 @@ def main() -> None:
             catch_up = time.perf_counter() - t0
             cpu1 = thread_times()
             names = {str(t.native_id): t.name for t in threading.enumerate()}
-            keys = "unkeyed" if args.unkeyed else "keyed"
+            keys = ("unkeyed" if args.unkeyed else "keyed") + (", no kernel" if args.no_kernel else "")
             print(
                 f"{args.mode} {args.kind} {args.size} B {keys}: put thread {min(per_run):.2f} us/msg min, "
                 f"{statistics.median(per_run):.2f} median of 3; dispatch caught up {catch_up:.2f} s after"

@@ -190,6 +190,18 @@ class MessageStore:
             self.commitlog = self._open_dledger_log(appender)
         else:
             self.commitlog = CommitLog(cfg, self.checkpoint, readonly=ro)
+        # The single put of a message whose template is cached, in one kernel call.
+        self._single_put = K.SinglePut(
+            self.preparer,
+            cfg,
+            self.commitlog,
+            AppendMessageResult,
+            _APPEND_OK,
+            cfg.max_message_size,
+            self._sync_classic,
+            K.END_FILE_MIN_BLANK_LENGTH,
+            self.commitlog.record_header_size,
+        )
         self.consume_queues = ConsumeQueueTable(self.root, cfg.mapped_file_size_consume_queue, ro)
         self.consume_queues.load()
         self.index_service = IndexService(
@@ -448,6 +460,12 @@ class MessageStore:
             refused = self._refuse()
             if refused is not None:
                 return refused
+        try:
+            result = self._single_put.put(msg)
+        except Exception as exc:
+            return self._put_failed(exc)
+        if result is not None:
+            return PutMessageResult(_PUT_OK, result)
         prep = self.preparer
         try:
             if not _message_ints_ok(msg):  # in C; check_message_ints says which number
