@@ -9,16 +9,17 @@ child runs a short bootstrap through ``-c`` that removes the one entry ``-c`` ad
 the module or code. The child keeps the caller's working directory, so relative paths in its
 arguments mean what they meant to the caller.
 
-``die_with_parent``: the child asks Linux for SIGTERM when its parent dies (prctl
-PR_SET_PDEATHSIG; the standard library has no wrapper, so ctypes calls it), so the members a
+``die_with_parent``: the child gets SIGTERM when its parent process dies, so the members a
 test run, ``dledger cluster`` or ``dledger mq cluster`` started do not live on, holding their
 ports and directories, when that parent is killed (pytest's SIGTERM from a CI timeout, a
 supervisor's SIGKILL). SIGTERM rather than SIGKILL: a member stops cleanly on it (flush,
-checkpoint). The request is made in the child, at its start, rather than in a ``preexec_fn``,
+checkpoint). The child watches a pidfd of its parent (``os.pidfd_open``, Linux 5.3) from a
+daemon thread blocked in ``select``: it wakes once, when the parent *process* exits.
+PR_SET_PDEATHSIG, the usual tool, fires when the parent's *thread* that started the child ends,
+which killed members a ``threading.Timer`` had started; it remains the fallback where pidfds
+are missing. The request is made in the child, at its start, rather than in a ``preexec_fn``,
 which runs Python between fork and exec and is unsafe in a parent with threads (the tests'
-proxies). Linux sends the signal when the *thread* that started the child ends, so start such
-children from a thread that lives as long as they should (the main thread). Elsewhere than
-Linux the option does nothing.
+proxies). Elsewhere than Linux the option does nothing.
 """
 
 from __future__ import annotations
@@ -32,14 +33,28 @@ _DROP_CWD = "import sys\nif not getattr(sys.flags, 'safe_path', False):\n    del
 _RUN_MODULE_BODY = "import runpy\nrunpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n"
 
 
-# PR_SET_PDEATHSIG is 1 (linux/prctl.h). The parent may have died before the child got this
-# far: then the child has been handed to another process already and stops itself.
+# The parent may have died before the child got this far: then the child has been handed to
+# another process already and stops itself. PR_SET_PDEATHSIG is 1 (linux/prctl.h).
 _DIE_WITH_PARENT = (
     "if sys.platform.startswith('linux'):\n"
-    "    import ctypes, os, signal\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
-    "    if os.getppid() != {parent}:\n"
+    "    import os, signal\n"
+    "    def _watch_parent(fd):\n"
+    "        import select\n"
+    "        select.select([fd], [], [])\n"
     "        os.kill(os.getpid(), signal.SIGTERM)\n"
+    "    try:\n"
+    "        _fd = os.pidfd_open({parent})\n"
+    "    except ProcessLookupError:\n"
+    "        _fd = -1\n"
+    "    except (AttributeError, OSError):\n"
+    "        import ctypes\n"
+    "        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "        _fd = None\n"
+    "    if os.getppid() != {parent} or _fd == -1:\n"
+    "        os.kill(os.getpid(), signal.SIGTERM)\n"
+    "    elif _fd is not None:\n"
+    "        import threading\n"
+    "        threading.Thread(target=_watch_parent, args=(_fd,), name='die-with-parent', daemon=True).start()\n"
 )
 
 

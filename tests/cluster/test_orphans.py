@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from dledger.testing import consecutive_free_ports
 
 pytestmark = [
     pytest.mark.timeout(180),
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="die_with_parent acts on Linux only"),
 ]
 
 EXIT_WITHIN_S = 30.0
@@ -114,3 +115,27 @@ def test_a_child_whose_parent_is_already_gone_stops_at_once(die_with_parent: boo
         assert out.stdout.split() == [str(-signal.SIGTERM)]
     else:
         assert out.stdout.split() == ["ran", "0"]
+
+
+def test_a_child_started_from_a_thread_that_ends_lives_on() -> None:
+    # PR_SET_PDEATHSIG fires when the starting *thread* ends: a member a threading.Timer started
+    # (as test_producer_rules does) was killed at once. Only the parent process's exit counts.
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        code = "print('up', flush=True)\nimport time\ntime.sleep(60)"
+        child = subprocess.Popen(python_code(code, die_with_parent=True), stdout=subprocess.PIPE)
+        children.append(child)
+        assert child.stdout is not None
+        child.stdout.readline()  # the child is past its start-up: it asked for the signal by now
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    starter.join()
+    child = children[0]
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=2.0)
+    finally:
+        child.kill()
+        child.wait(timeout=30)
