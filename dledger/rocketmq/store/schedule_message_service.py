@@ -56,6 +56,9 @@ DELAY_OFFSET_GROUP = "RMQ_SYS_DELAY_OFFSET"
 # The longest the thread sleeps while the store takes no puts (a slave, a follower): a store
 # promoted meanwhile starts delivering at most this late, unless its owner calls ``wake``.
 IDLE_WAIT = 1.0
+# ScheduleMessageService.FIRST_DELAY_TIME: the first look at the queues, this long after start
+# (a store opened on overdue delayed messages delivers them then, as a Java broker does).
+FIRST_DELAY_TIME = 1.0
 # ScheduleMessageService.DELAY_FOR_A_WHILE: the shortest sleep, so that a head left due (its put
 # or its offset commit failed) is tried again at Java's pace, not in a busy loop.
 DELAY_FOR_A_WHILE = 0.1
@@ -214,7 +217,7 @@ class ScheduleMessageService:
     def _run(self) -> None:
         interval = self.store.config.flush_delay_offset_interval / 1000.0
         last_persist = time.monotonic()
-        wait = 0.0
+        wait = FIRST_DELAY_TIME
         while True:
             self._wake.wait(wait)
             self._wake.clear()
