@@ -43,6 +43,10 @@ def test_slave_ok_needs_a_connected_slave_less_than_fallbehind_max_behind(tmp_pa
             assert req.status is None  # not answered before the slave reports the put's end
             sock.sendall(REP.pack(end))
             assert req.wait_for_flush(10.0) == PutMessageStatus.PUT_OK
+        # The slave is gone: though it acknowledged everything, no put waits for it.
+        wait_for(lambda: ha.connection_count == 0)
+        assert ha.push2slave_max_offset == end
+        assert ha.handle_ha(end) == PutMessageStatus.SLAVE_NOT_AVAILABLE
     finally:
         ha.shutdown()
         store.close()
