@@ -344,6 +344,30 @@ def test_a_batch_over_several_queues_numbers_each_queue_from_its_own_end(tmp_pat
         assert s.put_message(Message("T", b"next", queue_id=1)).queue_offset == 4
 
 
+def test_a_prepared_message_in_a_batch_takes_no_queue_offset(tmp_path: Path, mode: str) -> None:
+    # A half (prepared) transaction message gets queue offset 0 and does not advance its queue:
+    # the batch's other messages, and the next put, number on without a gap.
+    prepared = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+    with MessageStore(tmp_path / "s", small_config(mode)) as s:
+        msgs = [Message("T", b"a"), Message("T", b"p", sys_flag=prepared), Message("T", b"b")]
+        assert s.put_messages(msgs).ok
+        assert s.put_message(Message("T", b"c")).queue_offset == 2
+        assert s.wait_dispatched()
+        got = s.get_messages("T", 0, 0, 10).messages
+        assert [(m.queue_offset, m.body) for m in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_put_messages_refuses_a_batch_with_a_record_over_max_message_size(tmp_path: Path, mode: str) -> None:
+    # The batch path's own size check (one message, and several): nothing of the batch is written.
+    with MessageStore(tmp_path / "s", small_config(mode, max_message_size=2048)) as s:
+        end = s.max_phys_offset
+        big = Message("T", b"x" * 2048)
+        assert s.put_messages([big]).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.put_messages([Message("T", b"ok"), big]).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.max_phys_offset == end
+        assert s.put_messages([Message("T", b"x" * 1800)]).ok
+
+
 def test_reopen_keeps_queue_offsets_and_consumer_offsets(tmp_path: Path, mode: str) -> None:
     root = tmp_path / "s"
     with MessageStore(root, small_config(mode)) as s:
