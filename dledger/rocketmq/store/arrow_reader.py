@@ -47,8 +47,10 @@ _gather = _load_ext("gather")
 EARLIEST = -2
 LATEST = -1
 
-# Rows per batch: large enough that per-batch Python calls vanish, small enough for the cache.
-DEFAULT_BATCH_ROWS = 1 << 16
+# Rows per batch: large enough that per-batch Python calls vanish, small enough that a batch's
+# records and new buffers stay in the cache (every column kernel re-reads the records; 8 Ki rows
+# took ~30% less CPU than 64 Ki, docs/spark.md).
+DEFAULT_BATCH_ROWS = 1 << 13
 # A walk maps this much of a commit-log file per scan (more than the largest record).
 _WALK_WINDOW = 64 << 20
 
@@ -91,6 +93,32 @@ _FIXED = {
     "reconsume_times": "reconsume_times",
     "prepared_transaction_offset": "prepared_offset",
 }
+
+
+# Scan columns each output column is made from (besides ``size``, always scanned).
+_NEEDS: dict[str, tuple[str, ...]] = {name: (src,) for name, src in _FIXED.items()} | {
+    "topic": ("topic_off",),
+    "msg_id": ("store_host_off", "sys_flag", "phys_offset"),
+    "tags": ("props_off",),
+    "keys": ("props_off",),
+    "properties": ("props_off",),
+    "body": ("body_off",),
+    "born_host": ("born_host_off", "sys_flag"),
+    "store_host": ("store_host_off", "sys_flag"),
+}
+
+
+def scan_columns(columns: Iterable[str], rows: RowFilter | None = None, decompress: bool = False) -> frozenset[str]:
+    """The scan columns a read of ``columns`` under ``rows`` fills (the scan fills no other:
+    a four-column read does not write twenty)."""
+    need = {"size"}
+    for c in columns:
+        need.update(_NEEDS[c])
+    if decompress and "body" in columns:
+        need.add("sys_flag")
+    if rows is not None:
+        need.update(rows.scan_columns)
+    return frozenset(need)
 
 
 def message_schema(columns: Sequence[str] = COLUMNS) -> pa.Schema:
@@ -289,6 +317,20 @@ class RowFilter:
     def empty(self) -> bool:
         return self == RowFilter()
 
+    @property
+    def scan_columns(self) -> tuple[str, ...]:
+        """The scan columns :meth:`mask` reads."""
+        out = []
+        if self.queue_ids is not None:
+            out.append("queue_id")
+        if self.offset_min is not None or self.offset_max is not None:
+            out.append("queue_offset")
+        if self.ts_min is not None or self.ts_max is not None:
+            out.append("store_timestamp")
+        if self.topics is not None:
+            out.append("topic_off")
+        return tuple(out)
+
 
 def open_store(path: str | os.PathLike[str]) -> MessageStore:
     """The store at ``path`` opened read-only (no byte written, no lock: a running writer may
@@ -444,12 +486,17 @@ class ReadArgs:
     committed_only: bool = True
     rows: RowFilter = RowFilter()
 
+    @property
+    def scan_names(self) -> tuple[str, ...]:
+        return tuple(sorted(scan_columns(self.columns, self.rows, self.decompress)))
+
 
 def _read_queue(store: MessageStore, rng: QueueRange, args: ReadArgs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     cq = store.consume_queues.get(rng.topic, rng.queue_id)
     if cq is None:
         return
     cl = store.commitlog
+    names = args.scan_names
     offset = max(rng.start, int(cq.min_offset))
     fsize = int(cl.file_size)
     while offset < rng.end:
@@ -472,7 +519,9 @@ def _read_queue(store: MessageStore, rng: QueueRange, args: ReadArgs, schema: pa
                 view = f.view()
                 try:
                     base = int(f.file_from_offset)
-                    cols, n = K.scan_at(view, base, np.ascontiguousarray(part - base), np.ascontiguousarray(part_sizes))
+                    cols, n = K.scan_at(
+                        view, base, np.ascontiguousarray(part - base), np.ascontiguousarray(part_sizes), names
+                    )
                     if n:
                         cols["queue_offset"] = np.arange(offset + got, offset + got + n, dtype=np.int64)
                         mask = args.rows.mask(view, cols)
@@ -498,15 +547,16 @@ def _read_queue(store: MessageStore, rng: QueueRange, args: ReadArgs, schema: pa
 
 
 def _walk_view(
-    view: Any, base: int, wrote: int, fsize: int, pos: int, end: int, args: ReadArgs, schema: pa.Schema, scan: Any
+    view: Any, base: int, wrote: int, fsize: int, pos: int, end: int, args: ReadArgs, schema: pa.Schema, dledger: bool
 ) -> Generator[pa.RecordBatch, None, int | None]:
     """Batches of the records from ``pos`` in one mapped file (at most one window of it);
     returns where the walk goes on, or None when it is over."""
+    names = args.scan_names
     stop_at = min(wrote, end - base, pos - base + _WALK_WINDOW)
     cur = pos - base
     code = K.STOP_END
     while cur < stop_at:
-        cols, stop, code = scan(view, base, cur, stop_at, False, args.batch_rows)
+        cols, stop, code = K.scan_some(view, base, cur, stop_at, args.batch_rows, dledger, names)
         if len(cols["size"]):
             mask = args.rows.mask(view, cols)
             if mask is not None:
@@ -528,7 +578,7 @@ def _walk_view(
 
 def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     cl = store.commitlog
-    scan = K.scan_dledger_records if store.mode == "dledger" else K.scan_records
+    dledger = store.mode == "dledger"
     pos: int | None = rng.start
     while pos is not None and pos < rng.end:
         with cl.reading():
@@ -546,7 +596,7 @@ def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Sch
                     rng.end,
                     args,
                     schema,
-                    scan,
+                    dledger,
                 )
             finally:
                 view.release()
@@ -586,9 +636,7 @@ def read_log_file(
         while pos is not None and pos < rng.end:
             view = memoryview(mm)
             try:
-                pos = yield from _walk_view(
-                    view, file.base, size, file.size, pos, rng.end, args, schema, K.scan_records
-                )
+                pos = yield from _walk_view(view, file.base, size, file.size, pos, rng.end, args, schema, False)
             finally:
                 view.release()
     finally:
