@@ -477,6 +477,9 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
     def __init__(self, opts: MessageOptions, schema: StructType) -> None:
         self._setup(opts, schema)
         self._target: Offsets | None = None
+        # Each queue's files as the last look at the store found them: a micro-batch's
+        # partitions map those alone instead of opening the store (ends never pass that look).
+        self._files: dict[tuple[str, int], QueueFiles] = {}
 
     def _queues(self, store: Any) -> Iterator[tuple[str, int]]:
         wanted = set(self.opts.queues) if self.opts.queues else None
@@ -489,7 +492,11 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
         out: Offsets = {}
         with open_store(self.opts.path) as store:
             for topic, qid in self._queues(store):
-                out.setdefault(topic, {})[str(qid)] = queue_bounds(store, topic, qid)[1]
+                end = queue_bounds(store, topic, qid)[1]
+                out.setdefault(topic, {})[str(qid)] = end
+                files = queue_files_of(store, QueueRange(topic, qid, end, end))
+                if files is not None:
+                    self._files[(topic, qid)] = files
         return out
 
     def initialOffset(self) -> Offsets:
@@ -541,7 +548,9 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
                 if begin is None:
                     begin = self._earliest(topic, int(qid))
                 if int(begin) < int(stop):
-                    out.append(MessagePartition(QueueRange(topic, int(qid), int(begin), int(stop))))
+                    rng = QueueRange(topic, int(qid), int(begin), int(stop))
+                    # A batch replayed after a restart has no look yet: it opens the store.
+                    out.append(MessagePartition(rng, file=self._files.get((topic, int(qid)))))
         return out
 
     def commit(self, end: Offsets) -> None:
