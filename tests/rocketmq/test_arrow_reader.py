@@ -18,6 +18,7 @@ from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
     LogRange,
     ReadArgs,
+    RowFilter,
     iter_message_batches,
     log_file_of,
     log_ranges,
@@ -290,3 +291,28 @@ def test_a_queue_read_from_its_own_files_spans_every_file(tmp_path: Path) -> Non
         rows = [r for r in alone if r["queue_id"] == q]
         assert [r["queue_offset"] for r in rows] == list(range(210))
         assert [r["body"] for r in rows] == [bytes([k]) * (50 + k) for k in range(q, 90, 3) for _ in range(7)]
+
+
+def test_a_walk_filters_on_columns_it_does_not_return() -> None:
+    """Pushed-down filters read scan columns the output does not have (the scan fills only what
+    is asked): the rows kept are those the full read's columns select."""
+    root = FIXTURES_MQ / "classic-3topics"
+    full = read_messages(root, columns=["topic", "queue_id", "queue_offset", "store_timestamp", "body"]).to_pylist()
+    ts = sorted(r["store_timestamp"] for r in full)[len(full) // 3]
+    topic = full[0]["topic"]
+    rows = RowFilter(topics=frozenset({topic}), queue_ids=frozenset({0, 1}), offset_min=1, ts_min=_ms(ts))
+    args = ReadArgs(("body",), 7, rows=rows)
+    with open_store(root) as store:
+        got = [
+            r["body"]
+            for rng in log_ranges(store, None, None, True)
+            for b in read_range(store, rng, args)
+            for r in b.to_pylist()
+        ]
+    want = [
+        r["body"]
+        for r in full
+        if r["topic"] == topic and r["queue_id"] in (0, 1) and r["queue_offset"] >= 1 and r["store_timestamp"] >= ts
+    ]
+    assert want and len(want) < len(full)
+    assert got == want
