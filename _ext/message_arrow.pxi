@@ -4,21 +4,178 @@
 # Arrow column in one C pass, so a table of messages costs no Python object per message.
 
 
-def scan_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[::1] sizes):
+cdef void _bind_some(dict cols, _Cols *c):
+    """``_bind`` for a dict holding only some scan columns: the others are NULL."""
+    cdef object a
+    c.phys_offset = <int64_t *>_ptr(cols["phys_offset"]) if "phys_offset" in cols else NULL
+    c.size = <int32_t *>_ptr(cols["size"])
+    c.body_crc = <int32_t *>_ptr(cols["body_crc"]) if "body_crc" in cols else NULL
+    c.queue_id = <int32_t *>_ptr(cols["queue_id"]) if "queue_id" in cols else NULL
+    c.flag = <int32_t *>_ptr(cols["flag"]) if "flag" in cols else NULL
+    c.queue_offset = <int64_t *>_ptr(cols["queue_offset"]) if "queue_offset" in cols else NULL
+    c.stored_phys = <int64_t *>_ptr(cols["stored_phys_offset"]) if "stored_phys_offset" in cols else NULL
+    c.sys_flag = <int32_t *>_ptr(cols["sys_flag"]) if "sys_flag" in cols else NULL
+    c.born_ts = <int64_t *>_ptr(cols["born_timestamp"]) if "born_timestamp" in cols else NULL
+    c.born_host_off = <int64_t *>_ptr(cols["born_host_off"]) if "born_host_off" in cols else NULL
+    c.store_ts = <int64_t *>_ptr(cols["store_timestamp"]) if "store_timestamp" in cols else NULL
+    c.store_host_off = <int64_t *>_ptr(cols["store_host_off"]) if "store_host_off" in cols else NULL
+    c.reconsume = <int32_t *>_ptr(cols["reconsume_times"]) if "reconsume_times" in cols else NULL
+    c.prepared = <int64_t *>_ptr(cols["prepared_offset"]) if "prepared_offset" in cols else NULL
+    c.body_off = <int64_t *>_ptr(cols["body_off"]) if "body_off" in cols else NULL
+    c.body_len = <int32_t *>_ptr(cols["body_len"]) if "body_len" in cols else NULL
+    c.topic_off = <int64_t *>_ptr(cols["topic_off"]) if "topic_off" in cols else NULL
+    c.topic_len = <int32_t *>_ptr(cols["topic_len"]) if "topic_len" in cols else NULL
+    c.props_off = <int64_t *>_ptr(cols["props_off"]) if "props_off" in cols else NULL
+    c.props_len = <int32_t *>_ptr(cols["props_len"]) if "props_len" in cols else NULL
+    c.entry_index = <int64_t *>_ptr(cols["entry_index"]) if "entry_index" in cols else NULL
+
+
+cdef inline void _store_some(_Cols *c, Py_ssize_t k, const _Rec *r, int64_t at, int64_t phys) noexcept nogil:
+    """``_store`` of the columns bound (the branches go the same way for every row)."""
+    c.size[k] = r.size
+    if c.phys_offset != NULL:
+        c.phys_offset[k] = phys
+    if c.body_crc != NULL:
+        c.body_crc[k] = r.body_crc
+    if c.queue_id != NULL:
+        c.queue_id[k] = r.queue_id
+    if c.flag != NULL:
+        c.flag[k] = r.flag
+    if c.queue_offset != NULL:
+        c.queue_offset[k] = r.queue_offset
+    if c.stored_phys != NULL:
+        c.stored_phys[k] = r.phys
+    if c.sys_flag != NULL:
+        c.sys_flag[k] = r.sys_flag
+    if c.born_ts != NULL:
+        c.born_ts[k] = r.born_ts
+    if c.born_host_off != NULL:
+        c.born_host_off[k] = at + r.born_host_off
+    if c.store_ts != NULL:
+        c.store_ts[k] = r.store_ts
+    if c.store_host_off != NULL:
+        c.store_host_off[k] = at + r.store_host_off
+    if c.reconsume != NULL:
+        c.reconsume[k] = r.reconsume
+    if c.prepared != NULL:
+        c.prepared[k] = r.prepared
+    if c.body_off != NULL:
+        c.body_off[k] = at + r.body_off
+        c.body_len[k] = r.body_len
+    if c.topic_off != NULL:
+        c.topic_off[k] = at + r.topic_off
+        c.topic_len[k] = r.topic_len
+    if c.props_off != NULL:
+        c.props_off[k] = at + r.props_off
+        c.props_len[k] = r.props_len
+
+
+cdef tuple _types_of(object names, bint dledger):
+    """The (name, dtype) of ``names`` among the scan columns, ``size`` always (the row count)."""
+    cdef set wanted = set(names)
+    wanted.add("size")
+    unknown = wanted.difference(DLEDGER_COLUMNS if dledger else COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown scan column(s) {sorted(unknown)}")
+    for pair in ("body_off", "body_len"), ("topic_off", "topic_len"), ("props_off", "props_len"):
+        if pair[0] in wanted or pair[1] in wanted:
+            wanted.update(pair)
+    types = DLEDGER_COLUMN_TYPES if dledger else COLUMN_TYPES
+    return tuple((name, dt) for name, dt in types if name in wanted)
+
+
+def scan_some(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_records, bint dledger,
+              names):
+    """``scan_records`` (``scan_dledger_records`` when ``dledger``) filling only the scan columns
+    ``names`` (and ``size``; each ``*_off`` comes with its ``*_len``): the Arrow reader asks for
+    what its output columns need, so a read of four columns does not write twenty. Returns
+    ``(columns, stop_offset, stop_code)`` as they do."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t n = b.shape[0]
+    if end < 0 or end > n:
+        end = n
+    if start < 0 or start > end:
+        raise ValueError(f"start {start} outside buffer of {end} bytes")
+    cdef const unsigned char *p = &b[0] if n else NULL
+    cdef int64_t head = DL_BODY_OFFSET if dledger else 0
+    cdef int64_t smallest = head + MQ_MIN_RECORD
+    cdef Py_ssize_t upper = (end - start) // smallest + 1
+    cdef int64_t first = smallest
+    if end - start >= head + 8:
+        first = <int32_t>dl_get32(p + start + 4) if dledger else <int32_t>dl_get32(p + start)
+        if first < smallest or first > end - start:
+            first = smallest
+    cdef Py_ssize_t cap = (end - start) // first + (end - start) // (first * 8) + 16
+    if cap > upper:
+        cap = upper
+    if max_records >= 0 and max_records < cap:
+        cap = max_records
+    types = _types_of(names, dledger)
+    cdef dict cols = _alloc(types, cap)
+    cdef _Cols c
+    cdef _Rec r
+    cdef Py_ssize_t off = start, count = 0
+    cdef int code = C_END
+    cdef bint full
+    cdef const unsigned char *q
+    while True:
+        _bind_some(cols, &c)
+        full = False
+        with nogil:
+            while True:
+                if max_records >= 0 and count >= max_records:
+                    code = C_LIMIT
+                    break
+                if off >= end:
+                    code = C_END
+                    break
+                if count >= cap:
+                    full = True
+                    break
+                q = p + off
+                if dledger:
+                    code = _parse_entry(q, off, end - off, base, False, &r)
+                    if code != C_OK:
+                        break
+                    _store_some(&c, count, &r, off + DL_BODY_OFFSET, base + off + DL_BODY_OFFSET)
+                    if c.entry_index != NULL:
+                        c.entry_index[count] = <int64_t>dl_get64(q + 8)
+                    off += DL_BODY_OFFSET + r.size
+                else:
+                    code = _parse_record(q, end - off, False, &r)
+                    if code != C_OK:
+                        break
+                    _store_some(&c, count, &r, off, base + off)
+                    off += r.size
+                count += 1
+        if not full:
+            break
+        cap = min(cap * 2, upper)
+        grown = _alloc(types, cap)
+        for name in cols:
+            grown[name][:count] = cols[name][:count]
+        cols = grown
+    if count < cap:
+        cols = {name: a[:count] for name, a in cols.items()}
+    return cols, off, code
+
+
+def scan_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[::1] sizes, names=None):
     """``scan_records`` columns of the records at ``buf[offsets[k]:offsets[k] + sizes[k]]``
     (the units of a consume queue), in order, stopping at the first that is out of ``buf``, not
     a whole valid record or not of its unit's size. ``phys_offset`` is ``base_offset +
-    offsets[k]``; the ``*_off`` columns are offsets into ``buf``. Returns ``(columns, count)``."""
+    offsets[k]``; the ``*_off`` columns are offsets into ``buf``. Only the columns ``names``
+    (and ``size``) are filled when given (see ``scan_some``). Returns ``(columns, count)``."""
     cdef const unsigned char[::1] b = _ro(buf)
     cdef Py_ssize_t n = offsets.shape[0], k, count = 0
     if sizes.shape[0] != n:
         raise ValueError(f"{n} offsets but {sizes.shape[0]} sizes")
     cdef int64_t blen = b.shape[0], o
     cdef int32_t s
-    cdef dict cols = _alloc(COLUMN_TYPES, n)
+    cdef dict cols = _alloc(COLUMN_TYPES if names is None else _types_of(names, False), n)
     cdef _Cols c
     cdef _Rec r
-    _bind(cols, &c)
+    _bind_some(cols, &c)
     cdef const unsigned char *p = &b[0] if blen else NULL
     with nogil:
         for k in range(n):
@@ -28,13 +185,11 @@ def scan_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[
                 break
             if _parse_record(p + o, s, False, &r) != C_OK or r.size != s:
                 break
-            _store(&c, k, &r, o, base_offset + o)
+            _store_some(&c, k, &r, o, base_offset + o)
             count += 1
     if count < n:
         cols = {name: a[:count] for name, a in cols.items()}
     return cols, count
-
-
 
 
 # Two hex digits per byte value: one lookup and a 2-byte copy per byte of a message id.

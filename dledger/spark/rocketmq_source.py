@@ -64,6 +64,7 @@ from dledger.rocketmq.store.arrow_reader import (
     TYPES,
     LogFile,
     LogRange,
+    QueueFiles,
     QueueRange,
     ReadArgs,
     RowFilter,
@@ -72,8 +73,10 @@ from dledger.rocketmq.store.arrow_reader import (
     offset_for_timestamp,
     open_store,
     queue_bounds,
+    queue_files_of,
     queue_ranges,
     read_log_file,
+    read_queue_files,
     read_range,
     split_log_range,
     topics_of,
@@ -232,7 +235,9 @@ class MessageOptions:
 class MessagePartition(InputPartition):
     """One Spark partition: a queue range or a commit-log file range, and the rows it keeps."""
 
-    def __init__(self, rng: QueueRange | LogRange, rows: RowFilter | None = None, file: LogFile | None = None) -> None:
+    def __init__(
+        self, rng: QueueRange | LogRange, rows: RowFilter | None = None, file: LogFile | QueueFiles | None = None
+    ) -> None:
         super().__init__(rng)
         self.rng = rng
         self.rows = rows or RowFilter()
@@ -327,8 +332,11 @@ class _ReadMixin:
             return
         args = replace(self.args, rows=getattr(partition, "rows", RowFilter()))
         file = getattr(partition, "file", None)
-        if file is not None and isinstance(rng, LogRange):
+        if isinstance(file, LogFile) and isinstance(rng, LogRange):
             yield from self._spark_batches(read_log_file(file, rng, args))
+            return
+        if isinstance(file, QueueFiles) and isinstance(rng, QueueRange):
+            yield from self._spark_batches(read_queue_files(file, rng, args))
             return
         with open_store(self.opts.path) as store:
             yield from self._spark_batches(read_range(store, rng, args))
@@ -372,7 +380,8 @@ class MessageReader(_ReadMixin, DataSourceReader):
                 if self.ts_max is not None:
                     hi = min(hi, offset_for_timestamp(store, rng.topic, rng.queue_id, self.ts_max + 1))
                 if lo < hi:
-                    out.append(MessagePartition(QueueRange(rng.topic, rng.queue_id, lo, hi)))
+                    piece = QueueRange(rng.topic, rng.queue_id, lo, hi)
+                    out.append(MessagePartition(piece, file=queue_files_of(store, piece)))
         return out
 
     def partitions(self) -> list[InputPartition]:
@@ -468,6 +477,9 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
     def __init__(self, opts: MessageOptions, schema: StructType) -> None:
         self._setup(opts, schema)
         self._target: Offsets | None = None
+        # Each queue's files as the last look at the store found them: a micro-batch's
+        # partitions map those alone instead of opening the store (ends never pass that look).
+        self._files: dict[tuple[str, int], QueueFiles] = {}
 
     def _queues(self, store: Any) -> Iterator[tuple[str, int]]:
         wanted = set(self.opts.queues) if self.opts.queues else None
@@ -480,7 +492,11 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
         out: Offsets = {}
         with open_store(self.opts.path) as store:
             for topic, qid in self._queues(store):
-                out.setdefault(topic, {})[str(qid)] = queue_bounds(store, topic, qid)[1]
+                end = queue_bounds(store, topic, qid)[1]
+                out.setdefault(topic, {})[str(qid)] = end
+                files = queue_files_of(store, QueueRange(topic, qid, end, end))
+                if files is not None:
+                    self._files[(topic, qid)] = files
         return out
 
     def initialOffset(self) -> Offsets:
@@ -532,7 +548,9 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
                 if begin is None:
                     begin = self._earliest(topic, int(qid))
                 if int(begin) < int(stop):
-                    out.append(MessagePartition(QueueRange(topic, int(qid), int(begin), int(stop))))
+                    rng = QueueRange(topic, int(qid), int(begin), int(stop))
+                    # A batch replayed after a restart has no look yet: it opens the store.
+                    out.append(MessagePartition(rng, file=self._files.get((topic, int(qid)))))
         return out
 
     def commit(self, end: Offsets) -> None:

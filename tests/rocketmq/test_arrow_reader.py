@@ -18,12 +18,17 @@ from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
     LogRange,
     ReadArgs,
+    RowFilter,
     iter_message_batches,
     log_file_of,
     log_ranges,
     offset_for_timestamp,
     open_store,
+    queue_files_of,
+    queue_ranges,
     read_log_file,
+    read_queue_files,
+    read_range,
     split_log_range,
 )
 from dledger.rocketmq.store.config import MessageStoreConfig
@@ -240,3 +245,74 @@ def test_a_reader_beside_a_writer_walks_past_what_dispatch_reached(tmp_path: Pat
         assert read_messages(tmp_path, topics="T", columns=["queue_id"]).num_rows == 150
     finally:
         s.close()
+
+
+def _queue_file_rows(root: Path, columns: list[str], batch_rows: int = 8192) -> tuple[list[Any], list[Any]]:
+    """Every queue of the store read by mapping its own files, and through the opened store."""
+    args = ReadArgs(tuple(columns), batch_rows)
+    alone: list[Any] = []
+    through: list[Any] = []
+    with open_store(root) as store:
+        for rng in queue_ranges(store):
+            files = queue_files_of(store, rng)
+            assert files is not None
+            alone += [r for b in read_queue_files(files, rng, args) for r in b.to_pylist()]
+            through += [r for b in read_range(store, rng, args) for r in b.to_pylist()]
+    return alone, through
+
+
+def test_a_queue_read_from_its_own_files_lists_the_java_units() -> None:
+    """A Spark queue partition maps only its consume queue's and commit-log files: the rows are
+    the units Java's consume queues list, each the message Java's walk lists there."""
+    name = "classic-3topics"
+    alone, through = _queue_file_rows(FIXTURES_MQ / name, list(COLUMNS))
+    assert alone == through
+    want = sorted(tuple(u.split("\t")[:5]) for u in expected(name, "consumequeue.tsv"))
+    got = sorted(
+        (escape(r["topic"]), str(r["queue_id"]), str(r["queue_offset"]), str(r["commit_log_offset"]), str(r["size"]))
+        for r in alone
+    )
+    assert got == want
+
+
+def test_a_queue_read_from_its_own_files_spans_every_file(tmp_path: Path) -> None:
+    """Queues of many consume-queue files pointing into many commit-log files, read in small
+    batches: every message once, in queue order, with its body."""
+    cfg = MessageStoreConfig(mapped_file_size_commit_log=16 * 1024, mapped_file_size_consume_queue=20 * 40)
+    with MessageStore(tmp_path, cfg) as s:
+        for k in range(90):
+            assert s.put_batch("T", [bytes([k]) * (50 + k)] * 7, queue_id=k % 3).ok
+        assert s.wait_dispatched()
+        assert len(s.commitlog.files.files) > 5
+    alone, through = _queue_file_rows(tmp_path, ["queue_id", "queue_offset", "body"], batch_rows=25)
+    assert alone == through
+    assert len(alone) == 630
+    for q in range(3):
+        rows = [r for r in alone if r["queue_id"] == q]
+        assert [r["queue_offset"] for r in rows] == list(range(210))
+        assert [r["body"] for r in rows] == [bytes([k]) * (50 + k) for k in range(q, 90, 3) for _ in range(7)]
+
+
+def test_a_walk_filters_on_columns_it_does_not_return() -> None:
+    """Pushed-down filters read scan columns the output does not have (the scan fills only what
+    is asked): the rows kept are those the full read's columns select."""
+    root = FIXTURES_MQ / "classic-3topics"
+    full = read_messages(root, columns=["topic", "queue_id", "queue_offset", "store_timestamp", "body"]).to_pylist()
+    ts = sorted(r["store_timestamp"] for r in full)[len(full) // 3]
+    topic = full[0]["topic"]
+    rows = RowFilter(topics=frozenset({topic}), queue_ids=frozenset({0, 1}), offset_min=1, ts_min=_ms(ts))
+    args = ReadArgs(("body",), 7, rows=rows)
+    with open_store(root) as store:
+        got = [
+            r["body"]
+            for rng in log_ranges(store, None, None, True)
+            for b in read_range(store, rng, args)
+            for r in b.to_pylist()
+        ]
+    want = [
+        r["body"]
+        for r in full
+        if r["topic"] == topic and r["queue_id"] in (0, 1) and r["queue_offset"] >= 1 and r["store_timestamp"] >= ts
+    ]
+    assert want and len(want) < len(full)
+    assert got == want

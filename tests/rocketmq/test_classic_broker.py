@@ -5,6 +5,7 @@ promoted after its sync master is killed."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -363,6 +364,49 @@ def test_a_java_stores_delay_offsets_are_kept(tmp_path: Path, brokers: Callable[
     master.stop()
     table = decode_delay_offsets((master.dir / "config" / "delayOffset.json").read_text())
     assert table == {1: 12, 2: 11, **pending}
+
+
+def _topic_json(name: str, queues: int) -> dict:
+    """A TopicConfig as the Java broker writes it into topics.json (a read-write topic)."""
+    return {
+        "order": False,
+        "perm": 6,
+        "readQueueNums": queues,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": name,
+        "topicSysFlag": 0,
+        "writeQueueNums": queues,
+    }
+
+
+def test_a_put_on_listen_keeps_its_topic_in_topics_json_without_remoting(brokers: Callable[..., Broker]) -> None:
+    """A broker without remoting writes the topic a put on its own protocol made into
+    config/topics.json (Java's text, its built-in topics, the broker's queue count), and reads
+    the file back at a restart: a topic only the file knows survives the next write."""
+    master = brokers("m", "ASYNC_MASTER", conf="defaultTopicQueueNums=6\n")
+    with Producer(master.addr, timeout=10) as p:
+        assert p.send(Message("TopicNew", b"x"), queue_id=5).ok
+    path = master.dir / "config" / "topics.json"
+    assert master.stop() == 0
+    text = path.read_text()
+    assert text.startswith('{\n\t"dataVersion":{\n\t\t"counter":')  # fastjson's pretty text
+    data = json.loads(text)
+    table = data["topicConfigTable"]
+    assert table["TopicNew"] == _topic_json("TopicNew", 6)
+    assert {"TBW102", "DefaultCluster", "broker-a"} <= set(table)
+    assert table["TBW102"]["perm"] == 7  # the auto-create key inherits
+    # A topic only the file holds (a Java broker made it; no messages): kept after a restart.
+    table["TopicJava"] = _topic_json("TopicJava", 8)
+    path.write_text(json.dumps(data))
+    master.start()
+    with Producer(master.addr, timeout=10) as p:
+        assert p.send(Message("TopicTwo", b"y"), queue_id=0).ok
+    assert master.stop() == 0
+    again = json.loads(path.read_text())
+    assert again["topicConfigTable"]["TopicJava"] == _topic_json("TopicJava", 8)
+    assert again["topicConfigTable"]["TopicNew"] == _topic_json("TopicNew", 6)
+    assert again["topicConfigTable"]["TopicTwo"] == _topic_json("TopicTwo", 6)
+    assert again["dataVersion"]["counter"] > data["dataVersion"]["counter"]
 
 
 def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -> None:

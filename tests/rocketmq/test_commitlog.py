@@ -138,6 +138,65 @@ def test_normal_recovery_cuts_a_torn_tail(tmp_path: Path) -> None:
         assert [m.body for m in s.iter_messages()][-1] == b"after"
 
 
+def test_recovery_ends_at_a_body_crc_mismatch_and_what_followed_stays_gone(tmp_path: Path) -> None:
+    # checkCRCOnRecover (on by default): a record whose body no longer matches its CRC ends the
+    # log. The records after it are dropped for good: a put of the same length lands exactly
+    # on the bad record, and the next recovery must not walk on into the stale ones behind it.
+    root = tmp_path / "store"
+    bodies = [b"%03d" % i * 30 for i in range(20)]
+    with MessageStore(root, config()) as s:
+        for b in bodies:
+            assert s.put_message(Message("TopicA", b, queue_id=0)).status == PutMessageStatus.PUT_OK
+        starts = [m.phys_offset for m in s.iter_messages()]
+    assert len(starts) == 20 and starts[-1] < FILE
+    first = root / "commitlog" / "00000000000000000000"
+    buf = bytearray(first.read_bytes())
+    at = buf.find(bodies[10])
+    assert starts[10] < at < starts[11]
+    buf[at] ^= 0x01
+    first.write_bytes(bytes(buf))
+    with MessageStore(root, config()) as s:
+        assert s.max_phys_offset == starts[10]
+        assert [m.body for m in s.iter_messages()] == bodies[:10]
+        r = s.put_message(Message("TopicA", b"new" * 30, queue_id=0))
+        assert r.phys_offset == starts[10]
+    with MessageStore(root, config()) as s:
+        assert s.max_phys_offset == starts[11]
+        assert [m.body for m in s.iter_messages()] == [*bodies[:10], b"new" * 30]
+        assert s.get_messages("TopicA", 0, 0, 100).status == GetMessageStatus.FOUND
+        assert [m.body for m in s.get_messages("TopicA", 0, 0, 100).messages] == [*bodies[:10], b"new" * 30]
+    # With the check off the same record is taken as it is (RocketMQ's checkCRCOnRecover=false).
+    buf = bytearray(first.read_bytes())
+    buf[buf.find(b"new" * 30)] ^= 0x01
+    first.write_bytes(bytes(buf))
+    with MessageStore(root, config(check_crc_on_recover=False)) as s:
+        assert s.max_phys_offset == starts[11]
+
+
+def test_abnormal_recovery_redispatches_from_the_file_the_checkpoint_vouches_for(tmp_path: Path) -> None:
+    # After a crash the consume queues may have lost units the commit log kept (the queues are
+    # flushed on their own schedule). recoverAbnormally starts at the last file whose first
+    # message is older than the checkpoint's time less 3 s, not at the last file, and
+    # dispatch redoes everything from there: here queue TopicB lost all its units, while
+    # TopicA's queue still reaches the end of the log. (Without the key index: after a crash
+    # it redoes dispatch from where its own files end, which would hide what this checks.)
+    root = tmp_path / "store"
+    cfg = config(message_index_enable=False)
+    with MessageStore(root, cfg) as s:
+        for i in range(20):
+            assert s.put_message(Message("TopicB", b"b%02d" % i, queue_id=0)).ok
+        while s.max_phys_offset < 3 * FILE:
+            assert s.put_messages([Message("TopicA", b"a" * 1000, queue_id=0) for _ in range(10)]).ok
+    assert len(list((root / "commitlog").iterdir())) == 4
+    for p in sorted((root / "consumequeue" / "TopicB").rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    (root / "abort").touch()
+    with MessageStore(root, cfg) as s:
+        assert s.wait_dispatched()
+        got = s.get_messages("TopicB", 0, 0, 100)
+        assert [m.body for m in got.messages] == [b"b%02d" % i for i in range(20)]
+
+
 def test_consume_queue_ahead_of_commit_log_is_cut(tmp_path: Path) -> None:
     root = tmp_path / "store"
     write_store(root)

@@ -166,6 +166,23 @@ def test_recovery_stops_at_the_first_invalid_unit_and_drops_the_rest(tmp_path: P
     cq.close()
 
 
+def test_recovery_stops_at_a_unit_with_a_negative_offset(tmp_path: Path) -> None:
+    # recoverNormally keeps a unit only when ``offset >= 0 && size > 0``: a garbled unit with a
+    # sane size but a negative commit-log offset ends the queue too (a pull would otherwise
+    # read it as a message at that offset).
+    cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
+    fill(cq, 0, 18)
+    cq.close()
+    path = queue_dir(tmp_path) / "00000000000000000200"
+    data = bytearray(path.read_bytes())
+    data[4 * 20 : 5 * 20] = unit_bytes(-(1 << 40), 100, 0)
+    path.write_bytes(bytes(data))
+    cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
+    assert (cq.max_offset, cq.max_physic_offset) == (14, 1400)
+    assert cq.get_units(10, 100)[0].tolist() == [1000, 1100, 1200, 1300]
+    cq.close()
+
+
 def test_truncate_dirty_drops_units_of_messages_at_or_after_an_offset(tmp_path: Path) -> None:
     cq = ConsumeQueue(tmp_path, "T", 0, FILE_SIZE)
     fill(cq, 0, 25)

@@ -327,6 +327,47 @@ def test_transaction_flags(store: MessageStore) -> None:
     assert store.query_offsets_by_key("T", "kc") == [commit.phys_offset]
 
 
+def test_a_batch_over_several_queues_numbers_each_queue_from_its_own_end(tmp_path: Path, mode: str) -> None:
+    # Queue offsets are per topic-queue: a batch whose messages go to different queues (or
+    # topics) takes, message by message, the next offset of that message's queue, counting
+    # the batch's earlier messages to the same queue.
+    with MessageStore(tmp_path / "s", small_config(mode)) as s:
+        assert s.put_message(Message("T", b"first", queue_id=1)).queue_offset == 0
+        msgs = [Message("T", b"%d" % i, queue_id=i % 2) for i in range(6)] + [Message("U", b"u", queue_id=1)]
+        assert s.put_messages(msgs).ok
+        assert s.wait_dispatched()
+        q0 = s.get_messages("T", 0, 0, 10).messages
+        q1 = s.get_messages("T", 1, 0, 10).messages
+        assert [(m.queue_offset, m.body) for m in q0] == [(0, b"0"), (1, b"2"), (2, b"4")]
+        assert [(m.queue_offset, m.body) for m in q1] == [(0, b"first"), (1, b"1"), (2, b"3"), (3, b"5")]
+        assert [m.queue_offset for m in s.get_messages("U", 1, 0, 10).messages] == [0]
+        assert s.put_message(Message("T", b"next", queue_id=1)).queue_offset == 4
+
+
+def test_a_prepared_message_in_a_batch_takes_no_queue_offset(tmp_path: Path, mode: str) -> None:
+    # A half (prepared) transaction message gets queue offset 0 and does not advance its queue:
+    # the batch's other messages, and the next put, number on without a gap.
+    prepared = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+    with MessageStore(tmp_path / "s", small_config(mode)) as s:
+        msgs = [Message("T", b"a"), Message("T", b"p", sys_flag=prepared), Message("T", b"b")]
+        assert s.put_messages(msgs).ok
+        assert s.put_message(Message("T", b"c")).queue_offset == 2
+        assert s.wait_dispatched()
+        got = s.get_messages("T", 0, 0, 10).messages
+        assert [(m.queue_offset, m.body) for m in got] == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_put_messages_refuses_a_batch_with_a_record_over_max_message_size(tmp_path: Path, mode: str) -> None:
+    # The batch path's own size check (one message, and several): nothing of the batch is written.
+    with MessageStore(tmp_path / "s", small_config(mode, max_message_size=2048)) as s:
+        end = s.max_phys_offset
+        big = Message("T", b"x" * 2048)
+        assert s.put_messages([big]).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.put_messages([Message("T", b"ok"), big]).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert s.max_phys_offset == end
+        assert s.put_messages([Message("T", b"x" * 1800)]).ok
+
+
 def test_reopen_keeps_queue_offsets_and_consumer_offsets(tmp_path: Path, mode: str) -> None:
     root = tmp_path / "s"
     with MessageStore(root, small_config(mode)) as s:
@@ -399,7 +440,11 @@ def test_retention_deletes_old_files_and_what_points_into_them(tmp_path: Path, m
         old = time.time() - 100 * 3600
         for p in files[:3]:
             os.utime(p, (old, old))
-        noon = time.mktime((*time.localtime()[:3], 12, 0, 0, 0, 0, -1))
+        # Noon tomorrow: not a deleteWhen hour, and after every file's mtime, so only the
+        # files older than fileReservedTime (72 h) may go (today's noon was before the newer
+        # files' mtimes in an afternoon run, and then any reserved time would have passed).
+        y, m, d = time.localtime()[:3]
+        noon = time.mktime((y, m, d + 1, 12, 0, 0, 0, 0, -1))
         # not the hour to delete (deleteWhen quiet_hour()), disk not full: nothing goes
         assert s.delete_expired(now=noon, used_ratio=0.1) == 0
         # over diskMaxUsedSpaceRatio: the files older than fileReservedTime go

@@ -18,9 +18,12 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
 - With ``remoting_port`` (``--remoting-port``, Java's listenPort) it speaks RocketMQ's remoting
   there and on ``remoting_port - 2`` (the VIP channel), registers every 30 s with each name server
   (brokerId 0 as a master, its ``broker_id`` as a slave, its HA address), keeps
-  ``config/topics.json`` and ``config/subscriptionGroup.json``, and a slave syncs topics,
+  ``config/subscriptionGroup.json`` (and topics, as below), and a slave syncs topics,
   subscription groups, consumer and delay offsets from its master's VIP channel
   (BrokerRemoting, shared with the DLedger member).
+- Topics: with remoting or without, ``config/topics.json`` (TopicConfigManager, Java's format and
+  built-in topics) holds every topic a put on ``listen`` named, with this broker's queue count,
+  written when the topic is first put to, so a Java broker restarted on the directory serves it.
 - Delayed messages are delivered by the master (the store's ScheduleMessageService, run with this
   broker's put), their progress in ``config/delayOffset.json`` in Java's format (read at start too).
 - Role switch without restart (``change_to_master``/``change_to_slave``, or the
@@ -67,6 +70,8 @@ from dledger.rocketmq.broker.send_message_processor import (
 )
 from dledger.rocketmq.broker.service_metrics import MessageStats
 from dledger.rocketmq.broker.slave_synchronize import SYNC_DELAY_S, SYNC_PERIOD_S, TransportOffsetSynchronize
+from dledger.rocketmq.broker.topic_config_manager import FILE_NAME as TOPICS_FILE
+from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig, store_properties
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
@@ -91,6 +96,13 @@ K = _load_ext("message")
 _WAIT_FALSE = b"WAIT\x01false"
 
 DEFAULT_QUEUE_NUMS = 4  # BrokerConfig.defaultTopicQueueNums
+# The put statuses of a message that is in the commit log (its topic now exists).
+_WRITTEN = (
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+)
 # How often held pulls look whether dispatch moved (the reput thread runs on its own).
 ARRIVAL_POLL_S = 0.005
 
@@ -141,6 +153,7 @@ class BrokerController:
         self.broker_name = broker_name
         self.queue_nums = queue_nums
         self.store: MessageStore | None = None
+        self.topics: TopicConfigManager | None = None
         self.ha: HAService | None = None
         self.server: RpcServer | None = None
         self.metric_stats = MessageStats()
@@ -182,6 +195,16 @@ class BrokerController:
             raise DLedgerError(
                 ResponseCode.UNEXPECTED_ARGUMENT, f"{root} holds a DLedger commit log, not a classic one"
             )
+        # One TopicConfigManager, with or without remoting (BrokerRemoting takes this one): the
+        # file's topics, Java's built-in ones, and those the store holds queues of.
+        self.topics = TopicConfigManager(
+            store.root / "config" / TOPICS_FILE,
+            self.queue_nums,
+            self._auto_create_topic,
+            self.cluster,
+            self.broker_name,
+        )
+        await asyncio.to_thread(self.topics.adopt, sorted({t for t, _q, _cq in store.consume_queues}))
         self.sends = SendMessagePreparer(store, self.store_config, self.queue_nums)
         self.pulls = PullMessageProcessor(
             store, store.commitlog.read_lock, self.queue_nums, self.metric_stats, self._role_body
@@ -230,7 +253,7 @@ class BrokerController:
             host,
             self.remoting_port,
             self.namesrv_addrs,
-            self.config_properties.get("autoCreateTopicEnable", "true").strip().lower() == "true",
+            self._auto_create_topic,
             self.queue_nums,
             "",
             broker_id=self.broker_id if self.broker_id else 1,  # a slave's; Java refuses 0 for one
@@ -258,6 +281,7 @@ class BrokerController:
             config_path=self.config_path,
             file_properties=self.config_properties,
             store_properties=store_properties(self.store_config),
+            topics=self.topics,
         )
         remoting.leading = self.is_master
         try:
@@ -266,6 +290,21 @@ class BrokerController:
             await self.shutdown()
             raise
         self.remoting = remoting
+
+    @property
+    def _auto_create_topic(self) -> bool:
+        return self.config_properties.get("autoCreateTopicEnable", "true").strip().lower() == "true"
+
+    async def _note_topic(self, topic: object, resp: Response) -> None:
+        """A put on ``listen`` made its topic: into topics.json (createTopicInSendMessageMethod
+        persists it at once), and the name servers hear of it when remoting is on."""
+        topics = self.topics
+        if topics is None or not isinstance(topic, str) or topic in topics.table:
+            return
+        if resp.code != ResponseCode.SUCCESS or resp.body.get("status") not in _WRITTEN:
+            return
+        if await asyncio.to_thread(topics.adopt, [topic]) and self.remoting is not None:
+            self.remoting.topics_changed()
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
         """MessageServiceView.handle: the remoting processors' way in (the same checks)."""
@@ -496,6 +535,7 @@ class BrokerController:
                 raw = body.get("raw")
                 size = len(raw) if isinstance(raw, bytes) else 0
                 self.metric_stats.sent(str(body.get("topic")), resp.body, size, time.perf_counter() - started)
+                await self._note_topic(body.get("topic"), resp)
             return resp
         if body.get("leader_only") and not self.is_master and self._master_reachable():
             return self._not_master("reads for the master")

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+# Under the store's config/ directory, where the Java broker keeps it.
+FILE_NAME = "topics.json"
 # TopicConfigManager.topicConfigTable = new ConcurrentHashMap(1024): its iteration order.
 TABLE_CAPACITY = 1024
 
@@ -101,6 +103,7 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
     "DLQ_GROUP_TOPIC_PREFIX",
+    "FILE_NAME",
     "RETRY_GROUP_TOPIC_PREFIX",
     "TABLE_CAPACITY",
     "TopicConfigManager",

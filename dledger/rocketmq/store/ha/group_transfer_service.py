@@ -46,7 +46,8 @@ class GroupCommitRequest:
     def wait_for_flush(self, timeout_s: float) -> PutMessageStatus:
         """Block until answered (for callers on a thread of their own)."""
         self._event.wait(timeout_s)
-        return self.status or PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        # PUT_OK is 0 (an IntEnum): ``status or ...`` took it for no answer.
+        return self.status if self.status is not None else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
 
 class GroupTransferService:
