@@ -70,6 +70,15 @@ cdef inline void _store_some(_Cols *c, Py_ssize_t k, const _Rec *r, int64_t at, 
         c.props_len[k] = r.props_len
 
 
+cdef object _exact(object arr, Py_ssize_t used):
+    """``arr[:used]`` in a buffer of its own size when ``arr`` is longer: a slice keeps its
+    whole allocation alive, and once the allocator hands out reused memory the unused tail is
+    resident too, so a table built from over-allocated batches holds far more than its nbytes."""
+    if used == arr.shape[0]:
+        return arr
+    return arr[:used].copy()
+
+
 cdef tuple _types_of(object names, bint dledger):
     """The (name, dtype) of ``names`` among the scan columns, ``size`` always (the row count)."""
     cdef set wanted = set(names)
@@ -156,7 +165,7 @@ def scan_some(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t ma
             grown[name][:count] = cols[name][:count]
         cols = grown
     if count < cap:
-        cols = {name: a[:count] for name, a in cols.items()}
+        cols = {name: _exact(a, count) for name, a in cols.items()}
     return cols, off, code
 
 
@@ -188,7 +197,7 @@ def scan_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[
             _store_some(&c, k, &r, o, base_offset + o)
             count += 1
     if count < n:
-        cols = {name: a[:count] for name, a in cols.items()}
+        cols = {name: _exact(a, count) for name, a in cols.items()}
     return cols, count
 
 
@@ -298,7 +307,7 @@ def host_texts(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag, in
             prev = h
             prev_len = hl
         v[n] = <int32_t>at
-    return data[:at], vo
+    return _exact(data, at), vo
 
 
 def offset_msg_ids(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag, const int64_t[::1] phys):
@@ -309,13 +318,14 @@ def offset_msg_ids(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag
     cdef Py_ssize_t n = host_off.shape[0], k, i
     if sys_flag.shape[0] != n or phys.shape[0] != n:
         raise ValueError("host_off, sys_flag and phys must be of one length")
-    cdef int64_t blen = b.shape[0]
+    cdef int64_t blen = b.shape[0], total = 0
     cdef int hl
     for k in range(n):
         hl = mq_host_len(sys_flag[k], MQ_STOREHOST_V6)
         if host_off[k] < 0 or host_off[k] + hl > blen:
             raise ValueError(f"row {k}: store host at {host_off[k]} outside a buffer of {blen} bytes")
-    data = np.empty(56 * n, dtype=np.uint8)
+        total += 2 * (hl + 8)
+    data = np.empty(total, dtype=np.uint8)
     vo = np.empty(n + 1, dtype=np.int32)
     cdef unsigned char *d = <unsigned char *>cnp.PyArray_DATA(<cnp.ndarray>data)
     cdef int32_t[::1] v = vo
@@ -336,7 +346,7 @@ def offset_msg_ids(buf, const int64_t[::1] host_off, const int32_t[::1] sys_flag
                 memcpy(d + at, &_HEX_PAIRS[2 * ((x >> (56 - 8 * i)) & 0xFF)], 2)
                 at += 2
         v[n] = <int32_t>at
-    return data[:at], vo
+    return data, vo
 
 
 cdef inline void _put_optional(const unsigned char *src, int64_t length, unsigned char *data, int32_t *offs,
@@ -482,9 +492,10 @@ def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, b
             yo[count] = <int32_t>yat
     free(pk)
     if want_map:
-        map_out = (map_out[0], map_out[1][:kat], map_out[2][:m + 1], map_out[3][:vat], map_out[4][:m + 1])
+        map_out = (map_out[0], _exact(map_out[1], kat), _exact(map_out[2], m + 1), _exact(map_out[3], vat),
+                   _exact(map_out[4], m + 1))
     if want_tags:
-        tags_out = (tags_out[0][:tat], tags_out[1], tags_out[2], tag_nulls)
+        tags_out = (_exact(tags_out[0], tat), tags_out[1], tags_out[2], tag_nulls)
     if want_keys:
-        keys_out = (keys_out[0][:yat], keys_out[1], keys_out[2], key_nulls)
+        keys_out = (_exact(keys_out[0], yat), keys_out[1], keys_out[2], key_nulls)
     return map_out, tags_out, keys_out

@@ -316,3 +316,69 @@ def test_a_walk_filters_on_columns_it_does_not_return() -> None:
     ]
     assert want and len(want) < len(full)
     assert got == want
+
+
+# -- memory: the result holds what it shows --------------------------------------------------
+
+
+def _bench_like_store(root: Path, n: int, file_size: int = 1 << 30) -> Path:
+    body = bytes(range(100))
+    with MessageStore(root, MessageStoreConfig(mapped_file_size_commit_log=file_size)) as s:
+        for k in range(0, n, 5000):
+            assert s.put_batch("MemTopic", [body] * min(5000, n - k), queue_id=(k // 5000) % 4, tags="mem").ok
+        assert s.wait_dispatched(60)
+    return root
+
+
+@pytest.mark.parametrize("how", ["walk", "queues"])
+def test_result_allocations_are_its_size(tmp_path: Path, how: str) -> None:
+    """The numpy allocations behind the returned table (traced by tracemalloc) are its nbytes
+    within a few percent: no buffer is a slice of a larger one (a slice keeps its whole
+    allocation alive, and resident once the allocator reuses memory: the 10 M bench grew to
+    21 GB), and while reading, no more than one extra batch's worth is held."""
+    import tracemalloc
+
+    store = _bench_like_store(tmp_path / "s", 60_000)
+    kwargs: dict[str, Any] = {"topics": ["MemTopic"]} if how == "queues" else {}
+    tracemalloc.start()
+    try:
+        table = read_messages(store, batch_rows=4096, **kwargs)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert table.num_rows == 60_000
+    assert table.get_total_buffer_size() <= table.nbytes * 1.01
+    # Python objects of the read (store, schema, batches) add well under 5% at 60 k rows.
+    assert held <= table.nbytes * 1.05, (held, table.nbytes)
+
+
+def _mapped_rss(path: Path) -> int:
+    """Resident bytes of this process's mappings of ``path`` (from /proc/self/smaps)."""
+    rss = 0
+    current = False
+    with open("/proc/self/smaps", encoding="utf-8") as fh:
+        for line in fh:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:
+                current = len(head) >= 6 and head[-1] == str(path)
+            elif current and line.startswith("Rss:"):
+                rss += int(head[1]) * 1024
+    return rss
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps (Linux)")
+def test_walk_lets_go_of_commit_log_pages_once_read(tmp_path: Path) -> None:
+    """A walk unmaps the pages of a commit-log file it has read: a read of a store as large as
+    memory is not held twice (the table and the mapped log) in the resident size."""
+    store = _bench_like_store(tmp_path / "s", 40_000, file_size=4 << 20)
+    first = store / "commitlog" / f"{0:020d}"
+    batches = iter_message_batches(store, batch_rows=2048)
+    rows = 0
+    for batch in batches:
+        rows += batch.num_rows
+        if batch.column("commit_log_offset")[0].as_py() >= 4 << 20:
+            break  # now in the second file: the first is read
+    assert first.stat().st_size == 4 << 20
+    assert _mapped_rss(first) <= 64 << 10, _mapped_rss(first)
+    rows += sum(b.num_rows for b in batches)
+    assert rows == 40_000

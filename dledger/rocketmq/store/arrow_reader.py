@@ -23,6 +23,8 @@ queue reads never go past what the queues hold, which dispatch wrote from commit
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import itertools
 import logging
 import mmap
@@ -43,6 +45,14 @@ from dledger.rocketmq.store.message_store import MessageStore
 log = logging.getLogger(__name__)
 K = _load_ext("message")
 _gather = _load_ext("gather")
+
+# madvise(2), to let go of commit-log pages once read (Python's mmap.madvise needs the mmap
+# object, which the store's segment files keep to themselves).
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_madvise: Any = None
+if _MADV_DONTNEED is not None:
+    _madvise = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).madvise
+    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 EARLIEST = -2
 LATEST = -1
@@ -554,17 +564,31 @@ def _read_queue(store: MessageStore, rng: QueueRange, args: ReadArgs, schema: pa
                 if f is None:
                     return
                 view = f.view()
+                base = int(f.file_from_offset)
                 try:
-                    n = yield from _queue_part(
-                        view, int(f.file_from_offset), part, part_sizes, offset + got, args, names, schema
-                    )
+                    n = yield from _queue_part(view, base, part, part_sizes, offset + got, args, names, schema)
                 finally:
+                    _drop_pages(view, int(part[0]) - base, int(part[-1]) + int(part_sizes[-1]) - base)
                     view.release()
             got += n
             if n < len(part):
                 _log_short(rng, offset + got, int(part[n]))
                 return
         offset += got
+
+
+def _drop_pages(view: Any, start: int, end: int) -> None:
+    """Unmap this process's resident pages of ``view[start:end]`` (a view of a whole mapped
+    file) once read: mapped pages count in the resident size until unmapped, so reading a 3 GB
+    commit log into a 3 GB table would peak at 6 GB. MADV_DONTNEED on a shared file mapping
+    only drops page-table entries; the page cache keeps the bytes and a later read refaults them."""
+    if _madvise is None:
+        return
+    start -= start % mmap.PAGESIZE
+    end = min(end, len(view))
+    if end > start:
+        addr = np.frombuffer(view, np.uint8).ctypes.data
+        _madvise(ctypes.c_void_p(addr + start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
 def _walk_view(
@@ -607,19 +631,13 @@ def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Sch
             if f is None:
                 return
             view = f.view()
+            base, was = int(f.file_from_offset), pos
             try:
                 pos = yield from _walk_view(
-                    view,
-                    int(f.file_from_offset),
-                    int(f.wrote_position),
-                    int(f.file_size),
-                    pos,
-                    rng.end,
-                    args,
-                    schema,
-                    dledger,
+                    view, base, int(f.wrote_position), int(f.file_size), pos, rng.end, args, schema, dledger
                 )
             finally:
+                _drop_pages(view, was - base, (rng.end if pos is None else pos) - base)
                 view.release()
 
 
@@ -656,9 +674,11 @@ def read_log_file(
         pos: int | None = rng.start
         while pos is not None and pos < rng.end:
             view = memoryview(mm)
+            was = pos
             try:
                 pos = yield from _walk_view(view, file.base, size, file.size, pos, rng.end, args, schema, False)
             finally:
+                _drop_pages(view, was - file.base, (rng.end if pos is None else pos) - file.base)
                 view.release()
     finally:
         mm.close()
@@ -760,6 +780,7 @@ def read_queue_files(
                 try:
                     m = yield from _queue_part(view, base, part, part_sizes, offset + got, args, names, schema)
                 finally:
+                    _drop_pages(view, int(part[0]) - base, int(part[-1]) + int(part_sizes[-1]) - base)
                     view.release()
                 got += m
                 if m < len(part):
