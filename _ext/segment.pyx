@@ -61,6 +61,30 @@ cdef extern from "<fcntl.h>" nogil:
 # fallocate (EOPNOTSUPP) or a full disk (ENOSPC, which the write then reports) is left to the
 # write as before.
 cdef int64_t ALLOCATE_AHEAD = 8 << 20
+# FOLIO_MAX: the largest page-cache folio a file's pages may come in (ext4 has had large folios
+# since Linux 6.16; a PMD is 2 MiB). A store through the mapping makes the filesystem reserve
+# blocks for its whole folio, holes past the store included, so a store is only safe on a full
+# disk (an exception, not SIGBUS) when the blocks up to its folio's end are reserved: the marks
+# that say so (prewritten_to, writable_to, allocated_to) are compared with that end (_folio_end).
+cdef int64_t FOLIO_MAX = 2 << 20
+# NO_MAPPED_STORES: set at the first ENOSPC any write of this process meets (a pre-write of
+# zeros ahead of the writer usually meets it first); from then on appends write by the file
+# descriptor (ENOSPC: DISK_FULL) instead of storing through the mappings. Once the disk is
+# full, a store through the mapping died of SIGBUS even into pages pre-written with zeros
+# (Linux 6.18, ext4; the reservation was there), where the pwrite answers ENOSPC.
+cdef bint NO_MAPPED_STORES = False
+
+
+def mapped_stores_stopped():
+    """Whether appends stopped storing through the mappings (an ENOSPC was met: see
+    NO_MAPPED_STORES); for tests and diagnostics."""
+    return NO_MAPPED_STORES
+
+
+cdef inline void _saw_errno(int err) noexcept nogil:
+    global NO_MAPPED_STORES
+    if err == ENOSPC:
+        NO_MAPPED_STORES = True
 
 # madvise(MADV_POPULATE_READ / _WRITE), Linux 5.14: fault pages in (read-only, or writable as
 # a write would) without writing them. Older kernels answer EINVAL; populate() then reports
@@ -237,6 +261,10 @@ cdef class MappedFile:
     cdef readonly int64_t prewritten_to
     # Blocks are allocated below this (see ALLOCATE_AHEAD); -1: fallocate is not supported here.
     cdef readonly int64_t allocated_to
+    # Pages below this were faulted in writable (populate(write=True)) or written with zeros by
+    # ``_reserve``: their blocks are reserved, so a store through the mapping cannot fault for
+    # want of space (see _reserve).
+    cdef readonly int64_t writable_to
     cdef int _wguard
     cdef object _mm
     cdef const unsigned char[::1] _view
@@ -348,14 +376,22 @@ cdef class MappedFile:
                 err = _pwritev_all(self.fd, iov, count, rel, &done)
         else:
             err = _pwritev_all(self.fd, iov, count, rel, &done)
-        self._unguard(held, rel + total)
+        # Only what landed counts as written: a write ENOSPC cut short left a hole after it,
+        # which a later store through the mapping (MAPPED_APPENDS) would fault on (SIGBUS).
+        self._unguard(held, rel + done)
         return self._pwrite_end(rel, err, done)
 
     cdef inline bint _mapped_write(self, int64_t rel, Py_ssize_t total) noexcept nogil:
         """Whether a write of ``total`` bytes at ``rel`` goes through the mapping (MAPPED_APPENDS):
         small, and below the pre-written mark (only a guarded file is pre-written: elsewhere
         ``prewritten_to`` stays 0), where no pre-write runs and the blocks are reserved."""
-        return total < NOGIL_COPY and rel + total <= dl_load_i64(&self.prewritten_to)
+        return (total < NOGIL_COPY and not NO_MAPPED_STORES
+                and self._folio_end(rel + total) <= dl_load_i64(&self.prewritten_to))
+
+    cdef inline int64_t _folio_end(self, int64_t end) noexcept nogil:
+        """The end of the largest folio that can hold byte ``end - 1`` (see FOLIO_MAX)."""
+        cdef int64_t e = ((end + FOLIO_MAX - 1) // FOLIO_MAX) * FOLIO_MAX
+        return e if e < self.file_size else self.file_size
 
     cdef inline bint _guard(self, int64_t end) noexcept nogil:
         """Before a write that ends at ``end`` (relative): take the write guard when the write
@@ -395,11 +431,50 @@ cdef class MappedFile:
                 self.allocated_to = hi
         elif errno == EOPNOTSUPP or errno == ENOSYS:
             self.allocated_to = -1  # never again for this file
+        else:
+            _saw_errno(errno)
         # ENOSPC and the rest: the write that follows reports what it meets
+
+    cdef int _reserve(self, int64_t end) except -1:
+        """Before a store through the mapping that ends at ``end`` (relative): make sure the
+        blocks up to it are reserved, or raise DISK_FULL (ENOSPC) / DISK_ERROR. A store into a
+        hole of a sparse file makes the filesystem allocate in the page fault; on a full disk
+        that fault kills the process with SIGBUS (a 4-thread batch put on a full disk did,
+        in EntryLog._put_unit), where a write by the descriptor answers ENOSPC. Below the marks
+        (populated writable, pre-written, fallocated) nothing is done; past them the blocks
+        are fallocated ALLOCATE_AHEAD ahead, or, where that fails, the range is written with
+        zeros by pwrite (past the write position only zeros are there to replace), whose
+        ENOSPC is raised before a byte of the caller's is written."""
+        end = self._folio_end(end)
+        if (end <= self.writable_to or end <= dl_load_i64(&self.prewritten_to)
+                or end <= self.allocated_to):
+            return 0
+        self._check_writable()
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_RDWR)
+        if self.allocated_to >= 0:
+            self._allocate(end)
+            if end <= self.allocated_to:
+                return 0
+        cdef int64_t start = max(self.writable_to, self.wrote_position)
+        cdef int64_t done = 0
+        cdef int err = 0
+        cdef int fd = self.fd
+        if start < end:
+            with nogil:
+                err = dl_zero_fill_fd(fd, start, end, &done)
+            if err:
+                _saw_errno(err)
+                if err == ENOSPC:
+                    raise DLedgerError(ResponseCode.DISK_FULL, f"write to {self.path}: {os.strerror(err)}")
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"write to {self.path}: {os.strerror(err)}")
+        self.writable_to = end
+        return 0
 
     cdef int _pwrite_end(self, int64_t rel, int err, Py_ssize_t done) except -1:
         """After a write by the file descriptor: raise on ``err``, zeroing the ``done`` bytes that landed."""
         if err:
+            _saw_errno(err)
             if done:
                 memset(self.ptr + rel, 0, done)  # those pages are in the cache: no fault to fail
             if err == ENOSPC:
@@ -508,6 +583,8 @@ cdef class MappedFile:
             return False
         if end > self.populated_to:
             self.populated_to = end
+        if write and end > self.writable_to:
+            self.writable_to = end
         return True
 
     def prewrite(self, int64_t start, int64_t end):
@@ -552,6 +629,7 @@ cdef class MappedFile:
                 at += done
                 if err:
                     break
+        _saw_errno(err)
         if self.prewritten_to > self.populated_to:
             self.populated_to = self.prewritten_to
         if err and end > at and self.populate(at, end, False):
@@ -898,7 +976,15 @@ cdef class EntryLog:
         one when full); returns the file it went to."""
         if xf.wrote_position >= xf.file_size:
             xf = self.index.last_file(0, True)
-        dl_write_index(xf.ptr + xf.wrote_position, magic, pos, size, index, term)
+        # Callers reserve their units before writing their data; this is the backstop (an
+        # exception, never SIGBUS: see MappedFile._reserve).
+        xf._reserve(xf.wrote_position + DL_INDEX_UNIT)
+        cdef unsigned char unit[32]  # DL_INDEX_UNIT
+        if NO_MAPPED_STORES:
+            dl_write_index(unit, magic, pos, size, index, term)
+            xf._pwrite(xf.wrote_position, unit, DL_INDEX_UNIT)
+        else:
+            dl_write_index(xf.ptr + xf.wrote_position, magic, pos, size, index, term)
         xf.wrote_position += DL_INDEX_UNIT
         return xf
 
@@ -951,6 +1037,9 @@ cdef class EntryLog:
                                f"index unit of entry {index} would land at {ipos}, not {index * DL_INDEX_UNIT}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
+        # Both go through the mapping: their blocks first (see MappedFile._reserve).
+        xf._reserve(xf.wrote_position + DL_INDEX_UNIT)
+        df._reserve(df.wrote_position + size)
         cdef unsigned char *p = df.ptr + df.wrote_position
         cdef uint32_t crc
         cdef unsigned char stamp[8]
@@ -1118,11 +1207,12 @@ cdef class EntryLog:
                 n = min(count - k, (xf.file_size - xf.wrote_position) // DL_INDEX_UNIT)
                 nbytes = n * DL_INDEX_UNIT
                 at = xf.wrote_position
-                if at + nbytes > xf.populated_to and xf.allocated_to >= 0:
-                    xf._pwrite_begin(at, nbytes)  # allocates the blocks ahead (ALLOCATE_AHEAD)
-                if at + nbytes <= xf.populated_to or at + nbytes > xf.allocated_to:
-                    # Pages made ahead by the store service, or blocks not allocated (no
-                    # fallocate here, or none left: a pwrite would not be safer than the mapping).
+                # Allocates the blocks ahead (ALLOCATE_AHEAD), else writes zeros there:
+                # DISK_FULL on a full disk, where the memcpy below would die of SIGBUS.
+                xf._reserve(at + nbytes)
+                if not NO_MAPPED_STORES and (xf._folio_end(at + nbytes) <= xf.writable_to
+                                             or at + nbytes > xf.allocated_to):
+                    # Pages made ahead by the store service or reserved by _reserve's zeros.
                     memcpy(xf.ptr + at, units + k * DL_INDEX_UNIT, nbytes)
                 else:
                     xf._pwrite(at, units + k * DL_INDEX_UNIT, nbytes)
@@ -1203,14 +1293,20 @@ cdef class EntryLog:
         """Write the framed entries from ``start`` that fit in the current data file: headers
         filled in place, one pwrite, then their index units; returns how many."""
         cdef MappedFile df = self._begin_run(off[start + 1] - off[start], index0)
+        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef int64_t at = df.wrote_position, size, base = df.file_from_offset + df.wrote_position - off[start]
         cdef Py_ssize_t j = 0
-        while start + j < count:
+        # A run's index units stay in one index file (the next run's _begin_run makes the next).
+        cdef Py_ssize_t units = (xf.file_size - xf.wrote_position) // DL_INDEX_UNIT
+        while start + j < count and j < units:
             size = off[start + j + 1] - off[start + j]
             if j and size + DL_MIN_BLANK_LEN > df.file_size - at:
                 break  # the rest starts the next file (pre_append ends this one with a blank)
             at += size
             j += 1
+        # The index units go through the mapping: their blocks first (DISK_FULL here, before
+        # the data is written, rather than SIGBUS in _put_unit on a full disk).
+        xf._reserve(xf.wrote_position + j * DL_INDEX_UNIT)
         cdef int64_t span = off[start + j] - off[start]
         cdef int err
         cdef Py_ssize_t done = 0
@@ -1231,14 +1327,13 @@ cdef class EntryLog:
                 # By pwrite, not through the mapping (see IOV_MAX_ for why).
                 held = df._guard(df.wrote_position + span)
                 err = _pwritev_all(df.fd, &one, 1, df.wrote_position, &done)
-                df._unguard(held, df.wrote_position + span)
+                df._unguard(held, df.wrote_position + done)  # what landed (see _pwritev)
             df._pwrite_end(df.wrote_position, err, done)
         else:
             self._frame(buf, off, start, j, base, index0, term, pos_out)
             df._pwrite(df.wrote_position, buf + off[start], span)
         self.written_bytes += span
         df.wrote_position = at  # only now: a flush on another thread msyncs up to wrote_position
-        cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef Py_ssize_t i
         for i in range(j):
             xf = self._put_unit(xf, DL_CURRENT_MAGIC, pos_out[i], <int32_t>(off[start + i + 1] - off[start + i]),

@@ -9,6 +9,7 @@ from typing_extensions import Buffer
 
 def offset_to_file_name(offset: int) -> str: ...
 def set_entry_type(cls: type) -> None: ...
+def mapped_stores_stopped() -> bool: ...
 
 class MappedFile:
     path: str
@@ -21,6 +22,7 @@ class MappedFile:
     readonly: bool
     guarded: bool
     prewritten_to: int
+    writable_to: int
     def __init__(
         self,
         path: str,
