@@ -26,6 +26,11 @@
   ``OFFSET_TOPIC`` (queue 0, JSON body) put by the leader; every member applies those records,
   in log order, to its ``config/consumerOffset.json``. So every member holds the same offsets
   and a commit acknowledged survives a failover.
+- Java's ``config/topics.json`` and ``config/subscriptionGroup.json``, with remoting or without
+  (``load_metadata``, as a classic broker sets them up): the leader writes a topic at its first
+  put and a group at its first offset commit; at start every member adds its queues' topics and
+  its offsets' groups, and without remoting also on taking the lead and at its stop (with
+  remoting a follower's tables are its leader's, SlaveSynchronize).
 """
 
 from __future__ import annotations
