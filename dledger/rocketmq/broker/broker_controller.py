@@ -137,9 +137,9 @@ def adopt_store_metadata(
     store: MessageStore, topics: TopicConfigManager, subscriptions: SubscriptionGroupManager
 ) -> None:
     """The topics the store holds queues of and the groups it holds offsets of, into the two
-    files (at a start, and where a member takes over: what its predecessor made). Blocking.
-    Iterate the queues where dispatch does not make them (its loop, or it stopped)."""
-    topics.adopt(sorted({t for t, _q, _cq in store.consume_queues}))
+    files (at a start, and where a member takes over: what its predecessor made). Blocking;
+    safe beside dispatch (each table's keys are copied at once, under the GIL)."""
+    topics.adopt(store.consume_queues.topics())
     sep = TOPIC_GROUP_SEPARATOR
     subscriptions.adopt(sorted({k.rpartition(sep)[2] for k in list(store.consumer_offsets.offset_table)}))
 

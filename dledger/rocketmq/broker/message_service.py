@@ -253,6 +253,7 @@ class MessageService:
         self._stop = threading.Event()
         self._reput: LoopReput | None = None
         self._noop: asyncio.Future[Any] | None = None
+        self._adopting: asyncio.Task[None] | None = None  # held: the loop keeps only weak references
         # Delayed messages, delivered by the leader: the store's ScheduleMessageService with this
         # member's put and its offsets committed through the log (started with the loop, in bind).
         assert self.store.schedule is not None
@@ -316,7 +317,7 @@ class MessageService:
                 # Keep what the predecessor made (its queues' topics, its committed groups); with
                 # remoting a follower has its leader's tables (SlaveSynchronize) and remoting's
                 # role change adopts the topics.
-                self._loop.create_task(
+                self._adopting = self._loop.create_task(
                     asyncio.to_thread(adopt_store_metadata, self.store, self.topics, self.subscriptions)
                 )
         if self.remoting is not None:
