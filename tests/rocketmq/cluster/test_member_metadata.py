@@ -50,9 +50,9 @@ def read_tables(c: TestCluster, member: str) -> tuple[dict[str, Any], dict[str, 
 
 
 def put_and_commit(c: TestCluster, topic: str, group: str, commits: int) -> None:
-    """A put to ``topic`` and a commit of ``group`` (the group's ``commits``-th commit record),
-    then every member dispatched both (so a follower's stop finds them in its queues and
-    offsets)."""
+    """A put to ``topic`` and a commit of ``group`` (making ``commits`` commit records in the
+    log so far), then every member dispatched both (so a follower's stop finds them in its
+    queues and offsets)."""
     with Producer(c.peers, timeout=15) as p:
         assert p.send(Message(topic, b"x"), queue_id=QUEUES - 1).ok
     with Consumer(c.peers, group, topic, timeout=15) as con:
