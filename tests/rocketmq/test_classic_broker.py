@@ -409,6 +409,66 @@ def test_a_put_on_listen_keeps_its_topic_in_topics_json_without_remoting(brokers
     assert again["dataVersion"]["counter"] > data["dataVersion"]["counter"]
 
 
+# MixAll's groups SubscriptionGroupManager.init puts in every subscriptionGroup.json.
+JAVA_GROUPS = {
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+}
+
+
+def group_json(name: str) -> dict:
+    """A SubscriptionGroupConfig as the Java broker writes it (an auto-created group)."""
+    return {
+        "brokerId": 0,
+        "consumeBroadcastEnable": True,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "groupName": name,
+        "notifyConsumerIdsChangedEnable": True,
+        "retryMaxTimes": 16,
+        "retryQueueNums": 1,
+        "whichBrokerWhenConsumeSlowly": 1,
+    }
+
+
+def test_an_offset_commit_on_listen_keeps_its_group_in_subscription_group_json_without_remoting(
+    brokers: Callable[..., Broker],
+) -> None:
+    """A broker without remoting writes the group a consumer of its own protocol committed for
+    into config/subscriptionGroup.json (Java's text and seven built-in groups), and reads the
+    file back at a restart: a group only the file knows survives the next write."""
+    master = brokers("m", "ASYNC_MASTER")
+    with Producer(master.addr, timeout=10) as p:
+        assert p.send(Message("TopicG", b"x"), queue_id=0).ok
+    with Consumer(master.addr, "GroupNew", "TopicG", timeout=10) as c:
+        c.commit(0, 1)
+    path = master.dir / "config" / "subscriptionGroup.json"
+    assert master.stop() == 0
+    text = path.read_text()
+    assert text.startswith('{\n\t"dataVersion":{\n\t\t"counter":')  # fastjson's pretty text
+    data = json.loads(text)
+    table = data["subscriptionGroupTable"]
+    assert set(table) == JAVA_GROUPS | {"GroupNew"}
+    assert table["GroupNew"] == group_json("GroupNew")
+    assert all(table[g] == group_json(g) for g in JAVA_GROUPS)
+    table["GroupJava"] = {**group_json("GroupJava"), "retryMaxTimes": 3}  # a Java broker's, no offsets
+    path.write_text(json.dumps(data))
+    master.start()
+    with Consumer(master.addr, "GroupTwo", "TopicG", timeout=10) as c:
+        assert c.committed(0) == -1
+        c.commit(0, 1)
+    assert master.stop() == 0
+    again = json.loads(path.read_text())["subscriptionGroupTable"]
+    assert set(again) == JAVA_GROUPS | {"GroupNew", "GroupJava", "GroupTwo"}
+    assert again["GroupJava"]["retryMaxTimes"] == 3
+    assert json.loads(path.read_text())["dataVersion"]["counter"] > data["dataVersion"]["counter"]
+
+
 def test_mq_cluster_classic_starts_a_pair_and_stops_it_cleanly(tmp_path: Path) -> None:
     port = consecutive_free_ports(12)
     cmd = [sys.executable, "-m", "dledger.cli", "mq", "cluster", "--classic", "--slaves", "1"]

@@ -14,16 +14,18 @@ requests of the project's transport on ``listen``, as a DLedger-group member doe
   (``leader_only``) is sent on to it by a slave whose HA link is up; while its link is down (the
   master unreachable) the slave serves it, as RocketMQ's consumers read from a slave then.
 - Consumer offsets are committed to the master (``config/consumerOffset.json``); a slave copies
-  them every 10 s (SlaveSynchronize).
+  them every 10 s (SlaveSynchronize). The committing group goes into
+  ``config/subscriptionGroup.json`` (with Java's seven built-in groups; autoCreateSubscriptionGroup).
 - With ``remoting_port`` (``--remoting-port``, Java's listenPort) it speaks RocketMQ's remoting
   there and on ``remoting_port - 2`` (the VIP channel), registers every 30 s with each name server
-  (brokerId 0 as a master, its ``broker_id`` as a slave, its HA address), keeps
-  ``config/subscriptionGroup.json`` (and topics, as below), and a slave syncs topics,
-  subscription groups, consumer and delay offsets from its master's VIP channel
+  (brokerId 0 as a master, its ``broker_id`` as a slave, its HA address), and a slave syncs
+  topics, subscription groups, consumer and delay offsets from its master's VIP channel
   (BrokerRemoting, shared with the DLedger member).
 - Topics: with remoting or without, ``config/topics.json`` (TopicConfigManager, Java's format and
   built-in topics) holds every topic a put on ``listen`` named, with this broker's queue count,
-  written when the topic is first put to, so a Java broker restarted on the directory serves it.
+  written when the topic is first put to, so a Java broker restarted on the directory serves it;
+  ``config/subscriptionGroup.json`` (SubscriptionGroupManager) likewise every committing group.
+  Both are set up by ``load_metadata``, which the DLedger member calls too.
 - Delayed messages are delivered by the master (the store's ScheduleMessageService, run with this
   broker's put), their progress in ``config/delayOffset.json`` in Java's format (read at start too).
 - Role switch without restart (``change_to_master``/``change_to_slave``, or the
@@ -70,9 +72,12 @@ from dledger.rocketmq.broker.send_message_processor import (
 )
 from dledger.rocketmq.broker.service_metrics import MessageStats
 from dledger.rocketmq.broker.slave_synchronize import SYNC_DELAY_S, SYNC_PERIOD_S, TransportOffsetSynchronize
+from dledger.rocketmq.broker.subscription_group_manager import FILE_NAME as SUBSCRIPTION_GROUP_FILE
+from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
 from dledger.rocketmq.broker.topic_config_manager import FILE_NAME as TOPICS_FILE
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.store.config import ASYNC_MASTER, SLAVE, SYNC_MASTER, MessageStoreConfig, store_properties
+from dledger.rocketmq.store.consumer_offset import TOPIC_GROUP_SEPARATOR
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch
 from dledger.rocketmq.store.ha.group_transfer_service import GroupCommitRequest
 from dledger.rocketmq.store.ha.ha_service import HAService
@@ -105,6 +110,59 @@ _WRITTEN = (
 )
 # How often held pulls look whether dispatch moved (the reput thread runs on its own).
 ARRIVAL_POLL_S = 0.005
+
+
+def load_metadata(
+    store: MessageStore,
+    queue_nums: int,
+    auto_create_topic: bool,
+    auto_create_group: bool,
+    cluster: str,
+    broker_name: str,
+) -> tuple[TopicConfigManager, SubscriptionGroupManager]:
+    """BrokerController.initialize's loads of the store's ``config/topics.json`` and
+    ``config/subscriptionGroup.json``, for a classic broker and a DLedger member alike, with
+    remoting or without (BrokerRemoting takes these two): the files' entries (or their
+    ``.bak``), Java's built-in topics and groups, and the topics the store holds queues of
+    and the groups it holds consumer offsets of (written back when one was new). Blocking:
+    file reads and writes."""
+    config_dir = store.root / "config"
+    topics = TopicConfigManager(config_dir / TOPICS_FILE, queue_nums, auto_create_topic, cluster, broker_name)
+    subscriptions = SubscriptionGroupManager(config_dir / SUBSCRIPTION_GROUP_FILE, auto_create_group)
+    adopt_store_metadata(store, topics, subscriptions)
+    return topics, subscriptions
+
+
+def adopt_store_metadata(
+    store: MessageStore, topics: TopicConfigManager, subscriptions: SubscriptionGroupManager
+) -> None:
+    """The topics the store holds queues of and the groups it holds offsets of, into the two
+    files (at a start, and where a member takes over: what its predecessor made). Blocking;
+    safe beside dispatch (each table's keys are copied at once, under the GIL)."""
+    topics.adopt(store.consume_queues.topics())
+    sep = TOPIC_GROUP_SEPARATOR
+    subscriptions.adopt(sorted({k.rpartition(sep)[2] for k in list(store.consumer_offsets.offset_table)}))
+
+
+async def note_put_topic(
+    topics: TopicConfigManager | None, topic: object, resp: Response, remoting: BrokerRemoting | None
+) -> None:
+    """A put on ``listen`` made its topic: into topics.json (createTopicInSendMessageMethod
+    persists it at once), and the name servers hear of it when remoting is on."""
+    if topics is None or not isinstance(topic, str) or topic in topics.table:
+        return
+    if resp.code != ResponseCode.SUCCESS or resp.body.get("status") not in _WRITTEN:
+        return
+    if await asyncio.to_thread(topics.adopt, [topic]) and remoting is not None:
+        remoting.topics_changed()
+
+
+async def note_commit_group(subscriptions: SubscriptionGroupManager | None, group: str) -> None:
+    """A consumer committed an offset on ``listen``: its group into subscriptionGroup.json, as
+    Java's heartbeat and pull make it (findSubscriptionGroupConfig: autoCreateSubscriptionGroup,
+    or a CID_RMQ_SYS_ group); the project's protocol has no heartbeat, a commit names the group."""
+    if subscriptions is not None and group not in subscriptions.table:
+        await asyncio.to_thread(subscriptions.find, group)
 
 
 class BrokerController:
@@ -154,6 +212,7 @@ class BrokerController:
         self.queue_nums = queue_nums
         self.store: MessageStore | None = None
         self.topics: TopicConfigManager | None = None
+        self.subscriptions: SubscriptionGroupManager | None = None
         self.ha: HAService | None = None
         self.server: RpcServer | None = None
         self.metric_stats = MessageStats()
@@ -195,16 +254,16 @@ class BrokerController:
             raise DLedgerError(
                 ResponseCode.UNEXPECTED_ARGUMENT, f"{root} holds a DLedger commit log, not a classic one"
             )
-        # One TopicConfigManager, with or without remoting (BrokerRemoting takes this one): the
-        # file's topics, Java's built-in ones, and those the store holds queues of.
-        self.topics = TopicConfigManager(
-            store.root / "config" / TOPICS_FILE,
+        # With remoting or without (BrokerRemoting takes these): topics.json, subscriptionGroup.json.
+        self.topics, self.subscriptions = await asyncio.to_thread(
+            load_metadata,
+            store,
             self.queue_nums,
             self._auto_create_topic,
+            self.auto_create_subscription_group,
             self.cluster,
             self.broker_name,
         )
-        await asyncio.to_thread(self.topics.adopt, sorted({t for t, _q, _cq in store.consume_queues}))
         self.sends = SendMessagePreparer(store, self.store_config, self.queue_nums)
         self.pulls = PullMessageProcessor(
             store, store.commitlog.read_lock, self.queue_nums, self.metric_stats, self._role_body
@@ -245,8 +304,8 @@ class BrokerController:
     async def _start_remoting(self) -> None:
         store, ha = self.store, self.ha
         assert store is not None and ha is not None and self.remoting_port is not None
+        assert self.topics is not None and self.subscriptions is not None
         host = self.listen_host if self.listen_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        config_dir = store.root / "config"
         cfg = BrokerConfig(
             self.cluster,
             self.broker_name,
@@ -273,7 +332,6 @@ class BrokerController:
             _RemotingView(self, store),
             cfg,
             self.listen_host,
-            config_dir,
             store.preparer.store_host_raw,
             offsets=store.consumer_offsets,
             delay_table=self._delay_table,
@@ -282,6 +340,7 @@ class BrokerController:
             file_properties=self.config_properties,
             store_properties=store_properties(self.store_config),
             topics=self.topics,
+            subscriptions=self.subscriptions,
         )
         remoting.leading = self.is_master
         try:
@@ -294,17 +353,6 @@ class BrokerController:
     @property
     def _auto_create_topic(self) -> bool:
         return self.config_properties.get("autoCreateTopicEnable", "true").strip().lower() == "true"
-
-    async def _note_topic(self, topic: object, resp: Response) -> None:
-        """A put on ``listen`` made its topic: into topics.json (createTopicInSendMessageMethod
-        persists it at once), and the name servers hear of it when remoting is on."""
-        topics = self.topics
-        if topics is None or not isinstance(topic, str) or topic in topics.table:
-            return
-        if resp.code != ResponseCode.SUCCESS or resp.body.get("status") not in _WRITTEN:
-            return
-        if await asyncio.to_thread(topics.adopt, [topic]) and self.remoting is not None:
-            self.remoting.topics_changed()
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
         """MessageServiceView.handle: the remoting processors' way in (the same checks)."""
@@ -535,7 +583,7 @@ class BrokerController:
                 raw = body.get("raw")
                 size = len(raw) if isinstance(raw, bytes) else 0
                 self.metric_stats.sent(str(body.get("topic")), resp.body, size, time.perf_counter() - started)
-                await self._note_topic(body.get("topic"), resp)
+                await note_put_topic(self.topics, body.get("topic"), resp, self.remoting)
             return resp
         if body.get("leader_only") and not self.is_master and self._master_reachable():
             return self._not_master("reads for the master")
@@ -551,6 +599,7 @@ class BrokerController:
             if why is not None:
                 return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
             store.commit_offset(req.group, req.topic, req.queue_id, req.offset)
+            await note_commit_group(self.subscriptions, req.group)
             return Response(ResponseCode.SUCCESS, {"offset": req.offset})
         if c == MessageRequestCode.QUERY_CONSUMER_OFFSET:
             req = ConsumerOffsetRequest.from_wire(body)

@@ -43,9 +43,7 @@ from dledger.rocketmq.broker.processor.pull_message_processor import PullMessage
 from dledger.rocketmq.broker.processor.query_message_processor import QueryMessageProcessor
 from dledger.rocketmq.broker.processor.send_message_processor import SendMessageProcessor
 from dledger.rocketmq.broker.slave_synchronize import SlaveSynchronize
-from dledger.rocketmq.broker.subscription_group_manager import FILE_NAME as SUBSCRIPTION_GROUP_FILE
 from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroupManager
-from dledger.rocketmq.broker.topic_config_manager import FILE_NAME as TOPICS_FILE
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.broker.transactional_message_check_service import TransactionalMessageCheckService
 from dledger.rocketmq.remoting import remoting_serializable
@@ -67,24 +65,25 @@ class BrokerRemoting:
         service: MessageServiceView,
         config: BrokerConfig,
         bind_host: str,
-        config_dir: Path,
         store_host_raw: bytes,
         *,
+        topics: TopicConfigManager,
+        subscriptions: SubscriptionGroupManager,
         offsets: ConsumerOffsetManager | None = None,
         delay_table: Callable[[], dict[int, int] | None] = lambda: None,
         delay_sink: Callable[[dict[int, int]], None] | None = None,
         config_path: Path | None = None,
         file_properties: dict[str, str] | None = None,
         store_properties: dict[str, str] | None = None,
-        topics: TopicConfigManager | None = None,
     ) -> None:
         """``offsets``/``delay_sink``: where a slave puts its master's consumer and delay offsets
         (a classic broker; a DLedger member's come through its log); ``delay_table`` what a
         master answers GET_ALL_DELAY_OFFSET with. ``config_path``/``file_properties``: the
         broker.conf it runs from and what it holds (UPDATE_BROKER_CONFIG writes it again);
         ``store_properties`` the store's options (listed by GET_BROKER_CONFIG, set or not).
-        ``topics``: the broker's own TopicConfigManager, when it keeps one without remoting too
-        (a classic broker); else one is opened here."""
+        ``topics``/``subscriptions``: the broker's own TopicConfigManager and
+        SubscriptionGroupManager, which it keeps without remoting too (broker_controller's
+        load_metadata)."""
         self.service = service
         self.config = config
         self.configuration = Configuration(
@@ -96,20 +95,8 @@ class BrokerRemoting:
         self.broker_permission = DEFAULT_BROKER_PERMISSION
         self.bind_host = bind_host
         self.leading = False
-        self.topics = (
-            topics
-            if topics is not None
-            else TopicConfigManager(
-                config_dir / TOPICS_FILE,
-                config.queue_nums,
-                config.auto_create_topic_enable,
-                config.cluster,
-                config.broker_name,
-            )
-        )
-        self.subscriptions = SubscriptionGroupManager(
-            config_dir / SUBSCRIPTION_GROUP_FILE, config.auto_create_subscription_group
-        )
+        self.topics = topics
+        self.subscriptions = subscriptions
         self.consumers = ConsumerManager()
         self.outer = BrokerOuterAPI(list(config.namesrv_addrs))
         self.slave_synchronize = SlaveSynchronize(

@@ -26,6 +26,11 @@
   ``OFFSET_TOPIC`` (queue 0, JSON body) put by the leader; every member applies those records,
   in log order, to its ``config/consumerOffset.json``. So every member holds the same offsets
   and a commit acknowledged survives a failover.
+- Java's ``config/topics.json`` and ``config/subscriptionGroup.json``, with remoting or without
+  (``load_metadata``, as a classic broker sets them up): the leader writes a topic at its first
+  put and a group at its first offset commit; at start every member adds its queues' topics and
+  its offsets' groups, and without remoting also on taking the lead and at its stop (with
+  remoting a follower's tables are its leader's, SlaveSynchronize).
 """
 
 from __future__ import annotations
@@ -49,6 +54,12 @@ from dledger.net.transport import Response
 from dledger.packed import FramedBodies, PackedBodies
 from dledger.raft.member_state import Role
 from dledger.rocketmq.broker.broker_config import BrokerConfig
+from dledger.rocketmq.broker.broker_controller import (
+    adopt_store_metadata,
+    load_metadata,
+    note_commit_group,
+    note_put_topic,
+)
 from dledger.rocketmq.broker.broker_remoting import BrokerRemoting
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.query_message_processor import (
@@ -221,6 +232,16 @@ class MessageService:
                 ResponseCode.UNEXPECTED_ARGUMENT, f"{self.root} holds a classic commit log, not a DLedger one"
             )
         self.node_store: MmapFileStore = opened[0]
+        # config/topics.json and config/subscriptionGroup.json, with remoting or without, set up
+        # as a classic broker's (BrokerRemoting takes these two).
+        self.topics, self.subscriptions = load_metadata(
+            self.store,
+            config.default_topic_queue_nums,
+            config.auto_create_topic_enable,
+            config.auto_create_subscription_group,
+            config.broker_cluster_name,
+            config.broker_name or config.group,
+        )
         self.commitlog = self.store.commitlog
         self.queue_nums = config.default_topic_queue_nums
         self._store_host_text = format_host(self.store.store_host)
@@ -232,6 +253,7 @@ class MessageService:
         self._stop = threading.Event()
         self._reput: LoopReput | None = None
         self._noop: asyncio.Future[Any] | None = None
+        self._adopting: asyncio.Task[None] | None = None  # held: the loop keeps only weak references
         # Delayed messages, delivered by the leader: the store's ScheduleMessageService with this
         # member's put and its offsets committed through the log (started with the loop, in bind).
         assert self.store.schedule is not None
@@ -260,8 +282,9 @@ class MessageService:
                 self,
                 self.broker_config,
                 self.address.rpartition(":")[0].strip("[]") or "0.0.0.0",
-                self.root / "config",
                 self.store.preparer.store_host_raw,
+                topics=self.topics,
+                subscriptions=self.subscriptions,
             )
             self.remoting.leading = group.is_leader
             self._remoting_start = self._loop.create_task(self._start_remoting(self.remoting))
@@ -290,6 +313,13 @@ class MessageService:
             self._reput.heavy_pause = _heavy_dispatch_pause(role)
         if role == Role.LEADER and self._loop is not None:
             self._loop.call_soon(self._ensure_committed_tail, term)
+            if self.remoting is None:
+                # Keep what the predecessor made (its queues' topics, its committed groups); with
+                # remoting a follower has its leader's tables (SlaveSynchronize) and remoting's
+                # role change adopts the topics.
+                self._adopting = self._loop.create_task(
+                    asyncio.to_thread(adopt_store_metadata, self.store, self.topics, self.subscriptions)
+                )
         if self.remoting is not None:
             self.remoting.on_role_change(role == Role.LEADER)
 
@@ -313,6 +343,10 @@ class MessageService:
         if self._reput is not None:
             self._reput.close()
         self._apply_offsets()
+        if self.remoting is None:
+            # Dispatch stopped: a follower's files hold the topics and groups its log brought, for
+            # a Java broker restarted on the directory (with remoting, its leader's sync gave them).
+            adopt_store_metadata(self.store, self.topics, self.subscriptions)
         self.store.close()
 
     async def handle(self, code: int, body: dict[str, Any], peer: str) -> Response:
@@ -461,6 +495,7 @@ class MessageService:
                 len(raw) if isinstance(raw, bytes | memoryview) else 0,
                 time.perf_counter() - started,
             )
+            await note_put_topic(self.topics, body.get("topic"), resp, self.remoting)
         return resp
 
     async def put_inner(self, msgs: list[Message]) -> Response:
@@ -596,7 +631,10 @@ class MessageService:
         why = validate_group(req.group) or _reserved_offset(req) or self.pulls.queue_problem(req.topic, req.queue_id)
         if why is not None:
             return Response(ResponseCode.UNEXPECTED_ARGUMENT, {}, why)
-        return await self._update_offset(req)
+        resp = await self._update_offset(req)
+        if resp.code == ResponseCode.SUCCESS:
+            await note_commit_group(self.subscriptions, req.group)
+        return resp
 
     async def _update_offset(self, req: ConsumerOffsetRequest) -> Response:
         if req.offset < 0:

@@ -36,6 +36,8 @@ SYSTEM_GROUPS = (
 
 # MixAll.CID_RMQ_SYS_PREFIX: such groups are made even with auto-creation off (isSysConsumerGroup).
 SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
+# The groups our store keeps its own progress under (the delay service's), never a consumer's.
+SERVICE_GROUP_PREFIX = "RMQ_SYS_"
 
 
 @dataclass(slots=True)
@@ -125,6 +127,21 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
                 log.info("auto create a subscription group, %s", sgc)
                 self._changed()
             return sgc
+
+    def adopt(self, groups: list[str]) -> bool:
+        """Keep the groups the store holds consumer offsets of (their commits came through a
+        log or a master's sync, not through this member), as ``find`` would make them; the
+        service's own ``RMQ_SYS_`` groups are no consumers'. True when one was new."""
+        new = False
+        with self._lock:
+            for g in groups:
+                if g and g not in self.table and not g.startswith(SERVICE_GROUP_PREFIX):
+                    if self.auto_create or g.startswith(SYS_CONSUMER_GROUP_PREFIX):
+                        self.table[g] = SubscriptionGroupConfig(g)
+                        new = True
+            if new:
+                self._changed()
+        return new
 
     def update(self, sgc: SubscriptionGroupConfig) -> None:
         """updateSubscriptionGroupConfig."""
