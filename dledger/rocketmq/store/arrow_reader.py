@@ -24,7 +24,6 @@ queue reads never go past what the queues hold, which dispatch wrote from commit
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import itertools
 import logging
 import mmap
@@ -51,7 +50,9 @@ _gather = _load_ext("gather")
 _MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 _madvise: Any = None
 if _MADV_DONTNEED is not None:
-    _madvise = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).madvise
+    # CDLL(None): the C library already loaded; find_library would run ldconfig at import,
+    # in every Spark worker.
+    _madvise = ctypes.CDLL(None, use_errno=True).madvise
     _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 EARLIEST = -2
