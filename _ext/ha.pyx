@@ -92,13 +92,33 @@ cdef int _wait_writable(int fd, int timeout_ms) noexcept nogil:
             return -errno
 
 
+cdef int _send_all(int fd, const uint8_t *p, int n, int flags, int timeout_ms) noexcept nogil:
+    """Send ``n`` bytes whole (waiting while the socket is full): 0, or -errno."""
+    cdef ssize_t r
+    cdef int rc
+    while n > 0:
+        r = send(fd, p, n, flags | MSG_NOSIGNAL)
+        if r > 0:
+            p += r
+            n -= r
+        elif r < 0 and errno == EAGAIN:
+            rc = _wait_writable(fd, timeout_ms)
+            if rc:
+                return rc
+        elif r < 0 and errno == EINTR:
+            continue
+        else:
+            return -errno if r < 0 else -EIO
+    return 0
+
+
 cdef int _send_frames(int sock_fd, int file_fd, int64_t log_offset, int64_t file_pos, int64_t total,
                       int64_t batch, int timeout_ms) noexcept nogil:
     cdef uint8_t header[12]
     cdef int64_t at = 0, n, v
     cdef long pos
     cdef ssize_t r
-    cdef int hsent, i, rc
+    cdef int i, rc
     while at < total:
         n = total - at
         if n > batch:
@@ -108,20 +128,10 @@ cdef int _send_frames(int sock_fd, int file_fd, int64_t log_offset, int64_t file
             header[i] = <uint8_t>((v >> (56 - 8 * i)) & 0xFF)
         for i in range(4):
             header[8 + i] = <uint8_t>((n >> (24 - 8 * i)) & 0xFF)
-        hsent = 0
-        while hsent < 12:
-            # MSG_MORE: the header waits for its bytes, one segment on the wire rather than two.
-            r = send(sock_fd, header + hsent, 12 - hsent, MSG_MORE | MSG_NOSIGNAL)
-            if r > 0:
-                hsent += r
-            elif r < 0 and errno == EAGAIN:
-                rc = _wait_writable(sock_fd, timeout_ms)
-                if rc:
-                    return rc
-            elif r < 0 and errno == EINTR:
-                continue
-            else:
-                return -errno if r < 0 else -EIO
+        # MSG_MORE: the header waits for its bytes, one segment on the wire rather than two.
+        rc = _send_all(sock_fd, header, 12, MSG_MORE, timeout_ms)
+        if rc:
+            return rc
         pos = file_pos + at
         while pos < file_pos + at + n:
             r = sendfile(sock_fd, file_fd, &pos, <size_t>(file_pos + at + n - pos))
@@ -281,24 +291,6 @@ WRONG_OFFSET = ST_WRONG_OFFSET
 BAD_SIZE = ST_BAD_SIZE
 
 
-cdef int _send_all(int fd, const uint8_t *p, int n, int timeout_ms) noexcept nogil:
-    cdef ssize_t r
-    cdef int rc
-    while n > 0:
-        r = send(fd, p, n, MSG_NOSIGNAL)
-        if r > 0:
-            p += r
-            n -= r
-        elif r < 0 and errno == EAGAIN:
-            rc = _wait_writable(fd, timeout_ms)
-            if rc:
-                return rc
-        elif r < 0 and errno == EINTR:
-            continue
-        else:
-            return -errno if r < 0 else -EIO
-    return 0
-
 
 cdef int _recv_frames(int fd, uint8_t *buf, int64_t cap, int64_t *filled, int64_t *pos, int64_t *whole,
                       int64_t expected, int64_t report, int timeout_ms) noexcept nogil:
@@ -310,7 +302,7 @@ cdef int _recv_frames(int fd, uint8_t *buf, int64_t cap, int64_t *filled, int64_
     if report >= 0:
         for i in range(8):
             rep[i] = <uint8_t>((report >> (56 - 8 * i)) & 0xFF)
-        rc = _send_all(fd, rep, 8, timeout_ms)
+        rc = _send_all(fd, rep, 8, 0, timeout_ms)
         if rc:
             return -ETIMEDOUT if rc == TIMED_OUT else rc
     deadline = _now_ms() + timeout_ms
