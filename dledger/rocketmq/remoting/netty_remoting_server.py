@@ -14,12 +14,14 @@ A processor's coroutine is first run right there, in the read callback: one that
 without waiting (a send the store takes at once, a pull that finds messages, the heartbeat)
 is answered in that turn with no task, so such answers leave in the order of their requests;
 only one that waits (a held pull, a send waiting for its commit) goes on in a task of its own.
+On Python 3.12+ that first step runs inside an eager task (``_EAGER``), same order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
@@ -32,6 +34,13 @@ from dledger.rocketmq.remoting.response_code import ResponseCode
 log = logging.getLogger(__name__)
 
 READ_SIZE = SCRATCH_SIZE
+
+# Python 3.12+: a request's processor runs as an eager task (its first step at once, inside a
+# task): from 3.12 ``asyncio.wait_for`` (the held pull, a send waiting for its commit) needs a
+# current task, and a coroutine stepped outside one fails with "Timeout should be used inside
+# a task". 3.11 has no eager start; there the first step runs outside a task (``_Resume``),
+# which its ``wait_for`` allows (``asyncio.timeout`` it would not: processors do not use it).
+_EAGER = sys.version_info >= (3, 12)
 
 
 class CommandDecoder(BufferedFrameDecoder[RemotingCommand]):
@@ -296,6 +305,13 @@ class NettyRemotingServer:
             return
         try:
             aw = proc(cmd, ch)
+            if _EAGER:
+                loop = asyncio.get_running_loop()
+                task = asyncio.Task(self._finish(cmd, ch, aw), loop=loop, eager_start=True)  # type: ignore[call-arg]
+                if not task.done():
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                return
             send = getattr(aw, "send", None)
             if send is None:  # an awaitable that is not a coroutine: a task awaits it
                 self._spawn(self._finish(cmd, ch, aw))
