@@ -193,7 +193,12 @@ class BrokerRemoting:
         }
         self.servers = [
             NettyRemotingServer(
-                bind_host, port, self.processors, response_version=CURRENT_VERSION, on_channel_close=self._closed
+                bind_host,
+                port,
+                self.processors,
+                response_version=CURRENT_VERSION,
+                on_channel_close=self._closed,
+                default_processor=admin.get_unknown_cmd_response,
             )
             for port in (config.listen_port, config.vip_port)
         ]

@@ -4,8 +4,11 @@ commands, each request handed to the processor registered for its code.
 As NettyRemotingAbstract.processRequestCommand: requests of a connection run concurrently
 (a held pull does not stall the heartbeat behind it); a code nobody serves is answered
 REQUEST_CODE_NOT_SUPPORTED and a processor's exception SYSTEM_ERROR, the connection staying
-open; a oneway request gets no answer. A frame that does not decode closes the connection, as
-NettyDecoder does (the requests before it in the stream are still served).
+open; a oneway request gets no answer. A code with no processor goes to the default processor
+(registerDefaultProcessor; the broker's answers REQUEST_CODE_NOT_SUPPORTED, so a oneway one is
+left unanswered as in Java); with none, the server answers REQUEST_CODE_NOT_SUPPORTED itself,
+oneway or not, in its own serialize type (JSON), as processRequestCommand does. A frame that
+does not decode closes the connection, as NettyDecoder does (the requests before it in the stream are still served).
 
 The read path is an ``asyncio.BufferedProtocol``: the socket is read into the decoder's
 scratch buffer (``dledger.net.frames.BufferedFrameDecoder``, the one our own protocol reads
@@ -27,7 +30,7 @@ from typing import Any
 
 from dledger.net.frames import SCRATCH_SIZE, BufferedFrameDecoder
 from dledger.rocketmq.remoting.netty_decoder import FRAME_MAX_LENGTH, FrameTooLong
-from dledger.rocketmq.remoting.remoting_command import K, RemotingCommand
+from dledger.rocketmq.remoting.remoting_command import RESPONSE_FLAG, K, RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
 from dledger.rocketmq.remoting.response_code import ResponseCode
 
@@ -258,10 +261,15 @@ class NettyRemotingServer:
         response_version: int = 0,
         max_frame_length: int = FRAME_MAX_LENGTH,
         on_channel_close: Callable[[Channel], None] | None = None,
+        default_processor: Processor | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.processors: dict[int, Processor] = dict(processors or {})
+        # registerDefaultProcessor: what serves a code no processor is registered for. The
+        # broker's is AdminBrokerProcessor (REQUEST_CODE_NOT_SUPPORTED through the normal
+        # answer path, so a oneway request gets none); without one the server answers itself.
+        self.default_processor = default_processor
         # What Java stamps into its answers' version: 0 unless rocketmq.remoting.version is
         # set (the broker sets it, the name server does not).
         self.response_version = response_version
@@ -295,13 +303,11 @@ class NettyRemotingServer:
     def dispatch(self, cmd: RemotingCommand, ch: Channel) -> None:
         """Serve one request: its processor's coroutine is run here until it answers or waits;
         only one that waits goes on in a task (see the module docstring)."""
-        proc = self.processors.get(cmd.code)
+        proc = self.processors.get(cmd.code) or self.default_processor
         if proc is None:
-            self._answer(
-                cmd,
-                ch,
-                cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"),
-            )
+            remark = f" request type {cmd.code} not supported"
+            log.error("%s%s", ch.remote_addr, remark)
+            self._write_at_once(cmd, ch, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
             return
         try:
             aw = proc(cmd, ch)
@@ -343,6 +349,17 @@ class NettyRemotingServer:
     def _failed(cmd: RemotingCommand, ch: Channel, exc: Exception) -> RemotingCommand:
         log.exception("processing request code %d from %s", cmd.code, ch.remote_addr, exc_info=exc)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _write_at_once(self, cmd: RemotingCommand, ch: Channel, code: int, remark: str) -> None:
+        """An answer written before any processor ran (processRequestCommand's
+        REQUEST_CODE_NOT_SUPPORTED and SYSTEM_BUSY): as Java, whether or not the request is
+        oneway, and in the server's serialize type (createResponseCommand's default, JSON), not
+        the request's."""
+        resp = RemotingCommand(code, None, b"", remark, cmd.opaque, RESPONSE_FLAG, self.response_version)
+        try:
+            ch.send(resp)
+        except (ConnectionError, RuntimeError):
+            pass
 
     def _answer(self, cmd: RemotingCommand, ch: Channel, resp: RemotingCommand | None) -> None:
         if resp is None or cmd.flag & 2:  # no answer, or a oneway request
