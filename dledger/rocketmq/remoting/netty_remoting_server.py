@@ -18,6 +18,11 @@ without waiting (a send the store takes at once, a pull that finds messages, the
 is answered in that turn with no task, so such answers leave in the order of their requests;
 only one that waits (a held pull, a send waiting for its commit) goes on in a task of its own.
 On Python 3.12+ that first step runs inside an eager task (``_EAGER``), same order.
+
+Flow control (docs/remoting.md): a code's ``RequestPool`` bounds its requests waiting at once
+(Java's executor queue capacities; SYSTEM_BUSY ``[OVERLOAD]`` past it, nothing if oneway), and a
+connection is read no more while its write buffer is over the high-water mark or while
+MAX_IN_FLIGHT_PER_CHANNEL of its requests wait.
 """
 
 from __future__ import annotations
@@ -120,6 +125,33 @@ class _Resume:
                     return stop.value
 
 
+# Answers of one loop turn are joined and written once (see Channel.send) up to this many bytes;
+# past it they are written at once, so the transport's high-water mark sees them.
+COALESCE_LIMIT = 64 * 1024
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+# A connection with this many requests waiting (in tasks) is read no more until half of them
+# are answered: a peer that pipelines requests cannot make the server hold unbounded work.
+# Requests the server's ``parks`` says wait by design (a held pull) do not count.
+MAX_IN_FLIGHT_PER_CHANNEL = 256
+
+
+class RequestPool:
+    """What bounds an executor's queue in Java (``sendThreadPoolQueueCapacity`` and the like):
+    here, how many requests of its codes may wait at once (a send waiting for its commit, a
+    held pull); one past it is answered SYSTEM_BUSY ``[OVERLOAD]``, nothing if oneway, as
+    processRequestCommand answers a RejectedExecutionException."""
+
+    __slots__ = ("capacity", "in_flight", "name")
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.in_flight = 0
+
+    def done(self, _task: object = None) -> None:
+        self.in_flight -= 1
+
+
 # A processor answers a request (None: no answer, as for a oneway request or a held one that
 # will not be answered).
 Processor = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
@@ -137,7 +169,16 @@ class Channel(asyncio.BufferedProtocol):
         self.closed = False
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
+        self._out_size = 0
         self._flush_handle: asyncio.Handle | None = None
+        # The transport's write buffer is over its high-water mark (pause_writing): no request
+        # is run and nothing read until it drains; ``_backlog`` holds the commands of the last
+        # read not yet run, and where to go on.
+        self._write_paused = False
+        self._backlog: tuple[list[RemotingCommand], int] | None = None
+        self._reading_paused = False
+        # Requests of this connection waiting in tasks (those that count: see MAX_IN_FLIGHT...).
+        self.in_flight = 0
         self._loop = asyncio.get_running_loop()
         # Requests this server sent on the connection and awaits answers to, by opaque.
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
@@ -161,10 +202,20 @@ class Channel(asyncio.BufferedProtocol):
             log.warning("closing %s: %s", self.remote_addr, exc)
             self.close()
             return
+        self._run(cmds, 0)
+
+    def _run(self, cmds: list[RemotingCommand], start: int) -> None:
         dispatch = self.server.dispatch
-        for cmd in cmds:
+        for i in range(start, len(cmds)):
             if self.closed:
                 return
+            if self._write_paused or self.in_flight >= MAX_IN_FLIGHT_PER_CHANNEL:
+                # The peer does not read its answers, or has too many requests waiting: the
+                # rest of this read waits, and the transport reads nothing more meanwhile.
+                self._backlog = (cmds, i)
+                self._pause_reading()
+                return
+            cmd = cmds[i]
             if cmd.flag & 1:
                 self.response_arrived(cmd)  # an answer to a request this server sent
             else:
@@ -172,6 +223,39 @@ class Channel(asyncio.BufferedProtocol):
         if self.decoder.error is not None:
             log.warning("closing %s: %s", self.remote_addr, self.decoder.error)
             self.close()
+
+    # Flow control: asyncio calls these when the transport's write buffer crosses its high-
+    # and low-water marks. Netty 4.9.4 goes on reading (its outbound buffer grows without
+    # bound); we stop reading the peer until it takes its answers, so what a connection holds
+    # stays bounded.
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.in_flight < MAX_IN_FLIGHT_PER_CHANNEL:
+            self._go_on()
+
+    def task_done(self, _task: object = None) -> None:
+        """A counted request of this connection was answered (or failed)."""
+        self.in_flight -= 1
+        if self._reading_paused and not self._write_paused and self.in_flight <= MAX_IN_FLIGHT_PER_CHANNEL // 2:
+            self._go_on()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _go_on(self) -> None:
+        backlog, self._backlog = self._backlog, None
+        if backlog is not None:
+            self._run(*backlog)
+        if self._backlog is None and self._reading_paused and not self._write_paused and not self.closed:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         return False  # let the transport close itself
@@ -182,6 +266,7 @@ class Channel(asyncio.BufferedProtocol):
             self._flush_handle.cancel()
             self._flush_handle = None
         self._out.clear()
+        self._backlog = None
         self._fail_pending()
         if self in self.server.channels:
             self.server.channels.discard(self)
@@ -223,25 +308,33 @@ class Channel(asyncio.BufferedProtocol):
         data = cmd.encode()
         if self._flush_handle is not None:
             self._out.append(data)
+            self._out_size += len(data)
+            if self._out_size >= COALESCE_LIMIT:
+                self._flush()  # the transport's buffer, and its high-water mark, see them now
             return
         # The first command of a loop turn goes out now (a lone answer does not wait a turn);
         # the ones after it in the same turn (the answers of a window of sends committed
         # together) are joined and written once by the flush scheduled here: one send call,
         # not one each.
         self.transport.write(data)
-        self._flush_handle = self._loop.call_soon(self._flush)
+        self._flush_handle = self._loop.call_soon(self._flushed)
+
+    def _flushed(self) -> None:
+        self._flush_handle = None
+        self._flush()
 
     def _flush(self) -> None:
-        self._flush_handle = None
         if self._out and not self.closed and self.transport is not None:
             data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
             self._out.clear()
+            self._out_size = 0
             self.transport.write(data)
 
     def close(self) -> None:
         if not self.closed:
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
+                self._flush_handle = None
                 self._flush()
             self.closed = True
             if self.transport is not None:
@@ -262,6 +355,8 @@ class NettyRemotingServer:
         max_frame_length: int = FRAME_MAX_LENGTH,
         on_channel_close: Callable[[Channel], None] | None = None,
         default_processor: Processor | None = None,
+        pools: dict[int, RequestPool] | None = None,
+        parks: Callable[[RemotingCommand], bool] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -270,6 +365,10 @@ class NettyRemotingServer:
         # broker's is AdminBrokerProcessor (REQUEST_CODE_NOT_SUPPORTED through the normal
         # answer path, so a oneway request gets none); without one the server answers itself.
         self.default_processor = default_processor
+        # The pool each code's waiting requests count against (none: unbounded).
+        self.pools: dict[int, RequestPool] = dict(pools or {})
+        # Whether a request waits by design (a held pull): not counted against its connection.
+        self.parks = parks
         # What Java stamps into its answers' version: 0 unless rocketmq.remoting.version is
         # set (the broker sets it, the name server does not).
         self.response_version = response_version
@@ -309,18 +408,22 @@ class NettyRemotingServer:
             log.error("%s%s", ch.remote_addr, remark)
             self._write_at_once(cmd, ch, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
             return
+        pool = self.pools.get(cmd.code)
+        if pool is not None and pool.in_flight >= pool.capacity:
+            if not cmd.flag & 2:
+                self._write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+            return
         try:
             aw = proc(cmd, ch)
             if _EAGER:
                 loop = asyncio.get_running_loop()
                 task = asyncio.Task(self._finish(cmd, ch, aw), loop=loop, eager_start=True)  # type: ignore[call-arg]
                 if not task.done():
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._held(task, pool, cmd, ch)
                 return
             send = getattr(aw, "send", None)
             if send is None:  # an awaitable that is not a coroutine: a task awaits it
-                self._spawn(self._finish(cmd, ch, aw))
+                self._spawn(self._finish(cmd, ch, aw), pool, cmd, ch)
                 return
             first = send(None)
         except StopIteration as stop:
@@ -329,12 +432,22 @@ class NettyRemotingServer:
         except Exception as exc:
             self._answer(cmd, ch, self._failed(cmd, ch, exc))
             return
-        self._spawn(self._finish(cmd, ch, _Resume(aw, first)))  # type: ignore[arg-type]
+        self._spawn(self._finish(cmd, ch, _Resume(aw, first)), pool, cmd, ch)  # type: ignore[arg-type]
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(
+        self, coro: Coroutine[Any, Any, None], pool: RequestPool | None, cmd: RemotingCommand, ch: Channel
+    ) -> None:
+        self._held(asyncio.get_running_loop().create_task(coro), pool, cmd, ch)
+
+    def _held(self, task: asyncio.Task[None], pool: RequestPool | None, cmd: RemotingCommand, ch: Channel) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if pool is not None:
+            pool.in_flight += 1
+            task.add_done_callback(pool.done)
+        if self.parks is None or not self.parks(cmd):
+            ch.in_flight += 1
+            task.add_done_callback(ch.task_done)
 
     async def _finish(self, cmd: RemotingCommand, ch: Channel, aw: Awaitable[RemotingCommand | None]) -> None:
         try:
@@ -377,4 +490,4 @@ class NettyRemotingServer:
             log.error("answer to request code %d from %s: %s", cmd.code, ch.remote_addr, exc)
 
 
-__all__ = ["Channel", "CommandDecoder", "NettyRemotingServer", "Processor"]
+__all__ = ["Channel", "CommandDecoder", "NettyRemotingServer", "Processor", "RequestPool"]
