@@ -94,7 +94,14 @@ class BrokerRemoting:
         self.service = service
         self.config = config
         self.configuration = Configuration(
-            {**(store_properties or {}), **(file_properties or {}), **self._properties(config)},
+            {
+                **(store_properties or {}),
+                **(file_properties or {}),
+                **self._properties(config),
+                # A runtime key the file holds is what the broker starts with (brokerPermission
+                # is not among its options).
+                **{k: v for k, v in (file_properties or {}).items() if k in RUNTIME_KEYS},
+            },
             config_path,
             set(file_properties or ()),
         )

@@ -61,6 +61,7 @@ from dledger.rocketmq.broker.broker_controller import (
     note_put_topic,
 )
 from dledger.rocketmq.broker.broker_remoting import BrokerRemoting
+from dledger.rocketmq.broker.configuration import member_config_path, with_saved_properties
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.query_message_processor import (
     QUERY_CODES,
@@ -199,6 +200,17 @@ class MessageService:
     def __init__(self, config: DLedgerConfig, address: str) -> None:
         from dledger.rocketmq.store.message_store import MessageStore, StoreLockedError
 
+        # UPDATE_BROKER_CONFIG's changes, saved in the member's own file, are its options now.
+        self.saved_config_path: Path | None = None
+        self.saved_properties: dict[str, str] = {}
+        if config.listen_port is not None:
+            from dledger.store.properties import read_properties
+
+            self.saved_config_path = member_config_path(Path(config.store_path_root_dir or config.store_base_dir))
+            self.saved_properties = read_properties(self.saved_config_path) or {}
+            if self.saved_properties:
+                log.info("broker properties from %s: %s", self.saved_config_path, self.saved_properties)
+                config = with_saved_properties(config, self.saved_properties)
         self.config = config
         self.address = address
         # With RocketMQ's remoting on (listen_port), records carry brokerIP1:listenPort as their
@@ -285,6 +297,8 @@ class MessageService:
                 self.store.preparer.store_host_raw,
                 topics=self.topics,
                 subscriptions=self.subscriptions,
+                config_path=self.saved_config_path,
+                file_properties=self.saved_properties,
             )
             self.remoting.leading = group.is_leader
             self._remoting_start = self._loop.create_task(self._start_remoting(self.remoting))
