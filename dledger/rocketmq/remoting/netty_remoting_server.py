@@ -148,9 +148,6 @@ class RequestPool:
         self.capacity = capacity
         self.in_flight = 0
 
-    def done(self, _task: object = None) -> None:
-        self.in_flight -= 1
-
 
 # A processor answers a request (None: no answer, as for a oneway request or a held one that
 # will not be answered).
@@ -237,7 +234,7 @@ class Channel(asyncio.BufferedProtocol):
         if self.in_flight < MAX_IN_FLIGHT_PER_CHANNEL:
             self._go_on()
 
-    def task_done(self, _task: object = None) -> None:
+    def task_done(self) -> None:
         """A counted request of this connection was answered (or failed)."""
         self.in_flight -= 1
         if self._reading_paused and not self._write_paused and self.in_flight <= MAX_IN_FLIGHT_PER_CHANNEL // 2:
@@ -413,17 +410,22 @@ class NettyRemotingServer:
             if not cmd.flag & 2:
                 self._write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
             return
+        # Counted against its pool and connection from before its task runs to its answer
+        # (the decrements in _finish: no done-callback, which would cost a loop handle each).
         try:
             aw = proc(cmd, ch)
             if _EAGER:
                 loop = asyncio.get_running_loop()
-                task = asyncio.Task(self._finish(cmd, ch, aw), loop=loop, eager_start=True)  # type: ignore[call-arg]
+                counted = self._count(pool, cmd, ch)  # net zero if it answers in its first step
+                finish = self._finish(cmd, ch, aw, pool, counted)
+                task = asyncio.Task(finish, loop=loop, eager_start=True)  # type: ignore[call-arg]
                 if not task.done():
-                    self._held(task, pool, cmd, ch)
+                    self._hold(task)
                 return
             send = getattr(aw, "send", None)
             if send is None:  # an awaitable that is not a coroutine: a task awaits it
-                self._spawn(self._finish(cmd, ch, aw), pool, cmd, ch)
+                counted = self._count(pool, cmd, ch)
+                self._spawn(self._finish(cmd, ch, aw, pool, counted))
                 return
             first = send(None)
         except StopIteration as stop:
@@ -432,31 +434,47 @@ class NettyRemotingServer:
         except Exception as exc:
             self._answer(cmd, ch, self._failed(cmd, ch, exc))
             return
-        self._spawn(self._finish(cmd, ch, _Resume(aw, first)), pool, cmd, ch)  # type: ignore[arg-type]
+        counted = self._count(pool, cmd, ch)
+        self._spawn(self._finish(cmd, ch, _Resume(aw, first), pool, counted))  # type: ignore[arg-type]
 
-    def _spawn(
-        self, coro: Coroutine[Any, Any, None], pool: RequestPool | None, cmd: RemotingCommand, ch: Channel
-    ) -> None:
-        self._held(asyncio.get_running_loop().create_task(coro), pool, cmd, ch)
-
-    def _held(self, task: asyncio.Task[None], pool: RequestPool | None, cmd: RemotingCommand, ch: Channel) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _count(self, pool: RequestPool | None, cmd: RemotingCommand, ch: Channel) -> bool:
+        """A request about to wait counted in its pool and, unless it waits by design, its
+        connection; whether it was the latter."""
         if pool is not None:
             pool.in_flight += 1
-            task.add_done_callback(pool.done)
-        if self.parks is None or not self.parks(cmd):
-            ch.in_flight += 1
-            task.add_done_callback(ch.task_done)
+        if self.parks is not None and self.parks(cmd):
+            return False
+        ch.in_flight += 1
+        return True
 
-    async def _finish(self, cmd: RemotingCommand, ch: Channel, aw: Awaitable[RemotingCommand | None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._hold(asyncio.get_running_loop().create_task(coro))
+
+    def _hold(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(
+        self,
+        cmd: RemotingCommand,
+        ch: Channel,
+        aw: Awaitable[RemotingCommand | None],
+        pool: RequestPool | None,
+        counted: bool,
+    ) -> None:
         try:
-            resp = await aw
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            resp = self._failed(cmd, ch, exc)
-        self._answer(cmd, ch, resp)
+            try:
+                resp = await aw
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                resp = self._failed(cmd, ch, exc)
+            self._answer(cmd, ch, resp)
+        finally:
+            if pool is not None:
+                pool.in_flight -= 1
+            if counted:
+                ch.task_done()
 
     @staticmethod
     def _failed(cmd: RemotingCommand, ch: Channel, exc: Exception) -> RemotingCommand:
