@@ -145,6 +145,12 @@ class DLedgerConfig:
     auto_create_subscription_group: bool = _opt(
         True, "make a consumer group on its first heartbeat or pull (autoCreateSubscriptionGroup)"
     )
+    send_thread_pool_queue_capacity: int = _opt(
+        10000, "remoting sends that may wait for their commit at once; more are answered SYSTEM_BUSY"
+    )
+    pull_thread_pool_queue_capacity: int = _opt(
+        100000, "remoting pulls that may be held at once; more are answered SYSTEM_BUSY"
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -237,6 +243,8 @@ class DLedgerConfig:
 # Options that must be 1 or more (counts, sizes, intervals) and 0 or more; unset ones pass.
 _POSITIVE = (
     "slave_sync_period",
+    "send_thread_pool_queue_capacity",
+    "pull_thread_pool_queue_capacity",
     "peer_push_throttle_point",
     "peer_push_quota",
     "max_wait_ack_time_ms",

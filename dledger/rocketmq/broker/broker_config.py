@@ -43,6 +43,10 @@ class BrokerConfig:
     # slaveReadEnable: a consumer far behind is told to pull from a slave (whichBrokerWhenConsumeSlowly).
     slave_read_enable: bool = False
     auto_create_subscription_group: bool = True
+    # sendThreadPoolQueueCapacity, pullThreadPoolQueueCapacity: how many sends / pulls may wait
+    # at once (the remoting server's RequestPool).
+    send_thread_pool_queue_capacity: int = 10000
+    pull_thread_pool_queue_capacity: int = 100000
 
     @property
     def broker_addr(self) -> str:
@@ -94,6 +98,8 @@ class BrokerConfig:
             transaction_check_max=cfg.transaction_check_max,
             slave_read_enable=cfg.slave_read_enable,
             auto_create_subscription_group=cfg.auto_create_subscription_group,
+            send_thread_pool_queue_capacity=cfg.send_thread_pool_queue_capacity,
+            pull_thread_pool_queue_capacity=cfg.pull_thread_pool_queue_capacity,
         )
 
 

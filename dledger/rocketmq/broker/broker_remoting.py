@@ -47,7 +47,7 @@ from dledger.rocketmq.broker.subscription_group_manager import SubscriptionGroup
 from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.broker.transactional_message_check_service import TransactionalMessageCheckService
 from dledger.rocketmq.remoting import remoting_serializable
-from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor
+from dledger.rocketmq.remoting.netty_remoting_server import Channel, NettyRemotingServer, Processor, RequestPool
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion, TopicConfig
 from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID, PERM_READ, PERM_WRITE
 from dledger.rocketmq.remoting.remoting_command import CURRENT_VERSION, RemotingCommand
@@ -57,6 +57,13 @@ if TYPE_CHECKING:
     from dledger.rocketmq.store.consumer_offset import ConsumerOffsetManager
 
 log = logging.getLogger(__name__)
+
+# BrokerConfig's queue capacities of the executors whose size is not configurable here.
+QUERY_THREAD_POOL_QUEUE_CAPACITY = 20000
+HEARTBEAT_THREAD_POOL_QUEUE_CAPACITY = 50000
+CLIENT_MANAGER_THREAD_POOL_QUEUE_CAPACITY = 1000000
+CONSUMER_MANAGER_THREAD_POOL_QUEUE_CAPACITY = 1000000
+END_TRANSACTION_POOL_QUEUE_CAPACITY = 100000
 
 
 class BrokerRemoting:
@@ -87,7 +94,14 @@ class BrokerRemoting:
         self.service = service
         self.config = config
         self.configuration = Configuration(
-            {**(store_properties or {}), **(file_properties or {}), **self._properties(config)},
+            {
+                **(store_properties or {}),
+                **(file_properties or {}),
+                **self._properties(config),
+                # A runtime key the file holds is what the broker starts with (brokerPermission
+                # is not among its options).
+                **{k: v for k, v in (file_properties or {}).items() if k in RUNTIME_KEYS},
+            },
             config_path,
             set(file_properties or ()),
         )
@@ -191,9 +205,41 @@ class BrokerRemoting:
             R.LOCK_BATCH_MQ: admin.lock_batch_mq,
             R.UNLOCK_BATCH_MQ: admin.unlock_batch_mq,
         }
+        # BrokerController.registerProcessor's executors, by their queue capacities (the admin
+        # executor's queue is unbounded): shared by both servers, as in Java.
+        send_pool = RequestPool("send", config.send_thread_pool_queue_capacity)
+        pull_pool = RequestPool("pull", config.pull_thread_pool_queue_capacity)
+        query_pool = RequestPool("query", QUERY_THREAD_POOL_QUEUE_CAPACITY)
+        heartbeat_pool = RequestPool("heartbeat", HEARTBEAT_THREAD_POOL_QUEUE_CAPACITY)
+        client_pool = RequestPool("clientManage", CLIENT_MANAGER_THREAD_POOL_QUEUE_CAPACITY)
+        consumer_pool = RequestPool("consumerManage", CONSUMER_MANAGER_THREAD_POOL_QUEUE_CAPACITY)
+        end_tx_pool = RequestPool("endTransaction", END_TRANSACTION_POOL_QUEUE_CAPACITY)
+        pools: dict[int, RequestPool] = {
+            R.SEND_MESSAGE: send_pool,
+            R.SEND_MESSAGE_V2: send_pool,
+            R.SEND_BATCH_MESSAGE: send_pool,
+            R.CONSUMER_SEND_MSG_BACK: send_pool,
+            R.PULL_MESSAGE: pull_pool,
+            R.QUERY_MESSAGE: query_pool,
+            R.VIEW_MESSAGE_BY_ID: query_pool,
+            R.HEART_BEAT: heartbeat_pool,
+            R.UNREGISTER_CLIENT: client_pool,
+            R.CHECK_CLIENT_CONFIG: client_pool,
+            R.GET_CONSUMER_LIST_BY_GROUP: consumer_pool,
+            R.QUERY_CONSUMER_OFFSET: consumer_pool,
+            R.UPDATE_CONSUMER_OFFSET: consumer_pool,
+            R.END_TRANSACTION: end_tx_pool,
+        }
         self.servers = [
             NettyRemotingServer(
-                bind_host, port, self.processors, response_version=CURRENT_VERSION, on_channel_close=self._closed
+                bind_host,
+                port,
+                self.processors,
+                response_version=CURRENT_VERSION,
+                on_channel_close=self._closed,
+                default_processor=admin.get_unknown_cmd_response,
+                pools=pools,
+                parks=PullMessageProcessor.parks,
             )
             for port in (config.listen_port, config.vip_port)
         ]

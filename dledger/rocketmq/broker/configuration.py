@@ -5,8 +5,10 @@ As Java's ``update``: a key the broker does not have is left out (mergeIfExist),
 a key it has is stored, and the data version moves. Java sets every such key on its config
 objects, but most are read once at start, so they change nothing until a restart; here the keys
 a broker takes at runtime are ``RUNTIME_KEYS`` (handed to ``apply``), the others are stored and
-written to the file, for the next start. With ``store_path`` (the broker's ``-c`` file) the
-properties are written there after each update (Java's persist), atomically.
+written to the file, for the next start. With ``store_path`` (a classic broker's ``-c`` file, a
+DLedger member's ``config/broker.properties`` in its store) the properties are written there
+after each update (Java's persist), atomically; a member takes its file's keys back at start
+(``with_saved_properties``).
 
 Unlike Java, a value that does not parse as its key's type (``brokerPermission=x``) is refused
 with the key named: Java stores the text, ignores it, and writes it into the file.
@@ -14,12 +16,15 @@ with the key named: Java stores the text, ignores it, and writes it into the fil
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from dledger.config import DLedgerConfig
+from dledger.config_check import ConfigError
 from dledger.rocketmq.remoting.protocol.register_broker_body import DataVersion
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_READ, PERM_WRITE
 
@@ -89,9 +94,54 @@ class Configuration:
         with self._lock:
             values: dict[str, object] = {k: v for k, v in self.all_configs.items() if k in self._file_keys}
         try:
+            self.store_path.parent.mkdir(parents=True, exist_ok=True)
             write_properties(self.store_path, values)
         except OSError as exc:
             log.warning("could not write %s: %s", self.store_path, exc)
+
+
+# A DLedger member's own properties file, in its store's config directory beside topics.json:
+# Java's default brokerConfigPath (``store/config/broker.properties``), where Configuration
+# persists when the broker was not started with ``-c``.
+MEMBER_CONFIG_FILE = "broker.properties"
+
+
+def member_config_path(store_root: Path) -> Path:
+    return store_root / "config" / MEMBER_CONFIG_FILE
+
+
+def with_saved_properties(cfg: DLedgerConfig, saved: dict[str, str]) -> DLedgerConfig:
+    """A member's options with the ones UPDATE_BROKER_CONFIG saved in its file: they win over
+    its flags and ``--config``, as a Java broker's rewritten ``-c`` file does at its next start.
+    Keys that are not options (``brokerPermission``, ``brokerId``) or do not parse are left to
+    the caller (the first is applied with the runtime keys) or skipped with a warning."""
+    from dledger.config import _ALIASES, snake_case  # the camelCase names DLedgerConfig takes
+
+    types = {f.name: str(f.type) for f in dataclasses.fields(cfg)}
+    changes: dict[str, object] = {}
+    for key, text in saved.items():
+        name = _ALIASES.get(key) or snake_case(key)
+        kind = types.get(name)
+        if kind is None:
+            continue
+        try:
+            if "bool" in kind:
+                changes[name] = parse_bool(text)
+            elif "int" in kind:
+                changes[name] = int(text)
+            elif "float" in kind:
+                changes[name] = float(text)
+            else:
+                changes[name] = text
+        except ValueError:
+            log.warning("saved broker property %s=%r does not parse: ignored", key, text)
+    if not changes:
+        return cfg
+    try:
+        return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        log.warning("saved broker properties %s refused (%s): the options stay as given", changes, exc)
+        return cfg
 
 
 def apply_runtime(changed: dict[str, str], setters: dict[str, Callable[[bool | int], None]]) -> None:
@@ -102,4 +152,13 @@ def apply_runtime(changed: dict[str, str], setters: dict[str, Callable[[bool | i
             setter(parse_bool(changed[key]) if kind is bool else int(changed[key]))
 
 
-__all__ = ["DEFAULT_BROKER_PERMISSION", "RUNTIME_KEYS", "Configuration", "apply_runtime", "parse_bool"]
+__all__ = [
+    "DEFAULT_BROKER_PERMISSION",
+    "MEMBER_CONFIG_FILE",
+    "RUNTIME_KEYS",
+    "Configuration",
+    "apply_runtime",
+    "member_config_path",
+    "parse_bool",
+    "with_saved_properties",
+]

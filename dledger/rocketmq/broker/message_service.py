@@ -61,6 +61,7 @@ from dledger.rocketmq.broker.broker_controller import (
     note_put_topic,
 )
 from dledger.rocketmq.broker.broker_remoting import BrokerRemoting
+from dledger.rocketmq.broker.configuration import member_config_path, with_saved_properties
 from dledger.rocketmq.broker.pull_message_processor import PullMessageProcessor
 from dledger.rocketmq.broker.query_message_processor import (
     QUERY_CODES,
@@ -199,6 +200,17 @@ class MessageService:
     def __init__(self, config: DLedgerConfig, address: str) -> None:
         from dledger.rocketmq.store.message_store import MessageStore, StoreLockedError
 
+        # UPDATE_BROKER_CONFIG's changes, saved in the member's own file, are its options now.
+        self.saved_config_path: Path | None = None
+        self.saved_properties: dict[str, str] = {}
+        if config.listen_port is not None:
+            from dledger.store.properties import read_properties
+
+            self.saved_config_path = member_config_path(Path(config.store_path_root_dir or config.store_base_dir))
+            self.saved_properties = read_properties(self.saved_config_path) or {}
+            if self.saved_properties:
+                log.info("broker properties from %s: %s", self.saved_config_path, self.saved_properties)
+                config = with_saved_properties(config, self.saved_properties)
         self.config = config
         self.address = address
         # With RocketMQ's remoting on (listen_port), records carry brokerIP1:listenPort as their
@@ -285,6 +297,8 @@ class MessageService:
                 self.store.preparer.store_host_raw,
                 topics=self.topics,
                 subscriptions=self.subscriptions,
+                config_path=self.saved_config_path,
+                file_properties=self.saved_properties,
             )
             self.remoting.leading = group.is_leader
             self._remoting_start = self._loop.create_task(self._start_remoting(self.remoting))
@@ -487,15 +501,35 @@ class MessageService:
     async def _send(self, body: dict[str, Any], peer: str) -> Response:
         started = time.perf_counter()
         resp = await self._send_checked(body, peer)
+        return await self._sent(body.get("topic"), body.get("raw"), resp, started)
+
+    async def send_packed(
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, peer: str
+    ) -> Response:
+        """A send whose bodies and properties are packed already (the remoting processor's,
+        from a kernel): as ``handle(SEND_BATCH_MESSAGE, ...)`` without a wire dict made and
+        read back (``to_wire``/``from_wire``, its checks being true by construction)."""
+        started = time.perf_counter()
+        refused = self._not_writable()
+        if refused is not None:
+            resp = refused
+        elif len(bodies.offsets) < 2:
+            resp = Response(
+                ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, "no messages").to_wire()
+            )
+        else:
+            resp = await self._prepare_and_put(req, bodies, props, peer)
+        return await self._sent(req.topic, bodies.raw, resp, started)
+
+    async def _sent(self, topic: object, raw: object, resp: Response, started: float) -> Response:
         if self._group_is_leader():  # a follower's redirects are no sends of its own
-            raw = body.get("raw")  # the bodies, back to back
             self.metric_stats.sent(
-                str(body.get("topic")),
+                str(topic),
                 resp.body,
                 len(raw) if isinstance(raw, bytes | memoryview) else 0,
                 time.perf_counter() - started,
             )
-            await note_put_topic(self.topics, body.get("topic"), resp, self.remoting)
+            await note_put_topic(self.topics, topic, resp, self.remoting)
         return resp
 
     async def put_inner(self, msgs: list[Message]) -> Response:
@@ -517,6 +551,14 @@ class MessageService:
             return refused
         try:
             req, bodies, props = SendRequest.from_wire(body)
+        except DLedgerError as exc:
+            return Response(ResponseCode.SUCCESS, SendResponse(PutMessageStatus.MESSAGE_ILLEGAL, exc.message).to_wire())
+        return await self._prepare_and_put(req, bodies, props, peer)
+
+    async def _prepare_and_put(
+        self, req: SendRequest, bodies: PackedBodies, props: PackedBodies | None, peer: str
+    ) -> Response:
+        try:
             batch = self.sends.prepare(req, bodies, props, peer)
         except IllegalMessage as exc:
             return Response(

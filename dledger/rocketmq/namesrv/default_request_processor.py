@@ -54,6 +54,12 @@ class DefaultRequestProcessor:
         }
         return {int(k): v for k, v in handlers.items()}
 
+    async def unknown_code(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """The name server's default processor. Deviation: Java's DefaultRequestProcessor returns
+        null for a code it does not know (no answer, the client times out); ours answers
+        REQUEST_CODE_NOT_SUPPORTED, and like Java nothing to a oneway request."""
+        return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+
     # -- KV config -------------------------------------------------------------------------
 
     async def put_kv_config(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:

@@ -23,7 +23,11 @@ class NamesrvController:
         self.kv = KVConfigManager(kv_config_path)
         self.processor = DefaultRequestProcessor(self.routes, self.kv)
         self.server = NettyRemotingServer(
-            host, port, self.processor.processors(), on_channel_close=self._channel_closed
+            host,
+            port,
+            self.processor.processors(),
+            on_channel_close=self._channel_closed,
+            default_processor=self.processor.unknown_code,
         )
         self._scan: asyncio.Task[None] | None = None
 

@@ -4,8 +4,11 @@ commands, each request handed to the processor registered for its code.
 As NettyRemotingAbstract.processRequestCommand: requests of a connection run concurrently
 (a held pull does not stall the heartbeat behind it); a code nobody serves is answered
 REQUEST_CODE_NOT_SUPPORTED and a processor's exception SYSTEM_ERROR, the connection staying
-open; a oneway request gets no answer. A frame that does not decode closes the connection, as
-NettyDecoder does (the requests before it in the stream are still served).
+open; a oneway request gets no answer. A code with no processor goes to the default processor
+(registerDefaultProcessor; the broker's answers REQUEST_CODE_NOT_SUPPORTED, so a oneway one is
+left unanswered as in Java); with none, the server answers REQUEST_CODE_NOT_SUPPORTED itself,
+oneway or not, in its own serialize type (JSON), as processRequestCommand does. A frame that
+does not decode closes the connection, as NettyDecoder does (the requests before it in the stream are still served).
 
 The read path is an ``asyncio.BufferedProtocol``: the socket is read into the decoder's
 scratch buffer (``dledger.net.frames.BufferedFrameDecoder``, the one our own protocol reads
@@ -15,6 +18,11 @@ without waiting (a send the store takes at once, a pull that finds messages, the
 is answered in that turn with no task, so such answers leave in the order of their requests;
 only one that waits (a held pull, a send waiting for its commit) goes on in a task of its own.
 On Python 3.12+ that first step runs inside an eager task (``_EAGER``), same order.
+
+Flow control (docs/remoting.md): a code's ``RequestPool`` bounds its requests waiting at once
+(Java's executor queue capacities; SYSTEM_BUSY ``[OVERLOAD]`` past it, nothing if oneway), and a
+connection is read no more while its write buffer is over the high-water mark or while
+MAX_IN_FLIGHT_PER_CHANNEL of its requests wait.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any
 
 from dledger.net.frames import SCRATCH_SIZE, BufferedFrameDecoder
 from dledger.rocketmq.remoting.netty_decoder import FRAME_MAX_LENGTH, FrameTooLong
-from dledger.rocketmq.remoting.remoting_command import K, RemotingCommand
+from dledger.rocketmq.remoting.remoting_command import RESPONSE_FLAG, K, RemotingCommand
 from dledger.rocketmq.remoting.remoting_command_exception import RemotingCommandException
 from dledger.rocketmq.remoting.response_code import ResponseCode
 
@@ -117,6 +125,30 @@ class _Resume:
                     return stop.value
 
 
+# Answers of one loop turn are joined and written once (see Channel.send) up to this many bytes;
+# past it they are written at once, so the transport's high-water mark sees them.
+COALESCE_LIMIT = 64 * 1024
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+# A connection with this many requests waiting (in tasks) is read no more until half of them
+# are answered: a peer that pipelines requests cannot make the server hold unbounded work.
+# Requests the server's ``parks`` says wait by design (a held pull) do not count.
+MAX_IN_FLIGHT_PER_CHANNEL = 256
+
+
+class RequestPool:
+    """What bounds an executor's queue in Java (``sendThreadPoolQueueCapacity`` and the like):
+    here, how many requests of its codes may wait at once (a send waiting for its commit, a
+    held pull); one past it is answered SYSTEM_BUSY ``[OVERLOAD]``, nothing if oneway, as
+    processRequestCommand answers a RejectedExecutionException."""
+
+    __slots__ = ("capacity", "in_flight", "name")
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.in_flight = 0
+
+
 # A processor answers a request (None: no answer, as for a oneway request or a held one that
 # will not be answered).
 Processor = Callable[[RemotingCommand, "Channel"], Awaitable[RemotingCommand | None]]
@@ -134,7 +166,16 @@ class Channel(asyncio.BufferedProtocol):
         self.closed = False
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []
+        self._out_size = 0
         self._flush_handle: asyncio.Handle | None = None
+        # The transport's write buffer is over its high-water mark (pause_writing): no request
+        # is run and nothing read until it drains; ``_backlog`` holds the commands of the last
+        # read not yet run, and where to go on.
+        self._write_paused = False
+        self._backlog: tuple[list[RemotingCommand], int] | None = None
+        self._reading_paused = False
+        # Requests of this connection waiting in tasks (those that count: see MAX_IN_FLIGHT...).
+        self.in_flight = 0
         self._loop = asyncio.get_running_loop()
         # Requests this server sent on the connection and awaits answers to, by opaque.
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
@@ -158,10 +199,20 @@ class Channel(asyncio.BufferedProtocol):
             log.warning("closing %s: %s", self.remote_addr, exc)
             self.close()
             return
+        self._run(cmds, 0)
+
+    def _run(self, cmds: list[RemotingCommand], start: int) -> None:
         dispatch = self.server.dispatch
-        for cmd in cmds:
+        for i in range(start, len(cmds)):
             if self.closed:
                 return
+            if self._write_paused or self.in_flight >= MAX_IN_FLIGHT_PER_CHANNEL:
+                # The peer does not read its answers, or has too many requests waiting: the
+                # rest of this read waits, and the transport reads nothing more meanwhile.
+                self._backlog = (cmds, i)
+                self._pause_reading()
+                return
+            cmd = cmds[i]
             if cmd.flag & 1:
                 self.response_arrived(cmd)  # an answer to a request this server sent
             else:
@@ -169,6 +220,39 @@ class Channel(asyncio.BufferedProtocol):
         if self.decoder.error is not None:
             log.warning("closing %s: %s", self.remote_addr, self.decoder.error)
             self.close()
+
+    # Flow control: asyncio calls these when the transport's write buffer crosses its high-
+    # and low-water marks. Netty 4.9.4 goes on reading (its outbound buffer grows without
+    # bound); we stop reading the peer until it takes its answers, so what a connection holds
+    # stays bounded.
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.in_flight < MAX_IN_FLIGHT_PER_CHANNEL:
+            self._go_on()
+
+    def task_done(self) -> None:
+        """A counted request of this connection was answered (or failed)."""
+        self.in_flight -= 1
+        if self._reading_paused and not self._write_paused and self.in_flight <= MAX_IN_FLIGHT_PER_CHANNEL // 2:
+            self._go_on()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _go_on(self) -> None:
+        backlog, self._backlog = self._backlog, None
+        if backlog is not None:
+            self._run(*backlog)
+        if self._backlog is None and self._reading_paused and not self._write_paused and not self.closed:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         return False  # let the transport close itself
@@ -179,6 +263,7 @@ class Channel(asyncio.BufferedProtocol):
             self._flush_handle.cancel()
             self._flush_handle = None
         self._out.clear()
+        self._backlog = None
         self._fail_pending()
         if self in self.server.channels:
             self.server.channels.discard(self)
@@ -220,25 +305,33 @@ class Channel(asyncio.BufferedProtocol):
         data = cmd.encode()
         if self._flush_handle is not None:
             self._out.append(data)
+            self._out_size += len(data)
+            if self._out_size >= COALESCE_LIMIT:
+                self._flush()  # the transport's buffer, and its high-water mark, see them now
             return
         # The first command of a loop turn goes out now (a lone answer does not wait a turn);
         # the ones after it in the same turn (the answers of a window of sends committed
         # together) are joined and written once by the flush scheduled here: one send call,
         # not one each.
         self.transport.write(data)
-        self._flush_handle = self._loop.call_soon(self._flush)
+        self._flush_handle = self._loop.call_soon(self._flushed)
+
+    def _flushed(self) -> None:
+        self._flush_handle = None
+        self._flush()
 
     def _flush(self) -> None:
-        self._flush_handle = None
         if self._out and not self.closed and self.transport is not None:
             data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
             self._out.clear()
+            self._out_size = 0
             self.transport.write(data)
 
     def close(self) -> None:
         if not self.closed:
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
+                self._flush_handle = None
                 self._flush()
             self.closed = True
             if self.transport is not None:
@@ -258,10 +351,21 @@ class NettyRemotingServer:
         response_version: int = 0,
         max_frame_length: int = FRAME_MAX_LENGTH,
         on_channel_close: Callable[[Channel], None] | None = None,
+        default_processor: Processor | None = None,
+        pools: dict[int, RequestPool] | None = None,
+        parks: Callable[[RemotingCommand], bool] | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.processors: dict[int, Processor] = dict(processors or {})
+        # registerDefaultProcessor: what serves a code no processor is registered for. The
+        # broker's is AdminBrokerProcessor (REQUEST_CODE_NOT_SUPPORTED through the normal
+        # answer path, so a oneway request gets none); without one the server answers itself.
+        self.default_processor = default_processor
+        # The pool each code's waiting requests count against (none: unbounded).
+        self.pools: dict[int, RequestPool] = dict(pools or {})
+        # Whether a request waits by design (a held pull): not counted against its connection.
+        self.parks = parks
         # What Java stamps into its answers' version: 0 unless rocketmq.remoting.version is
         # set (the broker sets it, the name server does not).
         self.response_version = response_version
@@ -295,26 +399,33 @@ class NettyRemotingServer:
     def dispatch(self, cmd: RemotingCommand, ch: Channel) -> None:
         """Serve one request: its processor's coroutine is run here until it answers or waits;
         only one that waits goes on in a task (see the module docstring)."""
-        proc = self.processors.get(cmd.code)
+        proc = self.processors.get(cmd.code) or self.default_processor
         if proc is None:
-            self._answer(
-                cmd,
-                ch,
-                cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"),
-            )
+            remark = f" request type {cmd.code} not supported"
+            log.error("%s%s", ch.remote_addr, remark)
+            self._write_at_once(cmd, ch, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
             return
+        pool = self.pools.get(cmd.code)
+        if pool is not None and pool.in_flight >= pool.capacity:
+            if not cmd.flag & 2:
+                self._write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+            return
+        # Counted against its pool and connection from before its task runs to its answer
+        # (the decrements in _finish: no done-callback, which would cost a loop handle each).
         try:
             aw = proc(cmd, ch)
             if _EAGER:
                 loop = asyncio.get_running_loop()
-                task = asyncio.Task(self._finish(cmd, ch, aw), loop=loop, eager_start=True)  # type: ignore[call-arg]
+                counted = self._count(pool, cmd, ch)  # net zero if it answers in its first step
+                finish = self._finish(cmd, ch, aw, pool, counted)
+                task = asyncio.Task(finish, loop=loop, eager_start=True)  # type: ignore[call-arg]
                 if not task.done():
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._hold(task)
                 return
             send = getattr(aw, "send", None)
             if send is None:  # an awaitable that is not a coroutine: a task awaits it
-                self._spawn(self._finish(cmd, ch, aw))
+                counted = self._count(pool, cmd, ch)
+                self._spawn(self._finish(cmd, ch, aw, pool, counted))
                 return
             first = send(None)
         except StopIteration as stop:
@@ -323,26 +434,63 @@ class NettyRemotingServer:
         except Exception as exc:
             self._answer(cmd, ch, self._failed(cmd, ch, exc))
             return
-        self._spawn(self._finish(cmd, ch, _Resume(aw, first)))  # type: ignore[arg-type]
+        counted = self._count(pool, cmd, ch)
+        self._spawn(self._finish(cmd, ch, _Resume(aw, first), pool, counted))  # type: ignore[arg-type]
+
+    def _count(self, pool: RequestPool | None, cmd: RemotingCommand, ch: Channel) -> bool:
+        """A request about to wait counted in its pool and, unless it waits by design, its
+        connection; whether it was the latter."""
+        if pool is not None:
+            pool.in_flight += 1
+        if self.parks is not None and self.parks(cmd):
+            return False
+        ch.in_flight += 1
+        return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        self._hold(asyncio.get_running_loop().create_task(coro))
+
+    def _hold(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _finish(self, cmd: RemotingCommand, ch: Channel, aw: Awaitable[RemotingCommand | None]) -> None:
+    async def _finish(
+        self,
+        cmd: RemotingCommand,
+        ch: Channel,
+        aw: Awaitable[RemotingCommand | None],
+        pool: RequestPool | None,
+        counted: bool,
+    ) -> None:
         try:
-            resp = await aw
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            resp = self._failed(cmd, ch, exc)
-        self._answer(cmd, ch, resp)
+            try:
+                resp = await aw
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                resp = self._failed(cmd, ch, exc)
+            self._answer(cmd, ch, resp)
+        finally:
+            if pool is not None:
+                pool.in_flight -= 1
+            if counted:
+                ch.task_done()
 
     @staticmethod
     def _failed(cmd: RemotingCommand, ch: Channel, exc: Exception) -> RemotingCommand:
         log.exception("processing request code %d from %s", cmd.code, ch.remote_addr, exc_info=exc)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _write_at_once(self, cmd: RemotingCommand, ch: Channel, code: int, remark: str) -> None:
+        """An answer written before any processor ran (processRequestCommand's
+        REQUEST_CODE_NOT_SUPPORTED and SYSTEM_BUSY): as Java, whether or not the request is
+        oneway, and in the server's serialize type (createResponseCommand's default, JSON), not
+        the request's."""
+        resp = RemotingCommand(code, None, b"", remark, cmd.opaque, RESPONSE_FLAG, self.response_version)
+        try:
+            ch.send(resp)
+        except (ConnectionError, RuntimeError):
+            pass
 
     def _answer(self, cmd: RemotingCommand, ch: Channel, resp: RemotingCommand | None) -> None:
         if resp is None or cmd.flag & 2:  # no answer, or a oneway request
@@ -360,4 +508,4 @@ class NettyRemotingServer:
             log.error("answer to request code %d from %s: %s", cmd.code, ch.remote_addr, exc)
 
 
-__all__ = ["Channel", "CommandDecoder", "NettyRemotingServer", "Processor"]
+__all__ = ["Channel", "CommandDecoder", "NettyRemotingServer", "Processor", "RequestPool"]

@@ -20,7 +20,7 @@ from dledger.rocketmq.remoting.remoting_serializable import encode as json_encod
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.store.properties import parse_properties
 from dledger.testing import ClassicBroker, consecutive_free_ports
-from tests.rocketmq.remoting.processes import run, start_namesrv, stop
+from tests.rocketmq.remoting.processes import cluster, run, start_namesrv, stop
 from tests.rocketmq.remoting.test_broker_codes import max_offset, pull, send, wait_master
 
 pytestmark = pytest.mark.timeout(240)
@@ -330,3 +330,59 @@ def test_a_consumer_that_does_not_answer_in_time_is_consume_msg_timeout(tmp_path
             await b.shutdown()
 
     run(scenario)
+
+
+def test_a_dledger_members_config_updates_are_saved_and_taken_at_its_next_start(tmp_path: Path) -> None:
+    """A member has no broker.conf: UPDATE_BROKER_CONFIG writes its own
+    ``config/broker.properties`` in its store, and a restarted member runs with it: the runtime
+    keys (a write-only brokerPermission refuses pulls) and its options (defaultTopicQueueNums is
+    listed from the member's own option, which the file's value replaced)."""
+    with cluster(tmp_path, 1, ["--default-topic-queue-nums", "4"]) as (ns, brokers):
+        run(lambda: wait_master(ns), timeout=60)
+        addr = brokers.addr("n0")
+
+        async def update() -> None:
+            c = NettyRemotingClient()
+            try:
+                await send(c, addr, "Saved", b"before")
+                r = await update_config(c, addr, "brokerPermission=2\nslaveReadEnable=true\ndefaultTopicQueueNums=6\n")
+                assert r.code == ResponseCode.SUCCESS, r.remark
+            finally:
+                await c.close()
+
+        run(update)
+        (saved,) = list((tmp_path / "n0").rglob("broker.properties"))
+        assert saved.parent.name == "config"
+        text = saved.read_text(encoding="latin-1")
+        got = parse_properties(text)
+        assert {k: got[k] for k in ("brokerPermission", "slaveReadEnable", "defaultTopicQueueNums")} == {
+            "brokerPermission": "2",
+            "slaveReadEnable": "true",
+            "defaultTopicQueueNums": "6",
+        }
+        stop(brokers.procs.pop("n0"))
+        brokers.start("n0")
+        run(lambda: wait_master(ns), timeout=60)
+
+        async def after_restart() -> None:
+            c = NettyRemotingClient()
+            try:
+                props, _ = await get_config(c, addr)
+                assert (props["brokerPermission"], props["slaveReadEnable"], props["defaultTopicQueueNums"]) == (
+                    "2",
+                    "true",
+                    "6",
+                )
+                r = await pull_as(c, addr, "CG", "Saved")
+                assert r.code == ResponseCode.NO_PERMISSION, (r.code, r.remark)
+                # Writes are still allowed.
+                await send(c, addr, "Saved", b"after")
+                # Back to read-write: saved again, and pulls are served.
+                r = await update_config(c, addr, "brokerPermission=6\n")
+                assert r.code == ResponseCode.SUCCESS
+                assert (await pull_as(c, addr, "CG", "Saved")).code == ResponseCode.SUCCESS
+            finally:
+                await c.close()
+
+        run(after_restart)
+        assert parse_properties(saved.read_text(encoding="latin-1"))["brokerPermission"] == "6"

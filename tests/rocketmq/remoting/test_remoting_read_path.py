@@ -233,9 +233,44 @@ def test_a_failing_processor_is_answered_system_error_before_or_after_it_waits()
         assert got[now.opaque].code == ResponseCode.SYSTEM_ERROR and "boom no" in (got[now.opaque].remark or "")
         assert got[after.opaque].code == ResponseCode.SYSTEM_ERROR and "boom yes" in (got[after.opaque].remark or "")
         assert got[unknown.opaque].code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
-        assert got[unknown.opaque].serialize_type == SerializeType.ROCKETMQ
+        # Written by the server itself (no default processor): in its own type, as Java's
+        # createResponseCommand, not the request's.
+        assert got[unknown.opaque].serialize_type == SerializeType.JSON
 
     _serve({RequestCode.HEART_BEAT: fail}, test)
+
+
+def test_a_code_without_processor_is_refused_even_oneway_and_a_default_processor_serves_it() -> None:
+    async def ok(req: RemotingCommand, _ch: Channel) -> RemotingCommand:
+        return req.response()
+
+    async def default(req: RemotingCommand, _ch: Channel) -> RemotingCommand:
+        return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "by default")
+
+    async def test(server: NettyRemotingServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # No default processor: processRequestCommand answers a oneway request too.
+        unknown = RemotingCommand.request(9999, oneway=True, serialize_type=SerializeType.ROCKETMQ)
+        then = RemotingCommand.request(RequestCode.HEART_BEAT)
+        writer.write(unknown.encode() + then.encode())
+        a, b = await _answers(reader, 2)
+        assert (a.opaque, a.code, a.remark, a.is_response) == (
+            unknown.opaque,
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            " request type 9999 not supported",
+            True,
+        )
+        assert a.serialize_type == SerializeType.JSON and not a.is_oneway
+        assert (b.opaque, b.code) == (then.opaque, ResponseCode.SUCCESS)
+        # A default processor (the broker's): its answer goes the normal way, none to oneway.
+        server.default_processor = default
+        quiet = RemotingCommand.request(9998, oneway=True)
+        asked = RemotingCommand.request(9998, serialize_type=SerializeType.ROCKETMQ)
+        writer.write(quiet.encode() + asked.encode())
+        (c,) = await _answers(reader, 1)
+        assert (c.opaque, c.code, c.remark) == (asked.opaque, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "by default")
+        assert c.serialize_type == SerializeType.ROCKETMQ
+
+    _serve({RequestCode.HEART_BEAT: ok}, test)
 
 
 def test_a_frame_over_the_limit_closes_the_connection_after_the_requests_before_it() -> None:

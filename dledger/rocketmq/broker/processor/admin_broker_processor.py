@@ -365,5 +365,10 @@ class AdminBrokerProcessor:
         self.locks.unlock_batch(group, mqs, client_id)
         return req.response()
 
+    async def get_unknown_cmd_response(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        """The broker's default processor (getUnknownCmdResponse): a code nothing serves. An
+        answer like any processor's, so a oneway request gets none, as in Java."""
+        return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+
 
 __all__ = ["AdminBrokerProcessor"]

@@ -24,6 +24,7 @@ from dledger.rocketmq.broker.topic_config_manager import TopicConfigManager
 from dledger.rocketmq.remoting.netty_remoting_server import Channel
 from dledger.rocketmq.remoting.protocol.topic_route_data import MASTER_ID, PERM_READ
 from dledger.rocketmq.remoting.remoting_command import RemotingCommand
+from dledger.rocketmq.remoting.request_code import RequestCode
 from dledger.rocketmq.remoting.response_code import ResponseCode
 from dledger.rocketmq.store.index_file import java_string_hash
 from dledger.rocketmq.store.status import GetMessageStatus
@@ -76,6 +77,16 @@ class PullMessageProcessor:
         self.slave_read_enable = slave_read_enable
         # The offset commits pulls carry, running (held so that none is dropped half way).
         self._commits: set[asyncio.Task[Any]] = set()
+
+    @staticmethod
+    def parks(req: RemotingCommand) -> bool:
+        """A pull the consumer lets the broker hold (PullRequestHoldService): it waits by design
+        and holds no answer while it does, so it does not count against its connection's
+        requests in flight (a push consumer holds one per queue on one connection)."""
+        if req.code != RequestCode.PULL_MESSAGE:
+            return False
+        flag = (req.ext_fields or {}).get("sysFlag", "0")
+        return flag.isdigit() and bool(int(flag) & FLAG_SUSPEND)
 
     async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand | None:
         if not self.broker_permission & PERM_READ:

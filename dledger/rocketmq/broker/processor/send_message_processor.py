@@ -13,6 +13,7 @@ import numpy as np
 
 from dledger.codes import ResponseCode as DCode
 from dledger.net.transport import Response
+from dledger.packed import PackedBodies
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
 from dledger.rocketmq.broker.configuration import DEFAULT_BROKER_PERMISSION
 from dledger.rocketmq.broker.processor.query_message_processor import look_message_by_offset
@@ -89,6 +90,13 @@ def header_v1(req: RemotingCommand) -> dict[str, str]:
 
 def _strip_wait(props: str) -> str:
     return "\x02".join(p for p in props.split("\x02") if p and not p.startswith(PROPERTY_WAIT_STORE_MSG_OK + "\x01"))
+
+
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    """PackedBodies' offsets (int64, a leading 0) from a kernel's uint32 sizes."""
+    out = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, dtype=np.int64, out=out[1:])
+    return out
 
 
 class SendMessageProcessor:
@@ -170,21 +178,8 @@ class SendMessageProcessor:
         if dlq_topic(send) is not None:
             # handleRetryAndDLQ: the store's send path moves it; the DLQ topic is served here.
             self._dlq_topic_config(send)
-        wire = send.to_wire()
-        if req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true":
-            # The batch's own properties (WAIT) and CLUSTER follow each message's, as the Java
-            # broker's MessageExtBatch encoder writes them; one kernel pass, no object a message.
-            tail = ("\x02" + cluster + ("\x02" + props if props else "")).encode("utf-8")
-            batch = decode_messages(req.body, tail)
-            wire["flag"] = batch.flag
-            wire["raw"], wire["sizes"] = batch.bodies, batch.body_sizes.tobytes()
-            wire["props_raw"], wire["props_sizes"] = batch.properties, batch.properties_sizes.tobytes()
-        else:
-            text = _strip_wait(props)
-            one = ((text + "\x02") if text else "").encode("utf-8") + cluster.encode("utf-8")
-            wire["raw"], wire["sizes"] = req.body, np.asarray([len(req.body)], dtype=np.uint32).tobytes()
-            wire["props_raw"], wire["props_sizes"] = one, np.asarray([len(one)], dtype=np.uint32).tobytes()
-        resp = await self.service.handle(MessageRequestCode.SEND_BATCH_MESSAGE, wire, ch.remote_addr)
+        bodies, packed_props = self._packed(req, h, props, cluster, send)
+        resp = await self._put_packed(send, bodies, packed_props, ch.remote_addr)
         body = SendResponse.from_wire(resp.body) if resp.body else SendResponse(PutMessageStatus.UNKNOWN_ERROR)
         unavailable = self._unavailable(req, resp)
         if unavailable is not None:
@@ -205,6 +200,39 @@ class SendMessageProcessor:
         if code == ResponseCode.MESSAGE_ILLEGAL:
             reason = f"the message is illegal, maybe msg body or properties length not matched. {reason}"
         return req.response(code, reason)
+
+    @staticmethod
+    def _packed(
+        req: RemotingCommand, h: dict[str, str], props: str, cluster: str, send: SendRequest
+    ) -> tuple[PackedBodies, PackedBodies]:
+        """The request's bodies and properties strings, packed (and the batch's flag set)."""
+        if req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true":
+            # The batch's own properties (WAIT) and CLUSTER follow each message's, as the Java
+            # broker's MessageExtBatch encoder writes them; one kernel pass, no object a message.
+            tail = ("\x02" + cluster + ("\x02" + props if props else "")).encode("utf-8")
+            batch = decode_messages(req.body, tail)
+            send.flag = batch.flag
+            return (
+                PackedBodies(batch.bodies, _offsets(batch.body_sizes)),
+                PackedBodies(batch.properties, _offsets(batch.properties_sizes)),
+            )
+        text = _strip_wait(props)
+        one = ((text + "\x02") if text else "").encode("utf-8") + cluster.encode("utf-8")
+        return (
+            PackedBodies(req.body, np.array([0, len(req.body)], dtype=np.int64)),
+            PackedBodies(one, np.array([0, len(one)], dtype=np.int64)),
+        )
+
+    async def _put_packed(self, send: SendRequest, bodies: PackedBodies, props: PackedBodies, peer: str) -> Response:
+        send_packed = getattr(self.service, "send_packed", None)
+        if send_packed is not None:  # a member's service: no wire dict made and read back
+            resp: Response = await send_packed(send, bodies, props, peer)
+            return resp
+        # The classic broker's: its handle takes the wire dict.
+        wire = send.to_wire()
+        wire["raw"], wire["sizes"] = bodies.raw, np.diff(bodies.offsets).astype(np.uint32).tobytes()
+        wire["props_raw"], wire["props_sizes"] = props.raw, np.diff(props.offsets).astype(np.uint32).tobytes()
+        return await self.service.handle(MessageRequestCode.SEND_BATCH_MESSAGE, wire, peer)
 
     async def _prepare_message(
         self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int, props: str, ch: Channel
