@@ -589,6 +589,10 @@ class MmapFileStore:
             return
         self._service.stop()
         with self._lock, self._unmap_lock:
+            # Appends do not take the lock: one in progress on another thread finishes first
+            # (it copies into the mappings without the GIL), later ones are refused, so the
+            # flush and checkpoint below cover every append that returned.
+            self._log.stop_writes()
             if not self.readonly:
                 self.flush()
                 self.persist_checkpoint()
