@@ -1140,12 +1140,18 @@ cdef class EntryLog:
                                f"index unit of entry {index} would land at {ipos}, not {index * DL_INDEX_UNIT}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
-        # Both go through the mapping: their blocks first (see MappedFile._reserve).
+        # The index unit's blocks first (see MappedFile._reserve), so that it cannot fail once
+        # the data is written; the data's too while it goes through the mapping.
         xf._reserve(xf.wrote_position + DL_INDEX_UNIT)
-        df._reserve(df.wrote_position + size)
+        cdef bint by_pwrite = NO_MAPPED_STORES
+        if not by_pwrite:
+            df._reserve(df.wrote_position + size)
         cdef unsigned char *p = df.ptr + df.wrote_position
         cdef uint32_t crc
         cdef unsigned char stamp[8]
+        cdef unsigned char head[48]  # DL_BODY_OFFSET
+        cdef iovec iov[4]
+        cdef int parts
         if patch:
             dl_put64(stamp, <uint64_t>(pos + DL_BODY_OFFSET))
         if body_crc >= 0:
@@ -1158,6 +1164,32 @@ cdef class EntryLog:
                 crc = _body_crc(body, n, self.patch_at if patch else -1, stamp)
         else:
             crc = 0
+        if by_pwrite:
+            # After an ENOSPC in this process a store through the mapping can die of SIGBUS even
+            # into reserved pages (see NO_MAPPED_STORES): header, body and stamp by pwritev,
+            # whose ENOSPC is DISK_FULL with nothing left written.
+            dl_write_header(head, magic, <int32_t>size, index, term, pos, channel, chain_crc, <int32_t>crc,
+                            <int32_t>n)
+            iov[0].iov_base = head
+            iov[0].iov_len = DL_BODY_OFFSET
+            if patch:
+                iov[1].iov_base = <void *>body
+                iov[1].iov_len = <size_t>self.patch_at
+                iov[2].iov_base = stamp
+                iov[2].iov_len = 8
+                iov[3].iov_base = <void *>(body + self.patch_at + 8)
+                iov[3].iov_len = <size_t>(n - self.patch_at - 8)
+                parts = 4
+            else:
+                iov[1].iov_base = <void *>body
+                iov[1].iov_len = <size_t>n
+                parts = 2
+            df._pwritev(df.wrote_position, iov, parts, size)
+            df.wrote_position += size
+            self.written_bytes += size
+            self._put_unit(xf, magic, pos, <int32_t>size, index, term)
+            self._advance(index, index, term)
+            return pos
         # One entry goes through the mapping: a syscall per entry would cost more than the page
         # fault per 4 KiB it saves (small entries share a page), and the store service prefaults
         # the data files while most bytes arrive this way (see mapped_bytes).
@@ -1315,7 +1347,7 @@ cdef class EntryLog:
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef MappedFile first = None
         cdef int64_t first_from = 0, nbytes, at
-        cdef Py_ssize_t k = 0, n
+        cdef Py_ssize_t k = 0, n, had = len(self.index.files)
         try:
             while k < count:
                 if xf.wrote_position >= xf.file_size:
@@ -1340,6 +1372,10 @@ cdef class EntryLog:
             if first is not None and first is not xf:  # a share went to an earlier file: undo it
                 memset(first.ptr + first_from, 0, first.wrote_position - first_from)
                 first.wrote_position = first_from
+            # A file made here holds none of them now: left in place, the next unit would be
+            # put at its start, not after the earlier file's last (INCONSISTENT index).
+            while len(self.index.files) > had:
+                (<MappedFile>self.index.files.pop()).destroy()
             raise
         return 0
 
@@ -1619,17 +1655,40 @@ cdef class EntryLog:
         if pos != first_pos:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"data pre-append gave {pos}, expected {first_pos}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
-        df._pwrite(df.wrote_position, src, n)
-        df.wrote_position += n
-        self.written_bytes += n
-        xf = self.index.last_file(0, True)
-        off = 0
-        while off < n:
-            q = src + off
-            size = <int32_t>dl_get32(q + 4)
-            xf = self._put_unit(xf, <int32_t>dl_get32(q), first_pos + off, size, <int64_t>dl_get64(q + 8),
-                                <int64_t>dl_get64(q + 16))
-            off += size
+        cdef Py_ssize_t count = expect - first_index, k = 0
+        # The index units are framed first and their blocks in the current index file reserved
+        # before the data is written (DISK_FULL then changes nothing); units that spill into a
+        # next index file are reserved there by _write_units, which undoes its share on
+        # failure, and the data written is then undone too (as _put_run does).
+        cdef unsigned char *units = <unsigned char *>malloc(count * DL_INDEX_UNIT)
+        if units == NULL:
+            raise MemoryError()
+        cdef int64_t run_from = df.wrote_position
+        try:
+            off = 0
+            while off < n:
+                q = src + off
+                size = <int32_t>dl_get32(q + 4)
+                dl_write_index(units + k * DL_INDEX_UNIT, <int32_t>dl_get32(q), first_pos + off, size,
+                               <int64_t>dl_get64(q + 8), <int64_t>dl_get64(q + 16))
+                off += size
+                k += 1
+            xf = self.index.last_file(0, True)
+            xf._reserve(min(xf.wrote_position + count * DL_INDEX_UNIT, xf.file_size))
+            df._pwrite(run_from, src, n)
+            df.wrote_position = run_from + n
+            self.written_bytes += n
+            try:
+                self._write_units(units, count)
+            except BaseException:
+                memset(df.ptr + run_from, 0, n)  # just written: in the cache, no fault
+                df.wrote_position = run_from
+                if df.flushed_position > run_from:
+                    df.flushed_position = (run_from // PAGE) * PAGE
+                self.written_bytes -= n
+                raise
+        finally:
+            free(units)
         self._advance(first_index, expect - 1, prev_term)
         return self.end
 
