@@ -329,20 +329,21 @@ cdef class MappedFile:
     cdef inline void _leave(self) noexcept nogil:
         dl_users_leave(&self._users)
 
-    cdef int _own_fd(self) except -2:
+    cdef int _own_fd(self, bint write) except -2:
         """A descriptor of this file that is the caller's own, to use without the GIL (the
         pre-writer, drop_cache): the write descriptor can be closed by its writer meanwhile (at
         a roll-over, release_fd) and its number reused by an unrelated open(). A duplicate of
         the write descriptor, made while holding the GIL (release_fd lets go of the number
         before it closes it, and fcntl here does not release the GIL), else the path opened
-        and checked to be the mapped file; -1 if the path is another file now."""
+        (for writing, or only reading) and checked to be the mapped file; -1 if the path is
+        another file now."""
         cdef int fd = self.fd
         if fd >= 0:
             fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)
             if fd < 0:
                 raise OSError(errno, os.strerror(errno), self.path)
             return fd
-        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(self.path, (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
         except BaseException:
@@ -670,7 +671,7 @@ cdef class MappedFile:
             end = self.file_size
         # Its own descriptor (see _own_fd): zeros through a number the writer closed at a
         # roll-over would land in whatever file took that number next.
-        cdef int fd = self._own_fd()
+        cdef int fd = self._own_fd(True)
         if fd < 0:
             return 0  # the path names another file now: this one is deleted
         try:
@@ -730,7 +731,7 @@ cdef class MappedFile:
         end = (end // PAGE) * PAGE
         if end <= start:
             return 0
-        cdef int fd = self._own_fd()  # see prewrite
+        cdef int fd = self._own_fd(False)  # see prewrite
         if fd < 0:
             return 0
         try:
