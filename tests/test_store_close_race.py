@@ -13,10 +13,17 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from dledger._ext import segment as _segment
 from dledger.child_process import python_code
+
+
+def _wait_for_first_chunk(f: _segment.MappedFile) -> None:
+    deadline = time.monotonic() + 30
+    while f.prewritten_to == 0:
+        assert time.monotonic() < deadline, "the pre-write never started"
 
 
 def _descriptors_of(path: Path) -> set[int]:
@@ -49,8 +56,7 @@ def test_a_prewrite_never_writes_through_a_descriptor_number_closed_under_it(tmp
     t = threading.Thread(target=f.prewrite, args=(0, size))
     t.start()
     try:
-        while f.prewritten_to == 0:
-            pass
+        _wait_for_first_chunk(f)
         os.dup2(other_fd, number)
         at_swap = f.prewritten_to
     finally:
@@ -72,10 +78,11 @@ def test_release_fd_leaves_the_prewriters_descriptor_open(tmp_path: Path) -> Non
     f.append(b"y" * 10)
     t = threading.Thread(target=f.prewrite, args=(0, size))
     t.start()
-    while f.prewritten_to == 0:
-        pass
-    f.release_fd()
-    t.join(60)
+    try:
+        _wait_for_first_chunk(f)
+        f.release_fd()
+    finally:
+        t.join(60)
     assert f.prewritten_to == size
     f.close()
 
