@@ -25,4 +25,29 @@ static inline void dl_store_i64(int64_t *p, int64_t v) {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
+/* The users of a mapping (and its write descriptor) across a GIL release, against its close:
+ * a writer enters before it touches them and leaves after; close marks the thing closing and
+ * waits until every user has left, so munmap never runs under a copy (which would crash the
+ * process) and no descriptor number is closed under a write through it. A user that comes
+ * after the mark is refused (0). Sequentially consistent: the user's count before its look at
+ * the mark, the closer's mark before its look at the count. */
+static inline int dl_users_enter(int *users, const int *closing) {
+    __atomic_add_fetch(users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(closing, __ATOMIC_SEQ_CST)) {
+        __atomic_sub_fetch(users, 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    return 1;
+}
+
+static inline void dl_users_leave(int *users) {
+    __atomic_sub_fetch(users, 1, __ATOMIC_SEQ_CST);
+}
+
+static inline void dl_users_drain(int *users, int *closing) {
+    __atomic_store_n(closing, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(users, __ATOMIC_SEQ_CST))
+        sched_yield();
+}
+
 #endif

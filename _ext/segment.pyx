@@ -40,6 +40,9 @@ cdef extern from "dl_wguard.h" nogil:
     void dl_wguard_unlock(int *lock)
     int64_t dl_load_i64(const int64_t *p)
     void dl_store_i64(int64_t *p, int64_t v)
+    int dl_users_enter(int *users, const int *closing)
+    void dl_users_leave(int *users)
+    void dl_users_drain(int *users, int *closing)
 
 cdef extern from "<sys/mman.h>" nogil:
     int msync(void *addr, size_t length, int flags)
@@ -51,6 +54,8 @@ cdef extern from "<fcntl.h>" nogil:
     int posix_fadvise(int fd, int64_t offset, int64_t length, int advice)
     int POSIX_FADV_DONTNEED
     int fallocate(int fd, int mode, int64_t offset, int64_t length)  # Linux (pyconfig: _GNU_SOURCE)
+    int fcntl(int fd, int cmd, int arg)
+    int F_DUPFD_CLOEXEC
 
 # ALLOCATE_AHEAD: a write by the file descriptor past ``allocated_to`` first allocates the
 # file's blocks up to this much past its end (fallocate, mode 0: the size does not change; the
@@ -273,6 +278,13 @@ cdef class MappedFile:
     # the next file is created, so a long log holds one per file list (Python's mmap keeps a
     # descriptor of its own per mapping, but before 3.13 does not expose it).
     cdef int fd
+    # The file the mapping is of: a descriptor the pre-writer opens by path must be of it.
+    cdef uint64_t _dev
+    cdef uint64_t _ino
+    # Users of the mapping and the write descriptor across a GIL release (see dl_users_enter):
+    # close waits for them, and refuses newcomers, before it closes the descriptor and unmaps.
+    cdef int _users
+    cdef int _closing
 
     def __cinit__(self, str path, int64_t file_from_offset, int64_t file_size, bint create=False,
                   bint readonly=False, bint guarded=False):
@@ -286,7 +298,10 @@ cdef class MappedFile:
             raise ValueError("cannot create a file read-only")
         fd = _create_sized(path, file_size) if create else os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
-            actual = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            actual = st.st_size
+            self._dev = st.st_dev
+            self._ino = st.st_ino
             if actual != file_size:
                 raise DLedgerError(ResponseCode.DISK_ERROR,
                                    f"{path}: size {actual} differs from the segment size {file_size}")
@@ -304,6 +319,40 @@ cdef class MappedFile:
     @property
     def closed(self):
         return self._mm is None
+
+    cdef inline int _enter(self) except -1:
+        """Enter as a user of the mapping and the write descriptor (see _users); pair with _leave."""
+        if not dl_users_enter(&self._users, &self._closing):
+            raise ValueError(f"{self.path} is closed")
+        return 0
+
+    cdef inline void _leave(self) noexcept nogil:
+        dl_users_leave(&self._users)
+
+    cdef int _own_fd(self, bint write) except -2:
+        """A descriptor of this file that is the caller's own, to use without the GIL (the
+        pre-writer, drop_cache): the write descriptor can be closed by its writer meanwhile (at
+        a roll-over, release_fd) and its number reused by an unrelated open(). A duplicate of
+        the write descriptor, made while holding the GIL (release_fd lets go of the number
+        before it closes it, and fcntl here does not release the GIL), else the path opened
+        (for writing, or only reading) and checked to be the mapped file; -1 if the path is
+        another file now."""
+        cdef int fd = self.fd
+        if fd >= 0:
+            fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            if fd < 0:
+                raise OSError(errno, os.strerror(errno), self.path)
+            return fd
+        fd = os.open(self.path, (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if st.st_dev != self._dev or st.st_ino != self._ino:
+            os.close(fd)
+            return -1
+        return fd
 
     cdef inline void _check_open(self) except *:
         if self._mm is None:
@@ -354,6 +403,14 @@ cdef class MappedFile:
             self._pwrite(rel, &b[0], n)
 
     cdef int _pwritev(self, int64_t rel, iovec *iov, int count, Py_ssize_t total, bint release=False) except -1:
+        self._enter()
+        try:
+            return self._pwritev_entered(rel, iov, count, total, release)
+        finally:
+            self._leave()
+
+    cdef int _pwritev_entered(self, int64_t rel, iovec *iov, int count, Py_ssize_t total,
+                              bint release=False) except -1:
         """Write ``count`` buffers (``total`` bytes) at ``rel`` through the file descriptor
         (see IOV_MAX_ for why not through the mapping), or, for a small write below the
         pre-written mark, through the mapping (MAPPED_APPENDS). ``iov`` is consumed. Short
@@ -489,10 +546,13 @@ cdef class MappedFile:
         return self._pwritev(rel, &one, 1, n, release)
 
     def release_fd(self):
-        """Close the write descriptor (reopened by the next write, if any)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Close the write descriptor (reopened by the next write, if any). The number is let
+        go of first: os.close releases the GIL, and a thread that read it meanwhile could
+        duplicate whatever file an open() on another thread got under that number."""
+        cdef int fd = self.fd
+        self.fd = -1
+        if fd >= 0:
+            os.close(fd)
 
     def fill_blank(self):
         """End the file with a blank record (magic -1, length) covering what is left; mark it full."""
@@ -514,10 +574,12 @@ cdef class MappedFile:
         end = min(end, self.file_size)
         cdef bint held
         if start < end:
+            self._enter()
             with nogil:
                 held = self._guard(end)
                 memset(self.ptr + start, 0, end - start)
                 self._unguard(held, end)
+                self._leave()
 
     def read(self, int64_t rel, Py_ssize_t n):
         self._check_open()
@@ -551,10 +613,12 @@ cdef class MappedFile:
         cdef int64_t start = (flushed // PAGE) * PAGE
         cdef int64_t whole = (wrote // PAGE) * PAGE  # the page holding ``wrote`` is still written to
         cdef int rc
+        self._enter()
         with nogil:
             if whole > start:
                 madvise(self.ptr + start, <size_t>(whole - start), MADV_DONTNEED)
             rc = msync(self.ptr + start, <size_t>(wrote - start), MS_SYNC)
+            self._leave()
         if rc != 0:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"msync {self.path}: {os.strerror(errno)}")
         self.flushed_position = wrote
@@ -577,8 +641,10 @@ cdef class MappedFile:
         if end <= start:
             return True
         cdef int rc
+        self._enter()
         with nogil:
             rc = madvise(self.ptr + start, <size_t>(end - start), MADV_POPULATE_WRITE_ if write else MADV_POPULATE_READ_)
+            self._leave()
         if rc != 0:
             return False
         if end > self.populated_to:
@@ -600,12 +666,27 @@ cdef class MappedFile:
         self._check_writable()
         if not self.guarded:
             raise ValueError(f"{self.path}: only a file of a guarded list is pre-written")
-        if self.fd < 0:
-            self.fd = os.open(self.path, os.O_RDWR)
-        cdef int64_t at = start, total = 0, done = 0
-        cdef int err = 0
+        cdef int64_t total = 0
         if end > self.file_size:
             end = self.file_size
+        # Its own descriptor (see _own_fd): zeros through a number the writer closed at a
+        # roll-over would land in whatever file took that number next.
+        cdef int fd = self._own_fd(True)
+        if fd < 0:
+            return 0  # the path names another file now: this one is deleted
+        try:
+            self._enter()
+            try:
+                total = self._prewrite_with(fd, start, end)
+            finally:
+                self._leave()
+        finally:
+            os.close(fd)
+        return total
+
+    cdef int64_t _prewrite_with(self, int fd, int64_t start, int64_t end) except -1:
+        cdef int64_t at = start, total = 0, done = 0
+        cdef int err = 0
         with nogil:
             # One call writes the whole range, a chunk at a time under the write guard: a writer
             # that reaches past the mark waits for one chunk at most, and the caller needs the
@@ -621,7 +702,7 @@ cdef class MappedFile:
                 if end <= at:
                     dl_wguard_unlock(&self._wguard)
                     break
-                err = dl_zero_fill_fd(self.fd, at, end if end - at < DL_ZF_MAX else at + DL_ZF_MAX, &done)
+                err = dl_zero_fill_fd(fd, at, end if end - at < DL_ZF_MAX else at + DL_ZF_MAX, &done)
                 if at + done > self.prewritten_to:
                     dl_store_i64(&self.prewritten_to, at + done)
                 dl_wguard_unlock(&self._wguard)
@@ -650,23 +731,27 @@ cdef class MappedFile:
         end = (end // PAGE) * PAGE
         if end <= start:
             return 0
-        cdef int fd = self.fd
-        cdef bint own = fd < 0
-        if own:
-            fd = os.open(self.path, os.O_RDONLY)
+        cdef int fd = self._own_fd(False)  # see prewrite
+        if fd < 0:
+            return 0
         try:
+            self._enter()
             with nogil:
                 madvise(self.ptr + start, <size_t>(end - start), MADV_DONTNEED)
                 posix_fadvise(fd, start, end - start, POSIX_FADV_DONTNEED)
+                self._leave()
         finally:
-            if own:
-                os.close(fd)
+            os.close(fd)
         return end - start
 
     def last_modified(self):
         return os.stat(self.path).st_mtime
 
     def close(self):
+        """Close the write descriptor and unmap, once every user that entered has left (a
+        write, flush or pre-write on another thread); later ones are refused."""
+        with nogil:
+            dl_users_drain(&self._users, &self._closing)
         self.release_fd()
         if self._mm is not None:
             self.ptr = NULL
@@ -937,6 +1022,10 @@ cdef class EntryLog:
     # The AppendHook (DLedgerCommitLog's): leader appends write big-endian ``pos + 48`` (the
     # entry's body offset in the log) at this byte of each body before its CRC; -1 for none.
     cdef int64_t patch_at
+    # Appends in progress, against close (see dl_users_enter): an append copies into the
+    # mappings with the GIL let go (large bodies, WRITE_RELEASE), and close unmaps them.
+    cdef int _writers
+    cdef int _closing
 
     def __init__(self, MmapFileList data, MmapFileList index, Py_ssize_t max_body_size,
                  bint record_crc=True, body_pos_patch=None):
@@ -953,6 +1042,21 @@ cdef class EntryLog:
         self.max_body_size = max_body_size
         self.disk_full = False
         self.record_crc = record_crc
+
+    cdef inline int _enter(self) except -1:
+        if not dl_users_enter(&self._writers, &self._closing):
+            raise DLedgerError(ResponseCode.DISK_ERROR, "the entry log is closed")
+        return 0
+
+    cdef inline void _leave(self) noexcept nogil:
+        dl_users_leave(&self._writers)
+
+    def stop_writes(self):
+        """Refuse appends from now on (DISK_ERROR), once those in progress have finished:
+        what a close does first, so that its flush and checkpoint cover every append that
+        returned."""
+        with nogil:
+            dl_users_drain(&self._writers, &self._closing)
 
     @property
     def body_pos_patch(self):
@@ -1037,12 +1141,18 @@ cdef class EntryLog:
                                f"index unit of entry {index} would land at {ipos}, not {index * DL_INDEX_UNIT}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
-        # Both go through the mapping: their blocks first (see MappedFile._reserve).
+        # The index unit's blocks first (see MappedFile._reserve), so that it cannot fail once
+        # the data is written; the data's too while it goes through the mapping.
         xf._reserve(xf.wrote_position + DL_INDEX_UNIT)
-        df._reserve(df.wrote_position + size)
+        cdef bint by_pwrite = NO_MAPPED_STORES
+        if not by_pwrite:
+            df._reserve(df.wrote_position + size)
         cdef unsigned char *p = df.ptr + df.wrote_position
         cdef uint32_t crc
         cdef unsigned char stamp[8]
+        cdef unsigned char head[48]  # DL_BODY_OFFSET
+        cdef iovec iov[4]
+        cdef int parts
         if patch:
             dl_put64(stamp, <uint64_t>(pos + DL_BODY_OFFSET))
         if body_crc >= 0:
@@ -1055,6 +1165,32 @@ cdef class EntryLog:
                 crc = _body_crc(body, n, self.patch_at if patch else -1, stamp)
         else:
             crc = 0
+        if by_pwrite:
+            # After an ENOSPC in this process a store through the mapping can die of SIGBUS even
+            # into reserved pages (see NO_MAPPED_STORES): header, body and stamp by pwritev,
+            # whose ENOSPC is DISK_FULL with nothing left written.
+            dl_write_header(head, magic, <int32_t>size, index, term, pos, channel, chain_crc, <int32_t>crc,
+                            <int32_t>n)
+            iov[0].iov_base = head
+            iov[0].iov_len = DL_BODY_OFFSET
+            if patch:
+                iov[1].iov_base = <void *>body
+                iov[1].iov_len = <size_t>self.patch_at
+                iov[2].iov_base = stamp
+                iov[2].iov_len = 8
+                iov[3].iov_base = <void *>(body + self.patch_at + 8)
+                iov[3].iov_len = <size_t>(n - self.patch_at - 8)
+                parts = 4
+            else:
+                iov[1].iov_base = <void *>body
+                iov[1].iov_len = <size_t>n
+                parts = 2
+            df._pwritev(df.wrote_position, iov, parts, size)
+            df.wrote_position += size
+            self.written_bytes += size
+            self._put_unit(xf, magic, pos, <int32_t>size, index, term)
+            self._advance(index, index, term)
+            return pos
         # One entry goes through the mapping: a syscall per entry would cost more than the page
         # fault per 4 KiB it saves (small entries share a page), and the store service prefaults
         # the data files while most bytes arrive this way (see mapped_bytes).
@@ -1087,12 +1223,20 @@ cdef class EntryLog:
 
     def append(self, body, int64_t term):
         """Append as leader at ``end + 1``; returns the new entry's index."""
-        self._append_leader(body, term)
+        self._enter()
+        try:
+            self._append_leader(body, term)
+        finally:
+            self._leave()
         return self.end
 
     def append_with_pos(self, body, int64_t term):
         """As ``append``, returning ``(index, pos)``."""
-        pos = self._append_leader(body, term)
+        self._enter()
+        try:
+            pos = self._append_leader(body, term)
+        finally:
+            self._leave()
         return self.end, pos
 
     def append_batch(self, bodies, int64_t term):
@@ -1100,6 +1244,13 @@ cdef class EntryLog:
 
         Every body is checked before anything is written, so a bad one changes nothing.
         """
+        self._enter()
+        try:
+            return self._append_batch(bodies, term)
+        finally:
+            self._leave()
+
+    cdef tuple _append_batch(self, bodies, int64_t term):
         cdef _Bodies bs = _Bodies(bodies)
         cdef Py_ssize_t count = bs.count, k
         for k in range(count):
@@ -1197,7 +1348,7 @@ cdef class EntryLog:
         cdef MappedFile xf = self.index.files[len(self.index.files) - 1]
         cdef MappedFile first = None
         cdef int64_t first_from = 0, nbytes, at
-        cdef Py_ssize_t k = 0, n
+        cdef Py_ssize_t k = 0, n, had = len(self.index.files)
         try:
             while k < count:
                 if xf.wrote_position >= xf.file_size:
@@ -1222,6 +1373,10 @@ cdef class EntryLog:
             if first is not None and first is not xf:  # a share went to an earlier file: undo it
                 memset(first.ptr + first_from, 0, first.wrote_position - first_from)
                 first.wrote_position = first_from
+            # A file made here holds none of them now: left in place, the next unit would be
+            # put at its start, not after the earlier file's last (INCONSISTENT index).
+            while len(self.index.files) > had:
+                (<MappedFile>self.index.files.pop()).destroy()
             raise
         return 0
 
@@ -1233,7 +1388,11 @@ cdef class EntryLog:
         no copy of the bodies into a second buffer. Returns ``(first_index, positions)`` as
         ``append_batch``; every body is checked before anything is written."""
         cdef int64_t end
-        return self._append_framed(buf, offsets, term, &end, False)
+        self._enter()
+        try:
+            return self._append_framed(buf, offsets, term, &end, False)
+        finally:
+            self._leave()
 
     def append_framed_end(self, buf, offsets, int64_t term, bint release_gil=False):
         """``append_framed``, returning ``(first_index, positions, end)``: ``end`` is the log
@@ -1241,7 +1400,11 @@ cdef class EntryLog:
         ``release_gil`` the headers' CRCs and the write run without the GIL whatever the
         batch's size (see WRITE_RELEASE)."""
         cdef int64_t end = 0
-        first, positions = self._append_framed(buf, offsets, term, &end, release_gil)
+        self._enter()
+        try:
+            first, positions = self._append_framed(buf, offsets, term, &end, release_gil)
+        finally:
+            self._leave()
         return first, positions, end
 
     cdef tuple _append_framed(self, buf, offsets, int64_t term, int64_t *end_out, bint release):
@@ -1363,6 +1526,14 @@ cdef class EntryLog:
     def append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic=1,
                      int32_t channel=0, int64_t chain_crc=0, int64_t body_crc=-1):
         """Append an entry the leader made: it must be ``end + 1`` and land at ``pos``."""
+        self._enter()
+        try:
+            return self._append_entry(index, term, pos, body, magic, channel, chain_crc, body_crc)
+        finally:
+            self._leave()
+
+    cdef int64_t _append_entry(self, int64_t index, int64_t term, int64_t pos, body, int32_t magic,
+                               int32_t channel, int64_t chain_crc, int64_t body_crc) except -2:
         cdef const unsigned char[::1] b = _ro(body)
         cdef Py_ssize_t n = b.shape[0]
         self._check_body(n)
@@ -1407,6 +1578,13 @@ cdef class EntryLog:
         written, so a refused blob changes nothing. Body CRCs are the caller's (``codec.scan``).
         Returns the last index appended.
         """
+        self._enter()
+        try:
+            return self._append_raw(blob, first_index, first_pos)
+        finally:
+            self._leave()
+
+    cdef int64_t _append_raw(self, blob, int64_t first_index, int64_t first_pos) except -2:
         cdef const unsigned char[::1] b = _ro(blob)
         cdef Py_ssize_t n = b.shape[0]
         if n <= 0:
@@ -1478,17 +1656,40 @@ cdef class EntryLog:
         if pos != first_pos:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"data pre-append gave {pos}, expected {first_pos}")
         cdef MappedFile df = self.data.files[len(self.data.files) - 1]
-        df._pwrite(df.wrote_position, src, n)
-        df.wrote_position += n
-        self.written_bytes += n
-        xf = self.index.last_file(0, True)
-        off = 0
-        while off < n:
-            q = src + off
-            size = <int32_t>dl_get32(q + 4)
-            xf = self._put_unit(xf, <int32_t>dl_get32(q), first_pos + off, size, <int64_t>dl_get64(q + 8),
-                                <int64_t>dl_get64(q + 16))
-            off += size
+        cdef Py_ssize_t count = expect - first_index, k = 0
+        # The index units are framed first and their blocks in the current index file reserved
+        # before the data is written (DISK_FULL then changes nothing); units that spill into a
+        # next index file are reserved there by _write_units, which undoes its share on
+        # failure, and the data written is then undone too (as _put_run does).
+        cdef unsigned char *units = <unsigned char *>malloc(count * DL_INDEX_UNIT)
+        if units == NULL:
+            raise MemoryError()
+        cdef int64_t run_from = df.wrote_position
+        try:
+            off = 0
+            while off < n:
+                q = src + off
+                size = <int32_t>dl_get32(q + 4)
+                dl_write_index(units + k * DL_INDEX_UNIT, <int32_t>dl_get32(q), first_pos + off, size,
+                               <int64_t>dl_get64(q + 8), <int64_t>dl_get64(q + 16))
+                off += size
+                k += 1
+            xf = self.index.last_file(0, True)
+            xf._reserve(min(xf.wrote_position + count * DL_INDEX_UNIT, xf.file_size))
+            df._pwrite(run_from, src, n)
+            df.wrote_position = run_from + n
+            self.written_bytes += n
+            try:
+                self._write_units(units, count)
+            except BaseException:
+                memset(df.ptr + run_from, 0, n)  # just written: in the cache, no fault
+                df.wrote_position = run_from
+                if df.flushed_position > run_from:
+                    df.flushed_position = (run_from // PAGE) * PAGE
+                self.written_bytes -= n
+                raise
+        finally:
+            free(units)
         self._advance(first_index, expect - 1, prev_term)
         return self.end
 
@@ -1636,5 +1837,7 @@ cdef class EntryLog:
         return pos_a, size_a, term_a
 
     def close(self):
+        """Unmap both lists, once the appends in progress have finished (``stop_writes``)."""
+        self.stop_writes()
         self.data.close()
         self.index.close()

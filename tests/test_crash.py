@@ -85,6 +85,24 @@ def test_torn_last_entry_body_is_cut(store_dir, small_config, caplog):
     assert str(path) in caplog.text and f"offset {off}" in caplog.text
 
 
+def test_a_cut_torn_tail_is_zeroed_so_a_shorter_entry_over_it_reopens_clean(store_dir, small_config):
+    # Recovery alone must wipe what it cuts: no store service runs here, so no pre-writer
+    # writes zeros past the write position (which would hide a recovery that does not). An
+    # entry appended over the torn one and shorter than it leaves the torn bytes just past
+    # the log's end, and every later open would cut a "torn tail" off a clean log and
+    # verify would call it damaged.
+    path, off, size = _locate(store_dir, small_config, N - 1)
+    _patch(path, off + 48 + (size - 48) // 2, bytes(size - 48 - (size - 48) // 2))
+    with _open(store_dir, small_config) as s:
+        assert s.recovery.cut_entries == 1
+        assert s.append_as_leader(b"x", 4).pos == s.get(N - 2).pos + s.get(N - 2).size
+    with _open(store_dir, small_config) as s:
+        assert s.recovery.cut_entries == 0 and s.recovery.cut_file is None
+        assert s.ledger_end_index == N - 1 and s.get(N - 1).body == b"x"
+        assert [s.get(i).body for i in range(N - 1)] == [body(i) for i in range(N - 1)]
+    assert verify_store(store_dir).ok
+
+
 def test_torn_last_entry_header_is_cut(store_dir, small_config):
     path, off, _size = _locate(store_dir, small_config, N - 1)
     _patch(path, off + 8, bytes(40))

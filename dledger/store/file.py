@@ -13,6 +13,7 @@ structural changes also take, so a flush does not hold them up.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -584,16 +585,38 @@ class MmapFileStore:
         return self._service.flush.drop_behind()
 
     def close(self) -> None:
-        """Stop the service, flush, write the checkpoint, unmap."""
+        """Stop the service, flush, write the checkpoint, unmap.
+
+        The store is closed even when the flush or the checkpoint fails (a full disk: the
+        checkpoint is a new file); the failure is then raised as DISK_FULL or DISK_ERROR
+        saying what was not written. A checkpoint not written costs nothing but time: the next
+        open checks the entries after the previous checkpoint as a torn tail would be."""
         if self._closed:
             return
         self._service.stop()
+        failed: str | None = None
+        code = ResponseCode.DISK_ERROR
         with self._lock, self._unmap_lock:
+            # Appends do not take the lock: one in progress on another thread finishes first
+            # (it copies into the mappings without the GIL), later ones are refused, so the
+            # flush and checkpoint below cover every append that returned.
+            self._log.stop_writes()
             if not self.readonly:
-                self.flush()
-                self.persist_checkpoint()
+                step = "flush of the data and index files"
+                try:
+                    self.flush()
+                    step = f"checkpoint (endIndex {self.ledger_end_index})"
+                    self.persist_checkpoint()
+                except (OSError, DLedgerError) as exc:
+                    full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+                    if full or (isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL):
+                        code = ResponseCode.DISK_FULL
+                    failed = f"{self.path}: closed, but its {step} was not written: {exc}"
             self._closed = True
             self._log.close()
+        if failed is not None:
+            log.error("%s", failed)
+            raise DLedgerError(code, failed)
 
     def __enter__(self) -> MmapFileStore:
         return self

@@ -48,9 +48,13 @@ def write_properties(path: str | os.PathLike[str], values: dict[str, object], *,
     tmp = target.with_name(target.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, ("\n".join(lines) + "\n").encode("latin-1"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            os.write(fd, ("\n".join(lines) + "\n").encode("latin-1"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk: no half-written file left beside the target
+        raise
     os.replace(tmp, target)
     fsync_dir(target.parent)

@@ -1,0 +1,144 @@
+"""What another thread may do to a segment file while a write or pre-write runs on it.
+
+The store service pre-writes zeros ahead of the writer without the GIL; the writer closes a
+full file's write descriptor at a roll-over (``release_fd``), and ``close`` unmaps the files.
+A caller relies on: zeros only ever land in the segment file, whatever number the writer's
+descriptor has by then; and closing a store under an append neither crashes the process nor
+loses an append that returned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from dledger._ext import segment as _segment
+from dledger.child_process import python_code
+
+
+def _wait_for_first_chunk(f: _segment.MappedFile) -> None:
+    deadline = time.monotonic() + 30
+    while f.prewritten_to == 0:
+        assert time.monotonic() < deadline, "the pre-write never started"
+
+
+def _descriptors_of(path: Path) -> set[int]:
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == str(path):
+                out.add(int(name))
+        except OSError:
+            continue  # the listing's own descriptor, gone by now
+    return out
+
+
+def test_a_prewrite_never_writes_through_a_descriptor_number_closed_under_it(tmp_path: Path) -> None:
+    # A large range keeps the pre-writer busy (a chunk of zeros at a time, without the GIL)
+    # long after its first chunk, which is when the write descriptor's number is closed and
+    # taken by another file (dup2 does both at once, as a roll-over's release_fd and an open()
+    # on another thread can). The other file must keep its bytes.
+    size = 128 << 20
+    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
+    f = files.last_file(0, True)
+    path = tmp_path / "log" / f"{0:020d}"
+    before = _descriptors_of(path)
+    f.append(b"x" * 100)  # opens the write descriptor
+    (number,) = _descriptors_of(path) - before
+    other = tmp_path / "other"
+    mine = b"\xab" * (4 << 20)
+    other.write_bytes(mine)
+    other_fd = os.open(other, os.O_RDWR)
+    t = threading.Thread(target=f.prewrite, args=(0, size))
+    t.start()
+    try:
+        _wait_for_first_chunk(f)
+        os.dup2(other_fd, number)
+        at_swap = f.prewritten_to
+    finally:
+        t.join(60)
+    os.close(other_fd)
+    assert at_swap < size // 2, "the pre-write ended before the swap: nothing was tested"
+    assert f.prewritten_to == size  # it went on, into its own file
+    assert other.read_bytes() == mine
+    f.close()  # closes the number, which is the other file's now: the test's own doing
+    raw = path.read_bytes()
+    assert raw[:100] == b"x" * 100 and not raw[100:].strip(b"\0")
+
+
+def test_release_fd_leaves_the_prewriters_descriptor_open(tmp_path: Path) -> None:
+    # The roll-over's release_fd while a pre-write runs: the pre-write still ends its range.
+    size = 64 << 20
+    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
+    f = files.last_file(0, True)
+    f.append(b"y" * 10)
+    t = threading.Thread(target=f.prewrite, args=(0, size))
+    t.start()
+    try:
+        _wait_for_first_chunk(f)
+        f.release_fd()
+    finally:
+        t.join(60)
+    assert f.prewritten_to == size
+    f.close()
+
+
+CLOSE_UNDER_APPENDS = r"""
+import os, sys, threading, time
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
+from dledger.store.file import MmapFileStore
+
+root = sys.argv[1]
+cfg = DLedgerConfig(mapped_file_size_for_entry_data=16 << 20)
+body = os.urandom(1 << 20)  # copied and checksummed without the GIL
+small = [os.urandom(100)] * 64
+for round_ in range(12):
+    store = MmapFileStore(f"{root}/r{round_}", cfg)
+    acked = []
+    started = threading.Event()
+
+    def writer(store=store, acked=acked, started=started):
+        k = 0
+        while True:
+            try:
+                if k % 3 == 2:
+                    first, _ = store.append_batch(small, 1)
+                    acked.append(first + len(small) - 1)
+                else:
+                    acked.append(store.append(body, 1))
+            except DLedgerError as exc:
+                assert exc.code.name == "DISK_ERROR", exc
+                return
+            k += 1
+            started.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    started.wait()
+    time.sleep(0.002 * round_)
+    store.close()
+    t.join()
+    again = MmapFileStore(f"{root}/r{round_}", cfg, start_services=False)
+    assert again.ledger_end_index == acked[-1], (again.ledger_end_index, acked[-1])
+    again.close()
+print("ok")
+"""
+
+
+def test_closing_a_store_under_appends_neither_crashes_nor_loses_one(tmp_path: Path) -> None:
+    # Run in a child: with the close unmapping under an append's copy the process dies (SIGSEGV).
+    proc = subprocess.run(
+        python_code(CLOSE_UNDER_APPENDS, str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+    )
+    assert proc.returncode != -signal.SIGSEGV, f"the close unmapped under an append:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok"
