@@ -478,7 +478,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                    int64_t index_begin_ts=0, cq_buf=None, Py_ssize_t cq_pos=0, Py_ssize_t cq_room=0,
                    bytes cq_topic=None, int32_t cq_queue_id=-1, int64_t cq_next=-1, int64_t cq_max_phys=-1,
                    Py_ssize_t cq_prefault_start=0, Py_ssize_t cq_prefault_end=0, prefault=(), dict arena=None,
-                   bytes cq_path=None):
+                   bytes cq_path=None, int32_t index_limit=-1):
     """One dispatch round over ``buf[start:end]`` in one pass without the GIL: the scan
     (``scan_records``, or ``scan_dledger_records`` with ``dledger``), ``dispatch_keys`` of what it
     found with the index keys of the records whose physical offset is ``index_floor`` or more,
@@ -491,7 +491,8 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
     the scan's three, ``dispatch_keys``' five, ``units`` (``consume_queue_units`` of every
     record, a uint8 array) when the records share one topic and queue id, none is PREPARED or
     ROLLBACK and their queue offsets run on by one, else None, and ``put``, how many of
-    ``hashes`` went into the index file (the rest did not fit).
+    ``hashes`` went into the index file (the rest did not fit: past ``index_num`` items, or
+    past ``index_limit`` when given, the items the caller reserved blocks for).
 
     With ``cq_buf`` (a consume-queue file's mapping) the units of such a run of topic
     ``cq_topic``, queue ``cq_queue_id`` that continues the queue exactly (its first queue offset
@@ -576,6 +577,9 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
         ib = memoryview(index_buf).cast("B")
         _index_size(hash_slot_num, index_num, ib.shape[0])
         ip = &ib[0]
+    # Items go no further than the caller reserved blocks for (a store into a hole on a full
+    # disk is a SIGBUS): the rest are left to IndexFile.put_hashes, which reports ENOSPC.
+    cdef int32_t index_cap = index_num if index_limit < 0 or index_limit > index_num else index_limit
     cdef const unsigned char *p = &b[0] if n else NULL
     cdef int64_t head = DL_BODY_OFFSET if dledger else 0
     cdef int64_t smallest = head + MQ_MIN_RECORD
@@ -685,7 +689,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                         break
                     count += 1
                 if not full and not oom:
-                    _round_rest(&c, &st, count, ip, hash_slot_num, index_num, index_begin_ts, units_p, &put,
+                    _round_rest(&c, &st, count, ip, hash_slot_num, index_cap, index_begin_ts, units_p, &put,
                                 &uniform)
                     # The run continues the queue the caller named: its units go into that file.
                     if (uniform and cqp != NULL and count * MQ_CQ_UNIT <= cq_room and c.queue_id[0] == cq_queue_id

@@ -23,12 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dledger.child_process import python_code
 from dledger.client import AsyncClient
 from dledger.config import DLedgerConfig
 from dledger.testing import TestCluster, free_ports
 
 # The baseline's member, run as a script so the bench works from any directory.
 PEER_SCRIPT = str(Path(__file__).with_name("pysyncobj_peer.py"))
+# python_code's body that runs the script named by its first argument as ``python SCRIPT`` would.
+_RUN_SCRIPT = "import runpy\nsys.argv.pop(0)\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+
+
+def peer_command(*args: str) -> list[str]:
+    """``python pysyncobj_peer.py args...``, started so that it gets SIGTERM when the bench process
+    dies (``die_with_parent``): an interrupted or killed bench leaves no member running."""
+    return python_code(_RUN_SCRIPT, PEER_SCRIPT, *args, die_with_parent=True)
+
+
 PYSYNCOBJ_MISSING = (
     "PySyncObj, the cluster benchmarks' baseline, is not installed: install the bench extra, "
     "pip install -e '.[dev,bench]'"
@@ -169,13 +180,13 @@ def _pysyncobj_run(driver_args: list[str], member_args: list[str] | None = None)
             partners = ",".join(a for j, a in enumerate(addrs) if j != k)
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, PEER_SCRIPT, addrs[k], partners, "--seconds", "600", *common],
+                    peer_command(addrs[k], partners, "--seconds", "600", *common),
                     stdout=subprocess.DEVNULL,
                 )
             )
         partners = ",".join(addrs[1:])
         out = subprocess.run(
-            [sys.executable, PEER_SCRIPT, addrs[0], partners, *driver_args, *common, "--seconds", "300"],
+            peer_command(addrs[0], partners, *driver_args, *common, "--seconds", "300"),
             capture_output=True,
             text=True,
             timeout=400,
@@ -259,15 +270,7 @@ class _PeerControl:
 
     def _spawn(self) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [
-                sys.executable,
-                PEER_SCRIPT,
-                self.addr,
-                ",".join(self.partners),
-                "--control",
-                "--failover-profile",
-                self.profile,
-            ],
+            peer_command(self.addr, ",".join(self.partners), "--control", "--failover-profile", self.profile),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -32,6 +32,9 @@ DEFAULT_FILE_SIZE = 300000 * CQ_STORE_UNIT_SIZE
 INT_MAX = 2**31 - 1
 # Suffix of a file being created; such files are whole-or-nothing leftovers of a crash.
 TMP_SUFFIX = CREATING_SUFFIX
+# The room a kernel's run is given in reserved blocks past the write position (a dispatch
+# round's 8192 units take 160 KiB); the reservation itself goes on to a folio boundary.
+RUN_RESERVE = 256 << 10
 
 _mk = _load_ext("message")
 
@@ -441,7 +444,12 @@ class ConsumeQueue:
         f = self.files[-1]
         if f.mm is None or f.is_full() or (f.first_create_in_queue and f.wrote_position == 0):
             return None
-        return f.mm, f.wrote_position, f.file_size - f.wrote_position, self.max_offset, self.max_physic_offset
+        # Only into reserved blocks (a kernel's store into a hole on a full disk is a SIGBUS);
+        # a run that does not fit goes through append_run, whose write reports ENOSPC.
+        room = f.reserved_room(RUN_RESERVE)
+        if room <= 0:
+            return None
+        return f.mm, f.wrote_position, room, self.max_offset, self.max_physic_offset
 
     def run_place(self, first_offset: int, first_end: int, nbytes: int) -> tuple[Any, int] | None:
         """``(mapping, position)`` where ``nbytes`` of units whose queue offsets start at

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 K = _load_ext("message")
 
 BATCH_RECORDS = 8192
+# Index items a round may store (reserved before it, see IndexFile.reserved_limit): a round's
+# records with a few keys each.
+INDEX_RESERVE_ITEMS = BATCH_RECORDS * 4
 # When dispatch is this far behind the readable end, a thread reads the log ahead of it, from its
 # own file descriptors and without the GIL, keeping up to READ_AHEAD read past where dispatch is
 # (across files). A log written a while ago may have left the page cache, and reading it back a
@@ -383,6 +386,7 @@ class ReputMessageService:
         f = None
         first_put = False
         floor = LONG_MAX
+        index_limit = -1
         if index is not None:
             # Records past what the index has (buildIndex skips what the last file covers; a
             # restart re-dispatches from the queues' end). A full (or missing) last file is left
@@ -392,6 +396,9 @@ class ReputMessageService:
             if last is not None and not last.is_write_full() and last.mm is not None:
                 f = last
                 first_put = f.index_count <= 1
+                # The kernel stores items only into blocks reserved for them (a full disk: the
+                # rest go to put_hashes below, which reports ENOSPC; the round is retried).
+                index_limit = f.reserved_limit(INDEX_RESERVE_ITEMS)
         # The queue the last batch went to: a batch that continues it has its units written into
         # its file by the kernel too, and the file's pages CQ_PREFAULT ahead faulted in (the page
         # faults then hold no GIL).
@@ -433,6 +440,7 @@ class ReputMessageService:
             prefault=prefaults,
             arena=self._arena,
             cq_path=cq_path,
+            index_limit=index_limit,
         )
         if pf_end and hint_cq is not None:
             hint_cq.prefaulted(pf_end)

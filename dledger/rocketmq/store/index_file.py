@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
 from dledger.files import CREATING_SUFFIX, create_sized, fsync_dir
+from dledger.rocketmq.store.mapped_file import RESERVE_ALIGN, reserve_blocks, reserve_end
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +142,23 @@ class IndexFile:
         self.readonly = readonly
         self.file_size = index_file_size(hash_slot_num, index_num)
         self._dirty = False
+        # Bytes below this have their blocks (reserve_items); 0 for a file opened again.
+        self._reserved_to = 0
         if create:
             if readonly:
                 raise PermissionError(f"read-only index: cannot create {self.path}")
             fd = create_sized(self.path, self.file_size)
+            try:
+                # The header and slot table are stored into at random: their blocks (and the
+                # first items') are reserved whole now, else a full disk is a SIGBUS there.
+                self._reserved_to = reserve_end(self._item_pos(0) + PREFAULT_CHUNK, self.file_size)
+                os.posix_fallocate(fd, 0, self._reserved_to)
+            except OSError as exc:
+                os.close(fd)
+                self.path.unlink(missing_ok=True)  # nothing in it: the next try makes it again
+                raise OSError(exc.errno, f"index file {self.path}: cannot reserve its blocks: {exc.strerror}") from exc
             # The slot table and the first items, made as page cache now, while no one else has
             # the file (the prefault thread below then only maps them): see dl_zero_fill.h.
-            # Failed (ENOSPC): the populate makes them, or reports nothing, as before.
             _mk.zero_fill(fd, 0, min(self._item_pos(0) + PREFAULT_CHUNK, self.file_size))
         else:
             fd = os.open(self.path, os.O_RDONLY if readonly else os.O_RDWR)
@@ -256,6 +267,31 @@ class IndexFile:
     def _item_pos(self, n: int) -> int:
         return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + n * INDEX_SIZE
 
+    def reserve_items(self, n: int) -> None:
+        """Blocks for ``n`` more items (and the header and slot table), before stores through
+        the mapping: OSError (ENOSPC) rather than SIGBUS on a full disk."""
+        end = self._item_pos(min(self.index_count + n, self.index_num))
+        if end <= self._reserved_to:
+            return
+        target = reserve_end(end, self.file_size)
+        start = self._reserved_to - self._reserved_to % RESERVE_ALIGN
+        try:
+            reserve_blocks(self.path, start, target)
+        except OSError as exc:
+            raise OSError(exc.errno, f"index file {self.path}: cannot reserve its blocks: {exc.strerror}") from exc
+        self._reserved_to = target
+
+    def reserved_limit(self, ahead: int) -> int:
+        """The item count up to which items may be stored now (dispatch's ``index_limit``):
+        ``ahead`` more reserved if the disk allows, else what was reserved before."""
+        try:
+            self.reserve_items(ahead)
+        except OSError as exc:
+            log.warning("%s", exc)
+        if self._reserved_to < self._item_pos(0):
+            return 0
+        return min((self._reserved_to - self._item_pos(0)) // INDEX_SIZE, self.index_num)
+
     def _time_diffs(self, timestamps: NDArray[np.int64]) -> NDArray[np.int32]:
         """The timeDiff of each item, as putKey computes it against the header's beginTimestamp;
         the first item of a fresh file moves beginTimestamp to its own timestamp."""
@@ -288,6 +324,7 @@ class IndexFile:
         hashes, phys, ts = hashes[:n], phys[:n], ts[:n]
         diffs = self._time_diffs(ts)
         assert self.mm is not None
+        self.reserve_items(n)
         first_put = self.index_count <= 1
         # The kernel reads and updates hashSlotCount and indexCount in the header itself.
         done = int(_mk.index_put_many(self.mm, self.hash_slot_num, self.index_num, hashes, phys, diffs))
@@ -520,7 +557,11 @@ class IndexService:
         self.load()
         if self.files:
             return None
-        f = self.get_and_create_last_file()
+        try:
+            f = self.get_and_create_last_file()
+        except OSError as exc:  # a full disk: the first dispatch that has keys makes it, or fails and retries
+            log.warning("%s", exc)
+            return None
         f._join_prefault()
         return f
 

@@ -37,6 +37,29 @@ UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
 PREFAULT_MIN_WRITE = 16 << 10
 PREFAULT_WRITES = 8
 
+# A store through a mapping into a page without blocks faults (SIGBUS) on a full disk, where a
+# write answers ENOSPC: so the consume queues and the index reserve blocks (fallocate) before
+# they store. The filesystem reserves blocks for a store's whole page-cache folio (ext4 has
+# large folios since Linux 6.16, up to a 2 MiB PMD; see _ext/segment.pyx's FOLIO_MAX), so a
+# reservation ends at such a boundary (or at the file's end) and starts at one.
+RESERVE_ALIGN = 2 << 20
+
+
+def reserve_blocks(path: Path, start: int, end: int) -> None:
+    """Allocate the blocks of ``path``'s bytes ``start``..``end`` (its size unchanged; glibc
+    writes zeros where the filesystem has no fallocate). Raises OSError (ENOSPC: the disk is full),
+    with whatever was allocated kept."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.posix_fallocate(fd, start, end - start)
+    finally:
+        os.close(fd)
+
+
+def reserve_end(end: int, file_size: int) -> int:
+    """Where a reservation covering byte ``end`` stops: the folio boundary at or past it."""
+    return min(file_size, -(-end // RESERVE_ALIGN) * RESERVE_ALIGN)
+
 
 def _prefault(mm: mmap.mmap, start: int, end: int) -> None:
     try:
@@ -59,6 +82,7 @@ class MappedFile:
         "mm",
         "path",
         "readonly",
+        "reserved_to",
         "wrote_position",
     )
 
@@ -68,6 +92,9 @@ class MappedFile:
         self.file_from_offset = int(path.name)
         self.readonly = readonly
         self.wrote_position = 0
+        # Bytes below this have their blocks (reserve): 0 for a file opened again, whose first
+        # reservation then covers what it holds too (a no-op where blocks are).
+        self.reserved_to = 0
         self.first_create_in_queue = False
         self.dirty_from = file_size
         self.dirty_to = 0
@@ -106,9 +133,33 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
+    def reserve(self, end: int) -> None:
+        """Blocks for the bytes below ``end`` (and up to the folio boundary past it), before a
+        store through the mapping there: OSError (ENOSPC) rather than SIGBUS on a full disk."""
+        if end <= self.reserved_to:
+            return
+        target = reserve_end(end, self.file_size)
+        start = self.reserved_to - self.reserved_to % RESERVE_ALIGN
+        try:
+            reserve_blocks(self.path, start, target)
+        except OSError as exc:
+            msg = f"consume queue file {self.path}: cannot reserve its blocks: {exc.strerror}"
+            raise OSError(exc.errno, msg) from exc
+        self.reserved_to = target
+
+    def reserved_room(self, ahead: int) -> int:
+        """Bytes past the write position a store may take without faulting: reserved (up to
+        ``ahead`` more asked for now; a full disk leaves what was reserved before)."""
+        try:
+            self.reserve(min(self.wrote_position + ahead, self.file_size))
+        except OSError as exc:
+            log.warning("%s", exc)
+        return max(self.reserved_to - self.wrote_position, 0)
+
     def write(self, pos: int, data: bytes | memoryview, prefault: bool = True) -> None:
         assert self.mm is not None and not self.readonly
         end = pos + len(data)
+        self.reserve(end)
         _mk.copy_into(self.mm, pos, data)
         self.written(pos, end, prefault)
 

@@ -74,6 +74,11 @@ LOCK_FILE = "lock"
 CLASSIC = "classic"
 DLEDGER = "dledger"
 LONG_MAX = (1 << 63) - 1
+# RocketMQ's rocketmq.broker.diskSpaceWarningLevelRatio and diskSpaceCleanForciblyRatio: the
+# disk-full flag goes up above the first, down below the second (check_disk_space); retention
+# deletes the oldest files whatever their age above the second.
+DISK_SPACE_WARNING_LEVEL_RATIO = 0.90
+DISK_SPACE_CLEAN_FORCIBLY_RATIO = 0.85
 
 
 class StoreLockedError(RuntimeError):
@@ -120,6 +125,8 @@ class MessageStore:
         self.config = cfg
         self.mode = mode
         self._closed = False
+        # RunningFlags' DISK_FULL bit (check_disk_space).
+        self.disk_full = False
         self._lock_fd = -1
         self._services_stop = threading.Event()
         self._service_thread: threading.Thread | None = None
@@ -406,19 +413,45 @@ class MessageStore:
         cfg = self.config
         interval = max(cfg.flush_interval_consume_queue, 10) / 1000.0
         last_clean = last_offsets = time.monotonic()
+        # Each service on its own, as RocketMQ schedules them: on a full disk the flush and the
+        # offsets fail (ENOSPC), and retention, behind them in one try, never ran, so nothing
+        # freed the disk and puts stayed refused.
         while not self._services_stop.wait(interval):
             try:
                 self.flush_logics()
-                if time.monotonic() - last_offsets >= cfg.flush_consumer_offset_interval / 1000.0:
-                    # Offsets applied from the log live in memory until written: a member that
-                    # crashes replays the offset records its log still holds, not older ones.
-                    last_offsets = time.monotonic()
-                    self.consumer_offsets.persist_if_changed()
-                if time.monotonic() - last_clean >= cfg.clean_resource_interval / 1000.0:
-                    last_clean = time.monotonic()
-                    self.delete_expired()
             except Exception:
-                log.exception("store service failed; retrying")
+                log.exception("consume-queue flush failed; retrying")
+            if time.monotonic() - last_offsets >= cfg.flush_consumer_offset_interval / 1000.0:
+                # Offsets applied from the log live in memory until written: a member that
+                # crashes replays the offset records its log still holds, not older ones.
+                last_offsets = time.monotonic()
+                try:
+                    self.consumer_offsets.persist_if_changed()
+                except Exception:
+                    log.exception("consumer offsets not persisted; retrying")
+            if time.monotonic() - last_clean >= cfg.clean_resource_interval / 1000.0:
+                last_clean = time.monotonic()
+                try:
+                    self.delete_expired(used_ratio=self.check_disk_space())
+                except Exception:
+                    log.exception("retention failed; retrying")
+
+    def check_disk_space(self, used_ratio: float | None = None) -> float:
+        """CleanCommitLogService.isSpaceToDelete's RunningFlags: above
+        DISK_SPACE_WARNING_LEVEL_RATIO of the disk used, the disk-full flag is set and puts are
+        refused (SERVICE_NOT_AVAILABLE) while retention cleans; below
+        DISK_SPACE_CLEAN_FORCIBLY_RATIO it is cleared (getAndMakeDiskOK), in between it stays as
+        it is. Returns the ratio."""
+        ratio = self.disk_used_ratio() if used_ratio is None else used_ratio
+        if ratio > DISK_SPACE_WARNING_LEVEL_RATIO:
+            if not self.disk_full:
+                log.error("disk maybe full soon (%.3f used): puts refused until retention frees space", ratio)
+            self.disk_full = True
+        elif ratio < DISK_SPACE_CLEAN_FORCIBLY_RATIO:
+            if self.disk_full:
+                log.warning("disk space ok again (%.3f used): puts accepted", ratio)
+            self.disk_full = False
+        return ratio
 
     def flush_logics(self) -> None:
         """Flush consume queues and index, then record in the checkpoint what they cover."""
@@ -456,7 +489,7 @@ class MessageStore:
         """putMessage of one message: its template (topic, queue, properties, hosts; checked and
         encoded once per kind of message), then one kernel call under the lock writes the record.
         Stores what ``put_messages([msg])`` stores, byte for byte."""
-        if self._closed or self.readonly or self.config.broker_role == SLAVE:
+        if self._closed or self.readonly or self.disk_full or self.config.broker_role == SLAVE:
             refused = self._refuse()
             if refused is not None:
                 return refused
@@ -541,7 +574,7 @@ class MessageStore:
         properties and flags, each with its own keys if given (a space-separated string or a
         list of str, as ``Message.keys``).
         The fast way to store many messages; no delay level (as RocketMQ's batch)."""
-        if self._closed or self.readonly or self.config.broker_role == SLAVE:
+        if self._closed or self.readonly or self.disk_full or self.config.broker_role == SLAVE:
             refused = self._refuse()
             if refused is not None:
                 return refused
@@ -580,6 +613,8 @@ class MessageStore:
             )
         if self.config.broker_role == SLAVE:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="the store is a slave")
+        if self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="disk full: puts are refused")
         return None
 
     def _put(self, batch: PreparedBatch | UniformBatch) -> PutMessageResult:
@@ -908,7 +943,7 @@ class MessageStore:
         ratio = self.disk_used_ratio() if used_ratio is None else used_ratio
         time_up = is_it_time_to_do(cfg.delete_when, now)
         space_full = ratio > cfg.disk_max_used_space_ratio / 100.0
-        clean_now = (ratio > 0.85 and cfg.clean_file_forcibly_enable) or force
+        clean_now = (ratio > DISK_SPACE_CLEAN_FORCIBLY_RATIO and cfg.clean_file_forcibly_enable) or force
         deleted = 0
         expired_ms = cfg.file_reserved_time * 3600 * 1000.0
         if self.mode == DLEDGER and self.commitlog.old_files:
