@@ -494,3 +494,30 @@ def test_checkpoint_names_only_what_a_finished_flush_covered(tmp_path):
     store.checkpoint()
     assert read_properties(node / "checkpoint") == {"endIndex": "9", "committedIndex": "9"}
     store.close()
+
+
+def test_retention_runs_while_every_flush_fails(tmp_path, small_config):
+    # A flush that fails every tick (here its checkpoint cannot replace a directory; on a full
+    # disk, ENOSPC) must not keep retention, which is what frees the disk, from running.
+    hour = time.strftime("%H", time.localtime())
+    cfg = small_config.replace(file_reserved_hours=1, delete_when=hour, check_point_interval=1)
+    store = MmapFileStore(tmp_path / "n", cfg)
+    try:
+        for _i in range(300):
+            store.append_as_leader(b"z" * 100, 1)
+        files = store.data_files
+        assert len(files) > 2
+        (store.path / "checkpoint").unlink(missing_ok=True)
+        (store.path / "checkpoint").mkdir()
+        with pytest.raises(OSError):
+            store.checkpoint()
+        old = time.time() - 2 * 3600
+        for p in files:
+            os.utime(p, (old, old))
+        deadline = time.monotonic() + 30
+        while store.data_files != files[-1:] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.data_files == files[-1:]
+    finally:
+        (store.path / "checkpoint").rmdir()
+        store.close()

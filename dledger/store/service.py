@@ -285,6 +285,8 @@ class StoreService:
         # tick then comes at once, so a new file's first pages are made ahead of its writer.
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures: dict[str, int] = {}
+        self._last_report: dict[str, float] = {}
 
     @property
     def running(self) -> bool:
@@ -313,26 +315,32 @@ class StoreService:
     def _run(self) -> None:
         interval = max(self.store.config.flush_file_interval, 1) / 1000.0
         last_clean = 0.0
-        failures = 0
-        last_report = 0.0
         while True:
             self._wake.wait(interval)
             self._wake.clear()
             if self._stop.is_set():
                 break
-            try:
-                self.flush.tick(interval)
-                if time.monotonic() - last_clean >= CLEAN_INTERVAL_S:
-                    last_clean = time.monotonic()
-                    self.clean.tick()
-                failures = 0
-            except Exception:
-                # Every tick may fail the same way (a directory removed under us): say so once,
-                # then at most every SERVICE_REPORT_S with a count, not a traceback every tick.
-                failures += 1
-                now = time.monotonic()
-                if failures == 1 or now - last_report >= SERVICE_REPORT_S:
-                    last_report = now
-                    log.exception(
-                        "store service of %s failed (%d time(s) in a row); retrying", self.store.path, failures
-                    )
+            # Each on its own: a flush failing every tick on a full disk must not keep
+            # retention, the one thing that can free the disk, from running.
+            self._attempt("flush", lambda: self.flush.tick(interval))
+            if time.monotonic() - last_clean >= CLEAN_INTERVAL_S:
+                last_clean = time.monotonic()
+                self._attempt("clean", self.clean.tick)
+
+    def _attempt(self, name: str, tick: Callable[[], object]) -> None:
+        failures = self._failures.get(name, 0)
+        try:
+            tick()
+        except Exception:
+            # Every tick may fail the same way (a directory removed under us): say so once,
+            # then at most every SERVICE_REPORT_S with a count, not a traceback every tick.
+            failures += 1
+            now = time.monotonic()
+            if failures == 1 or now - self._last_report.get(name, 0.0) >= SERVICE_REPORT_S:
+                self._last_report[name] = now
+                log.exception(
+                    "store service of %s: %s failed (%d time(s) in a row); retrying", self.store.path, name, failures
+                )
+        else:
+            failures = 0
+        self._failures[name] = failures
