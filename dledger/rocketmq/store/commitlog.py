@@ -551,9 +551,13 @@ class CommitLog(LogFiles):
             if f.file_from_offset + f.wrote_position != start_offset:
                 log.error("HA append at %d refused: the file %s ends elsewhere", start_offset, f.path)
                 return False
-            # A frame is small (32 KiB): letting go of the GIL for its copy would cost the HA
-            # thread a wait of up to 5 ms to have it back on a busy broker.
-            return bool(f.append(data, False) >= 0)
+            # The GIL is kept for a small write below the pre-written mark (a copy through the
+            # mapping: letting go would cost the HA thread a wait of up to 5 ms to have it back
+            # on a busy broker), let go past it: there the write may wait on the prefault's
+            # write guard, which spinning with the GIL held stalled the slave's appends for
+            # up to 80 ms (docs/ha.md). Writes of 64 KiB or more let go of it anyway.
+            past_mark = f.guarded and start_offset - f.file_from_offset + len(data) > f.prewritten_to
+            return bool(f.append(data, past_mark) >= 0)
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]
