@@ -178,6 +178,8 @@ def run(count: int, broker_python: str | None) -> dict[str, Any]:
     m, s = json.loads((root / "m.json").read_text()), json.loads((root / "s.json").read_text())
     got: dict[str, Any] = stages(m, s)
     got.update(outq=m["outq"], inq=s["inq"], dledger=[s.get("dledger", "?")])
+    # How long each append call of the slave took (a stall there holds every frame after it).
+    got["append call"] = [b - a for a, b, _end in s["append"]]
     shutil.rmtree(root, ignore_errors=True)
     return got
 
@@ -211,6 +213,11 @@ def main() -> None:
             got = run(args.count, exe)
             rounds[name].append(got)
             print(f"round {r + 1} {name} ({got['dledger'][0]}, load {os.getloadavg()[0]:.1f}):")
+            calls = got["append call"]
+            print(
+                f"  slave's append calls: {len(calls)}, p50 {statistics.median(calls) * 1e3:.3f} ms, "
+                f"p99 {_pct(calls, 0.99) * 1e3:.2f} ms, max {max(calls) * 1e3:.1f} ms, in all {sum(calls):.2f} s"
+            )
             for stage in (*STAGES, "outq", "inq"):
                 if got[stage]:
                     kb = stage in ("outq", "inq")
