@@ -16,7 +16,9 @@ with ``LogFeed.publish``, a store and a write to the eventfd under the GIL (no h
 ``recv_frames`` is the slave's (HAClient's) read side: it sends the slave's report, then reads
 into the client's buffer until at least one whole frame is there, checking every 12-byte header
 on the way (the offset must be the slave's end, the size must fit the buffer), and comes back
-with where the whole frames end, for Python to append each in one call.
+with where the whole frames end. ``join_frames`` then moves their bytes together, without the
+headers between them, so that Python appends the read's frames in one call a commit-log file
+rather than one a frame.
 """
 
 from libc.errno cimport EAGAIN, EINTR, EIO, ETIMEDOUT, errno
@@ -385,3 +387,45 @@ def recv_frames(int sock_fd, object buf, int64_t filled, int64_t pos, int64_t ex
     if status < 0:
         raise OSError(-status, os.strerror(-status))
     return status, filled, pos, whole
+
+
+
+def join_frames(object buf, int64_t pos, int64_t whole):
+    """The whole frames ``recv_frames`` returned in ``buf[pos:whole]``, their data moved together
+    to ``buf[pos:]`` without the headers (heartbeats add nothing). Each frame with data must
+    start where the one before it ends (``recv_frames`` checked it; checked again here, as a
+    slip would append bytes at the wrong offset). Returns ``(offset, end, frames)``: the data are
+    the log from ``offset`` (-1 when there are none) in ``buf[pos:end]``, from ``frames`` frames."""
+    cdef Py_buffer view
+    cdef uint8_t *b
+    cdef int64_t scan = pos, dst = pos, off, size, first = -1, expected = -1, frames = 0
+    cdef int i
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        if not (0 <= pos <= whole <= view.len):
+            raise ValueError(f"join_frames: pos {pos}, whole {whole}, buffer {view.len}")
+        b = <uint8_t *>view.buf
+        with nogil:
+            while whole - scan >= HEADER_SIZE:
+                off = 0
+                for i in range(8):
+                    off = (off << 8) | b[scan + i]
+                size = <int32_t>((<uint32_t>b[scan + 8] << 24) | (<uint32_t>b[scan + 9] << 16)
+                                 | (<uint32_t>b[scan + 10] << 8) | <uint32_t>b[scan + 11])
+                if size < 0 or size > whole - scan - HEADER_SIZE:
+                    break
+                if size:
+                    if first < 0:
+                        first = off
+                    elif off != expected:
+                        break
+                    expected = off + size
+                    memmove(b + dst, b + scan + HEADER_SIZE, size)
+                    dst += size
+                    frames += 1
+                scan += HEADER_SIZE + size
+    finally:
+        PyBuffer_Release(&view)
+    if scan != whole:
+        raise ValueError(f"join_frames: the frames in {pos}-{whole} are not whole and contiguous (stopped at {scan})")
+    return first, dst, frames

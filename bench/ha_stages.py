@@ -41,7 +41,13 @@ HOOK = r"""
 import atexit, json, os, runpy, sys, time
 out = os.environ["HA_STAGES_OUT"]
 now = time.monotonic
-rec = {"put": [], "recv": [], "append": [], "dispatch": []}
+rec = {"put": [], "recv": [], "append": [], "dispatch": [], "outq": [], "inq": []}
+import fcntl, struct, termios
+def queued(fd, req):
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, req, b"\0\0\0\0"))[0]
+    except OSError:
+        return -1
 from dledger.rocketmq.store.ha import ha_client, ha_service
 from dledger.rocketmq.store import message_store, dispatch
 
@@ -51,6 +57,8 @@ def wakeup_all(self):
     wake(self)
     try:
         rec["put"].append((t, int(self.store.commitlog.max_offset)))
+        for c in self.connections:  # bytes the master's socket holds, not yet taken by the slave
+            rec["outq"].append(queued(c.sock.fileno(), termios.TIOCOUTQ))
     except Exception:
         pass
 ha_service.HAService.wakeup_all = wakeup_all
@@ -78,12 +86,14 @@ if hasattr(ha_client, "_HA") and hasattr(ha_client._HA, "recv_frames"):
             r = real.recv_frames(*a)
             if r[3] != a[3]:
                 rec["recv"].append(now())
+                rec["inq"].append(queued(a[0], termios.FIONREAD))  # bytes left in the slave's socket
             return r
     real = ha_client._HA
     ha_client._HA = _K()
 
 @atexit.register
 def dump():
+    rec["dledger"] = os.path.dirname(ha_service.__file__)
     with open(out, "w") as f:
         json.dump(rec, f)
 
@@ -131,7 +141,7 @@ def stages(master: dict[str, Any], slave: dict[str, Any]) -> dict[str, list[floa
     return out
 
 
-def run(count: int, broker_python: str | None) -> dict[str, list[float]]:
+def run(count: int, broker_python: str | None) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="dledger-ha-stages-"))
     exe = broker_python or sys.executable
 
@@ -165,25 +175,62 @@ def run(count: int, broker_python: str | None) -> dict[str, list[float]]:
     finally:
         slave.stop()
         master.stop()
-    got = stages(json.loads((root / "m.json").read_text()), json.loads((root / "s.json").read_text()))
+    m, s = json.loads((root / "m.json").read_text()), json.loads((root / "s.json").read_text())
+    got: dict[str, Any] = stages(m, s)
+    got.update(outq=m["outq"], inq=s["inq"], dledger=[s.get("dledger", "?")])
+    # How long each append call of the slave took (a stall there holds every frame after it).
+    got["append call"] = [b - a for a, b, _end in s["append"]]
     shutil.rmtree(root, ignore_errors=True)
     return got
+
+
+STAGES = ("read", "append began", "appended", "dispatched", "gil")
+
+
+def _line(name: str, v: list[float], scale: float = 1e3, unit: str = "ms") -> str:
+    what = {
+        "gil": "slave's read -> its append began",
+        "outq": "master's socket at a put",
+        "inq": "slave's socket after a read",
+    }
+    return (
+        f"{what.get(name, f'put end -> slave {name}')}: p50 {statistics.median(v) * scale:.2f} {unit}, "
+        f"p90 {_pct(v, 0.9) * scale:.2f} {unit}, p99 {_pct(v, 0.99) * scale:.2f} {unit} ({len(v)})"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=100_000)
     ap.add_argument("--broker-python", default=None)
+    ap.add_argument("--against", default=None, help="another checkout's python: rounds alternate with it")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    got = run(args.count, args.broker_python)
-    for name in ("read", "append began", "appended", "dispatched", "gil"):
-        v = got[name]
-        if v:
-            what = "slave's read -> its append began" if name == "gil" else f"put end -> slave {name}"
+    sides = [("this", args.broker_python)] + ([("against", args.against)] if args.against else [])
+    rounds: dict[str, list[dict[str, list[float]]]] = {name: [] for name, _ in sides}
+    for r in range(args.rounds):
+        for name, exe in sides if r % 2 == 0 else sides[::-1]:
+            got = run(args.count, exe)
+            rounds[name].append(got)
+            print(f"round {r + 1} {name} ({got['dledger'][0]}, load {os.getloadavg()[0]:.1f}):")
+            calls = got["append call"]
             print(
-                f"{what}: p50 {statistics.median(v) * 1e3:.2f} ms, "
-                f"p90 {_pct(v, 0.9) * 1e3:.2f} ms, p99 {_pct(v, 0.99) * 1e3:.2f} ms ({len(v)} puts)"
+                f"  slave's append calls: {len(calls)}, p50 {statistics.median(calls) * 1e3:.3f} ms, "
+                f"p99 {_pct(calls, 0.99) * 1e3:.2f} ms, max {max(calls) * 1e3:.1f} ms, in all {sum(calls):.2f} s"
             )
+            for stage in (*STAGES, "outq", "inq"):
+                if got[stage]:
+                    kb = stage in ("outq", "inq")
+                    print("  " + _line(stage, got[stage], 1 / 1024 if kb else 1e3, "KiB" if kb else "ms"))
+    if args.rounds > 1 or args.against:
+        for name, _ in sides:
+            for stage in ("read", "appended"):
+                for q in (0.5, 0.99):
+                    v = [_pct(g[stage], q) * 1e3 for g in rounds[name]]
+                    print(
+                        f"{name}: put end -> slave {stage} p{int(q * 100)} median {statistics.median(v):.1f} ms "
+                        f"[{min(v):.1f}-{max(v):.1f}] over {len(v)} rounds"
+                    )
 
 
 if __name__ == "__main__":

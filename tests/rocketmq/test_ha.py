@@ -473,6 +473,40 @@ def test_recv_frames_reports_waits_for_whole_frames_and_checks_every_header() ->
         b.close()
 
 
+def test_join_frames_puts_the_frames_data_together_in_log_order() -> None:
+    """The slave appends a read's frames in one call a file: ``join_frames`` moves their data
+    together (headers and heartbeats out) and says from which offset; data that do not follow
+    on from the frame before, or a frame cut short, are refused rather than joined."""
+    from dledger._ext import load
+
+    k = load("ha")
+    frames = (
+        HDR.pack(1000, 0)
+        + HDR.pack(1000, 5)
+        + b"abcde"
+        + HDR.pack(1005, 3)
+        + b"fgh"
+        + HDR.pack(1008, 0)
+        + HDR.pack(1008, 1)
+        + b"i"
+    )
+    buf = bytearray(b"..") + bytearray(frames) + bytearray(b"tail")
+    assert k.join_frames(buf, 2, 2 + len(frames)) == (1000, 2 + 9, 3)
+    assert bytes(buf[:11]) == b"..abcdefghi"
+    assert bytes(buf[-4:]) == b"tail"  # nothing past the frames is touched
+    # Only heartbeats: no data.
+    assert k.join_frames(bytearray(HDR.pack(7, 0) * 2), 0, 24) == (-1, 0, 0)
+    # A frame that does not start where the one before ended.
+    gap = HDR.pack(0, 2) + b"ab" + HDR.pack(3, 1) + b"c"
+    with pytest.raises(ValueError):
+        k.join_frames(bytearray(gap), 0, len(gap))
+    # A frame cut short, and a header cut short.
+    with pytest.raises(ValueError):
+        k.join_frames(bytearray(frames), 0, len(frames) - 1)
+    with pytest.raises(ValueError):
+        k.join_frames(bytearray(frames), 0, 10)
+
+
 def test_push_file_sends_what_is_published_when_woken_and_stops_at_the_files_end(tmp_path: Path) -> None:
     """The master's write kernel: frames of the file up to the feed's published end, the next
     ones as soon as a publish wakes it (its idle wait is far longer than the test may take),
@@ -522,3 +556,35 @@ def test_push_file_sends_what_is_published_when_woken_and_stops_at_the_files_end
         os.close(fd)
         a.close()
         b.close()
+
+
+def test_slave_appends_through_the_mapping_and_past_the_prewritten_mark_byte_for_byte(tmp_path: Path) -> None:
+    """A slave's append of a read's frames: below the prefault's mark it goes through the
+    mapping in pieces, past it in one write; the log holds exactly the master's bytes either
+    way (the test's other stores use 64 KiB files, never pre-written far enough for pieces)."""
+    big = 8 << 20
+    m = MessageStore(tmp_path / "m", config(mapped_file_size_commit_log=big))
+    s = MessageStore(tmp_path / "s", config(broker_role=SLAVE, mapped_file_size_commit_log=big))
+    try:
+        fill(m, 7000)
+        end = m.max_phys_offset
+        assert 3 << 20 < end < big
+        data = log_bytes(m, 0, end)
+        first = 100_000
+        # The file is new, with no mark yet: one write that lets go of the GIL.
+        assert s.append_to_commit_log(0, memoryview(data)[:first])
+        f = s.commitlog.files.files[-1]
+        assert f.guarded
+        # The prefault thread writes zeros ahead of the write position: wait until the rest of
+        # the data lies below its mark (rounded down to 2 MiB), so it goes in mapped pieces.
+        wait_for(lambda: f.prewritten_to >= 6 << 20)
+        assert s.append_to_commit_log(first, memoryview(data)[first : end - 1000])
+        assert s.append_to_commit_log(end - 1000, memoryview(data)[end - 1000 :])
+        assert s.max_phys_offset == end
+        assert log_bytes(s, 0, end) == data
+        # Not where the log ends: refused, nothing written.
+        assert not s.append_to_commit_log(end + 1, b"x" * 10)
+        assert s.max_phys_offset == end
+    finally:
+        s.close()
+        m.close()

@@ -60,6 +60,11 @@ PREFAULT_STEP = 8 << 20
 PREFAULT_POLL_S = 0.01
 PREFAULT_IDLE_S = 0.05
 _BLANK = struct.Struct(">ii")
+# The slave's HA appends (append_data): a copy through the mapping is one of less than
+# segment.pyx's NOGIL_COPY (64 KiB) that ends below the pre-written mark rounded down to its
+# FOLIO_MAX (2 MiB); such a piece keeps the GIL.
+_HA_MAPPED_PIECE = 60 << 10
+_HA_FOLIO = 2 << 20
 # How much past a torn tail recovery zeroes, so that stale bytes cannot read as records.
 _TORN_ZERO_MIN = 1 << 16
 
@@ -551,9 +556,24 @@ class CommitLog(LogFiles):
             if f.file_from_offset + f.wrote_position != start_offset:
                 log.error("HA append at %d refused: the file %s ends elsewhere", start_offset, f.path)
                 return False
-            # A frame is small (32 KiB): letting go of the GIL for its copy would cost the HA
-            # thread a wait of up to 5 ms to have it back on a busy broker.
-            return bool(f.append(data, False) >= 0)
+            # Below the pre-written mark (to its folio) the frames are copied through the mapping
+            # in pieces small enough to keep the GIL (MAPPED_APPENDS in _ext/segment.pyx):
+            # letting go would cost the HA thread a wait of up to 5 ms to have it back on a busy
+            # broker. Past it, one write that lets go of the GIL: there a write may wait on the
+            # prefault's write guard, which spinning with the GIL held stalled the slave's
+            # appends for up to 80 ms (docs/ha.md).
+            rel = start_offset - f.file_from_offset
+            mapped_end = f.prewritten_to // _HA_FOLIO * _HA_FOLIO if f.guarded else 0
+            view = memoryview(data)
+            done, n = 0, len(view)
+            while done < n:
+                piece = min(n - done, _HA_MAPPED_PIECE)
+                if rel + done + piece > mapped_end:
+                    return bool(f.append(view[done:], True) >= 0)
+                if f.append(view[done : done + piece], False) < 0:
+                    return False
+                done += piece
+            return True
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]

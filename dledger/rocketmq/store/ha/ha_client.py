@@ -2,12 +2,13 @@
 
 It connects to ``ha_master_address`` and reports its max physical offset (8 bytes, big-endian)
 at once, after the frames of each read it appends, and after ``ha_send_heartbeat_interval`` without a report.
-The master pushes frames ``{phyOffset int64, size int32}`` + ``size`` bytes; each is appended at
-that offset in one call (``append_to_commit_log``), and the store's dispatch builds the consume
-queues and the index from the appended records as the master's did. The socket work is a
+The master pushes frames ``{phyOffset int64, size int32}`` + ``size`` bytes; the frames of a read
+are appended at their offset in one call a commit-log file (``append_to_commit_log``), and the
+store's dispatch builds the consume queues and the index from the appended records as the
+master's did. The socket work is a
 kernel without the GIL (``dledger._ext.ha.recv_frames``): it sends the report, reads until whole
 frames are in the buffer and checks their headers, so the loop takes the GIL once per read,
-for the appends. A frame that does not start
+for the appends (``join_frames`` moves the frames' data together first). A frame that does not start
 exactly at the slave's max offset (when the slave holds anything) closes the link; the slave
 connects again and reports where it is. A link silent for ``ha_housekeeping_interval`` (the master
 sends a heartbeat every 5 s) is closed too.
@@ -40,8 +41,14 @@ CONNECT_TIMEOUT_S = 3.0
 RECONNECT_S = 1.0
 
 
+class CommitLogFiles(Protocol):
+    file_size: int
+
+
 class SlaveStore(Protocol):
     """What the client needs of the slave's store (DefaultMessageStore's methods)."""
+
+    commitlog: CommitLogFiles
 
     @property
     def max_phys_offset(self) -> int: ...
@@ -221,21 +228,25 @@ class HAClient:
         return True
 
     def _append_frames(self, whole: int) -> bool:
-        """The whole frames the kernel checked, ``buf[dispatch_pos:whole]``: each appended at its
-        offset in one call (heartbeats append nothing)."""
-        hsize = HEADER.size
+        """The whole frames the kernel checked, ``buf[dispatch_pos:whole]``: their data moved
+        together (``join_frames``) and appended in one call a commit-log file, not one a frame:
+        each call takes the GIL, and waits for it on a busy slave (heartbeats append nothing)."""
         pos = self._dispatch_pos
         if pos == whole:
             return True
-        view = memoryview(self._buf)
-        while pos < whole:
-            master_offset, size = HEADER.unpack_from(view, pos)
-            if size:
-                if not self.store.append_to_commit_log(master_offset, view[pos + hsize : pos + hsize + size]):
+        at, end, frames = _HA.join_frames(self._buf, pos, whole)
+        if at >= 0:
+            file_size = int(self.store.commitlog.file_size)
+            view = memoryview(self._buf)
+            while pos < end:
+                # Frames never cross a master's file, so neither may an append of them.
+                n = min(end - pos, file_size - at % file_size)
+                if not self.store.append_to_commit_log(at, view[pos : pos + n]):
                     return False
-                self.frames += 1
-            pos += hsize + size
-        self._dispatch_pos = pos
-        if pos == self._filled:
+                at += n
+                pos += n
+            self.frames += frames
+        self._dispatch_pos = whole
+        if whole == self._filled:
             self._filled = self._dispatch_pos = 0
         return True
