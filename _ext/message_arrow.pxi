@@ -508,8 +508,8 @@ def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, b
 # fused kernels below parse a record and append all its values at once. Variable-length outputs
 # are bounded by the record bytes a batch takes (a record holds its topic, body and properties),
 # so a batch stops before the record that would pass ``budget`` bytes and nothing is re-checked
-# per column. Values come from the same helpers as the per-column kernels (_host_text,
-# _split_properties, _HEX_PAIRS), so the two paths cannot drift apart.
+# per column. Values come from the helpers the per-column kernels use (_host_text, _HEX_PAIRS,
+# _put_optional; _split_properties is property_columns' loop), and tests/rocketmq/test_arrow_fused.py compares the two.
 
 # Longest text of a host field ("[" + 8 groups of 4 + 7 ":" + "]:" + an int32) and of a msg_id
 # (2 hex digits per byte of a 20-byte v6 host and an 8-byte offset), rounded up.

@@ -80,11 +80,12 @@ def test_random_messages_read_the_same_fused(msgs: list[Message], dledger: bool,
         assert read_messages(Path(tmp)).num_rows == len(msgs)
 
 
+@pytest.mark.timeout(120)  # a budget that never grew would loop on the record for ever
 def test_a_record_larger_than_a_batch_budget_is_read(tmp_path: Path) -> None:
-    """A fused walk batch holds at most 512 bytes a row asked; a larger record grows it."""
-    with MessageStore(tmp_path, MessageStoreConfig(mapped_file_size_commit_log=1 << 20)) as s:
-        assert s.put_batch("Big", [b"x" * 5000, b"y" * 10, b"z" * 3000], queue_id=0).ok
+    """A fused walk batch holds at most 2 MiB of records; a larger record grows it."""
+    with MessageStore(tmp_path, MessageStoreConfig(mapped_file_size_commit_log=8 << 20)) as s:
+        assert s.put_batch("Big", [b"x" * 3_000_000, b"y" * 10, b"z" * 3000], queue_id=0).ok
         assert s.wait_dispatched(30)
     table = read_messages(tmp_path, batch_rows=2)
-    assert table.column("body").to_pylist() == [b"x" * 5000, b"y" * 10, b"z" * 3000]
-    assert pa.compute.sum(table.column("size")).as_py() > 8000
+    assert table.column("body").to_pylist() == [b"x" * 3_000_000, b"y" * 10, b"z" * 3000]
+    assert pa.compute.sum(table.column("size")).as_py() > 3_000_000

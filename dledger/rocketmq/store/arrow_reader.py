@@ -262,8 +262,11 @@ def batch_from_columns(
 # pass per column (docs/spark.md).
 _DERIVED = frozenset({"topic", "msg_id", "tags", "keys", "properties", "body", "born_host", "store_host"})
 FUSED_FROM = 3
-# Record bytes a fused walk batch takes at most per row asked (a batch also stops at its rows).
-_FUSED_BYTES_PER_ROW = 512
+# Record bytes a fused walk batch takes at most (it also stops at its rows; a larger record
+# doubles it). Each variable-length output is allocated at this size and shrunk in place: kept
+# under numpy's 4 MiB huge-page threshold (its entry offsets are 4/3 of it), as a huge page is
+# zero-filled whole on first touch: 6 MiB budgets spent half the row's time in the kernel.
+_FUSED_BUDGET = 2 << 20
 
 
 def batch_from_fused(out: Mapping[str, Any], columns: Sequence[str], schema: pa.Schema) -> pa.RecordBatch:
@@ -653,7 +656,7 @@ def _walk_view(
     cur = pos - base
     code = K.STOP_END
     fused = args.fused
-    budget = args.batch_rows * _FUSED_BYTES_PER_ROW
+    budget = _FUSED_BUDGET
     while cur < stop_at:
         if fused is not None:
             out, stop, code = K.fused_walk(view, base, cur, stop_at, args.batch_rows, dledger, budget, fused)
