@@ -542,6 +542,11 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         out: list[InputPartition] = []
+        if any((topic, int(qid)) not in self._files for topic, queues in end.items() for qid in queues):
+            # A batch replayed after a restart (or a queue new since the last look): one look
+            # at the store here, so that no partition opens the whole store itself. The files
+            # found now reach at least as far as ``end``, which an earlier look planned.
+            self._latest()
         for topic, queues in sorted(end.items()):
             for qid, stop in sorted(queues.items(), key=lambda kv: int(kv[0])):
                 begin = start.get(topic, {}).get(qid)
@@ -549,7 +554,6 @@ class MessageStreamReader(_ReadMixin, DataSourceStreamReader, SupportsTriggerAva
                     begin = self._earliest(topic, int(qid))
                 if int(begin) < int(stop):
                     rng = QueueRange(topic, int(qid), int(begin), int(stop))
-                    # A batch replayed after a restart has no look yet: it opens the store.
                     out.append(MessagePartition(rng, file=self._files.get((topic, int(qid)))))
         return out
 
