@@ -37,3 +37,16 @@ def test_a_replayed_batch_reads_queues_from_their_own_files(tmp_path: Path) -> N
     assert rows.num_rows == want.num_rows == 400
     for name in ("queue_id", "queue_offset", "body"):
         assert rows.column(name).to_pylist() == want.column(name).to_pylist()
+
+
+def test_queues_new_to_the_stream_start_at_their_earliest(tmp_path: Path) -> None:
+    """A queue the offsets do not name yet starts at its earliest offset, and a trigger's limit
+    is shared from there in queue order (the earliest comes from the look latestOffset took)."""
+    with MessageStore(tmp_path, MessageStoreConfig(mapped_file_size_commit_log=64 * 1024)) as s:
+        for qid in range(3):
+            assert s.put_batch("T", [b"m"] * 100, queue_id=qid).ok
+        assert s.wait_dispatched(30)
+    source = RocketMQDataSource({"path": str(tmp_path), "topics": "T", "maxOffsetsPerTrigger": "130"})
+    stream = source.streamReader(source.schema())
+    assert stream.latestOffset({}, stream.getDefaultReadLimit()) == {"T": {"0": 100, "1": 30, "2": 0}}
+    assert stream.latestOffset({"T": {"0": 100}}, stream.getDefaultReadLimit()) == {"T": {"0": 100, "1": 100, "2": 30}}
