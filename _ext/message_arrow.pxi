@@ -499,3 +499,405 @@ def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, b
     if want_keys:
         keys_out = (_exact(keys_out[0], yat), keys_out[1], keys_out[2], key_nulls)
     return map_out, tags_out, keys_out
+
+
+# -- the fused pass: every column of a record while it is in cache ------------------------------
+#
+# A read of all columns made them in seven passes over a batch's records (scan, topic, body,
+# properties, msg_id, two hosts), each re-reading records that had left the L1/L2 cache. The
+# fused kernels below parse a record and append all its values at once. Variable-length outputs
+# are bounded by the record bytes a batch takes (a record holds its topic, body and properties),
+# so a batch stops before the record that would pass ``budget`` bytes and nothing is re-checked
+# per column. Values come from the helpers the per-column kernels use (_host_text, _HEX_PAIRS,
+# _put_optional; _split_properties is property_columns' loop), and tests/rocketmq/test_arrow_fused.py compares the two.
+
+# Longest text of a host field ("[" + 8 groups of 4 + 7 ":" + "]:" + an int32) and of a msg_id
+# (2 hex digits per byte of a 20-byte v6 host and an 8-byte offset), rounded up.
+cdef int64_t _HOST_TEXT_MAX = 56
+cdef int64_t _MSG_ID_MAX = 56
+
+
+ctypedef struct _HostOut:
+    unsigned char *data
+    int32_t *offs
+    int64_t at
+    const unsigned char *prev
+    int prev_len
+    int64_t prev_at
+    int64_t prev_text
+
+
+cdef inline void _host_append(_HostOut *o, Py_ssize_t k, const unsigned char *h, int hl) noexcept nogil:
+    """Row ``k``'s host text (a run of records shares its hosts: the text before is copied)."""
+    o.offs[k] = <int32_t>o.at
+    if o.prev != NULL and hl == o.prev_len and memcmp(h, o.prev, <size_t>hl) == 0:
+        memcpy(o.data + o.at, o.data + o.prev_at, <size_t>o.prev_text)
+        o.at += o.prev_text
+        return
+    o.prev_at = o.at
+    o.prev_text = _host_text(o.data + o.at, h, hl)
+    o.at += o.prev_text
+    o.prev = h
+    o.prev_len = hl
+
+
+ctypedef struct _Fused:
+    _Cols c                      # the fixed-width columns (the *_off ones NULL)
+    unsigned char *topic_d
+    int32_t *topic_o
+    int64_t topic_at
+    unsigned char *body_d
+    int32_t *body_o
+    int64_t body_at
+    unsigned char *mid_d
+    int32_t *mid_o
+    int64_t mid_at
+    bint born
+    bint store
+    _HostOut born_host
+    _HostOut store_host
+    bint want_map
+    bint want_tags
+    bint want_keys
+    int32_t *eo
+    unsigned char *kd
+    int32_t *ko
+    unsigned char *vd
+    int32_t *vo
+    int64_t kat
+    int64_t vat
+    int64_t m
+    unsigned char *td
+    int32_t *to
+    unsigned char *tb
+    int64_t tat
+    Py_ssize_t tag_nulls
+    unsigned char *yd
+    int32_t *yo
+    unsigned char *yb
+    int64_t yat
+    Py_ssize_t key_nulls
+    int32_t *pk                  # one record's property items: name at, name length, value at, length
+    int32_t *pkl
+    int32_t *pv
+    int32_t *pvl
+
+
+cdef inline Py_ssize_t _split_properties(const unsigned char *q, int64_t nb, int32_t *pk, int32_t *pkl,
+                                         int32_t *pv, int32_t *pvl) noexcept nogil:
+    """string2messageProperties of ``q[:nb]`` into (name, value) positions; returns how many.
+    Items split at 0x02, name and value at the first 0x01, both non-empty; a name given again
+    replaces the earlier value in place (Java's HashMap keeps one entry per name). One pass over
+    the bytes (items are short: a loop beats memchr calls)."""
+    cdef Py_ssize_t np_ = 0, j
+    cdef int64_t item = 0, sep = -1, i = 0
+    cdef bint replaced
+    while i <= nb:
+        if i == nb or q[i] == 2:
+            if sep > item and sep < i - 1:
+                replaced = False
+                for j in range(np_):
+                    if pkl[j] == sep - item and memcmp(q + pk[j], q + item, <size_t>(sep - item)) == 0:
+                        pv[j] = <int32_t>(sep + 1)
+                        pvl[j] = <int32_t>(i - sep - 1)
+                        replaced = True
+                        break
+                if not replaced:
+                    pk[np_] = <int32_t>item
+                    pkl[np_] = <int32_t>(sep - item)
+                    pv[np_] = <int32_t>(sep + 1)
+                    pvl[np_] = <int32_t>(i - sep - 1)
+                    np_ += 1
+            item = i + 1
+            sep = -1
+        elif q[i] == 1 and sep < 0:
+            sep = i
+        i += 1
+    return np_
+
+
+cdef inline void _fused_row(_Fused *f, Py_ssize_t k, const unsigned char *rec, const _Rec *r, int64_t phys) noexcept nogil:
+    """Every wanted column of row ``k``: the record at ``rec`` (parsed as ``r``), at commit-log
+    offset ``phys``."""
+    cdef Py_ssize_t np_, j, i
+    cdef int hl
+    cdef const unsigned char *h
+    cdef const unsigned char *q
+    cdef const unsigned char *tag_at
+    cdef const unsigned char *key_at
+    cdef int64_t tag_len = 0, key_len = 0
+    cdef uint64_t x
+    _store_some(&f.c, k, r, 0, phys)
+    if f.topic_d != NULL:
+        f.topic_o[k] = <int32_t>f.topic_at
+        memcpy(f.topic_d + f.topic_at, rec + r.topic_off, <size_t>r.topic_len)
+        f.topic_at += r.topic_len
+    if f.body_d != NULL:
+        f.body_o[k] = <int32_t>f.body_at
+        memcpy(f.body_d + f.body_at, rec + r.body_off, <size_t>r.body_len)
+        f.body_at += r.body_len
+    if f.mid_d != NULL:
+        f.mid_o[k] = <int32_t>f.mid_at
+        hl = mq_host_len(r.sys_flag, MQ_STOREHOST_V6)
+        h = rec + r.store_host_off
+        for i in range(hl):
+            memcpy(f.mid_d + f.mid_at, &_HEX_PAIRS[2 * h[i]], 2)
+            f.mid_at += 2
+        x = <uint64_t>phys
+        for i in range(8):
+            memcpy(f.mid_d + f.mid_at, &_HEX_PAIRS[2 * ((x >> (56 - 8 * i)) & 0xFF)], 2)
+            f.mid_at += 2
+    if f.born:
+        _host_append(&f.born_host, k, rec + r.born_host_off, mq_host_len(r.sys_flag, MQ_BORNHOST_V6))
+    if f.store:
+        _host_append(&f.store_host, k, rec + r.store_host_off, mq_host_len(r.sys_flag, MQ_STOREHOST_V6))
+    if not (f.want_map or f.want_tags or f.want_keys):
+        return
+    q = rec + r.props_off
+    np_ = _split_properties(q, r.props_len, f.pk, f.pkl, f.pv, f.pvl)
+    if f.want_map:
+        f.eo[k] = <int32_t>f.m
+        for j in range(np_):
+            f.ko[f.m] = <int32_t>f.kat
+            memcpy(f.kd + f.kat, q + f.pk[j], <size_t>f.pkl[j])
+            f.kat += f.pkl[j]
+            f.vo[f.m] = <int32_t>f.vat
+            memcpy(f.vd + f.vat, q + f.pv[j], <size_t>f.pvl[j])
+            f.vat += f.pvl[j]
+            f.m += 1
+    if f.want_tags or f.want_keys:
+        tag_at = NULL
+        key_at = NULL
+        for j in range(np_):
+            if f.pkl[j] == 4 and memcmp(q + f.pk[j], b"TAGS", 4) == 0:
+                tag_at = q + f.pv[j]
+                tag_len = f.pvl[j]
+            elif f.pkl[j] == 4 and memcmp(q + f.pk[j], b"KEYS", 4) == 0:
+                key_at = q + f.pv[j]
+                key_len = f.pvl[j]
+        if f.want_tags:
+            _put_optional(tag_at, tag_len, f.td, f.to, f.tb, k, &f.tat)
+            f.tag_nulls += tag_at == NULL
+        if f.want_keys:
+            _put_optional(key_at, key_len, f.yd, f.yo, f.yb, k, &f.yat)
+            f.key_nulls += key_at == NULL
+
+
+# The fixed-width scan columns the fused kernels fill (the output columns named by the reader).
+_FUSED_FIXED = ("phys_offset", "size", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag",
+                "born_timestamp", "store_timestamp", "reconsume_times", "prepared_offset")
+# Properties strings are at most a short's length: an item takes at least 3 bytes.
+cdef Py_ssize_t _PROPS_ITEMS_MAX = 32767 // 3 + 2
+
+
+cdef dict _fused_alloc(_Fused *f, Py_ssize_t rows, int64_t budget, object wanted):
+    """Buffers for ``rows`` records of at most ``budget`` bytes in all, bound into ``f``."""
+    memset(f, 0, sizeof(_Fused))
+    cdef dict out = {}
+    fixed = {name: dt for name, dt in COLUMN_TYPES}
+    for name in _FUSED_FIXED:
+        out[name] = np.empty(rows, fixed[name])
+    _bind_some(out, &f.c)
+    if "topic" in wanted:
+        out["topic"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32)]
+        f.topic_d = <unsigned char *>_ptr(out["topic"][0])
+        f.topic_o = <int32_t *>_ptr(out["topic"][1])
+    if "body" in wanted:
+        out["body"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32)]
+        f.body_d = <unsigned char *>_ptr(out["body"][0])
+        f.body_o = <int32_t *>_ptr(out["body"][1])
+    if "msg_id" in wanted:
+        out["msg_id"] = [np.empty(_MSG_ID_MAX * rows, np.uint8), np.empty(rows + 1, np.int32)]
+        f.mid_d = <unsigned char *>_ptr(out["msg_id"][0])
+        f.mid_o = <int32_t *>_ptr(out["msg_id"][1])
+    if "born_host" in wanted:
+        out["born_host"] = [np.empty(_HOST_TEXT_MAX * rows, np.uint8), np.empty(rows + 1, np.int32)]
+        f.born = True
+        f.born_host.data = <unsigned char *>_ptr(out["born_host"][0])
+        f.born_host.offs = <int32_t *>_ptr(out["born_host"][1])
+    if "store_host" in wanted:
+        out["store_host"] = [np.empty(_HOST_TEXT_MAX * rows, np.uint8), np.empty(rows + 1, np.int32)]
+        f.store = True
+        f.store_host.data = <unsigned char *>_ptr(out["store_host"][0])
+        f.store_host.offs = <int32_t *>_ptr(out["store_host"][1])
+    cdef Py_ssize_t entries = budget // 3 + 1
+    if "properties" in wanted:
+        out["properties"] = [np.empty(rows + 1, np.int32), np.empty(budget, np.uint8), np.empty(entries + 1, np.int32),
+                             np.empty(budget, np.uint8), np.empty(entries + 1, np.int32)]
+        f.want_map = True
+        f.eo = <int32_t *>_ptr(out["properties"][0])
+        f.kd = <unsigned char *>_ptr(out["properties"][1])
+        f.ko = <int32_t *>_ptr(out["properties"][2])
+        f.vd = <unsigned char *>_ptr(out["properties"][3])
+        f.vo = <int32_t *>_ptr(out["properties"][4])
+    if "tags" in wanted:
+        out["tags"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32), np.zeros((rows + 7) // 8, np.uint8)]
+        f.want_tags = True
+        f.td = <unsigned char *>_ptr(out["tags"][0])
+        f.to = <int32_t *>_ptr(out["tags"][1])
+        f.tb = <unsigned char *>_ptr(out["tags"][2])
+    if "keys" in wanted:
+        out["keys"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32), np.zeros((rows + 7) // 8, np.uint8)]
+        f.want_keys = True
+        f.yd = <unsigned char *>_ptr(out["keys"][0])
+        f.yo = <int32_t *>_ptr(out["keys"][1])
+        f.yb = <unsigned char *>_ptr(out["keys"][2])
+    return out
+
+
+cdef object _shrunk(object arr, Py_ssize_t used):
+    """``arr`` cut to ``used`` items in place (realloc: no copy of a large buffer, and the unused
+    tail goes back to the allocator instead of being kept alive by a slice)."""
+    if used < arr.shape[0]:
+        arr.resize(used, refcheck=False)
+    return arr
+
+
+cdef dict _fused_finish(dict out, _Fused *f, Py_ssize_t count):
+    """The outputs of ``count`` rows at their sizes, offsets closed: fixed columns as numpy
+    arrays; ``topic``, ``body``, ``msg_id``, hosts ``(data, offsets)``; ``properties`` as
+    ``property_columns`` gives its map, ``tags``/``keys`` ``(data, offsets, bitmap, nulls)``."""
+    for name in _FUSED_FIXED:
+        out[name] = _shrunk(out[name], count)
+    cdef list t
+    if f.topic_d != NULL:
+        f.topic_o[count] = <int32_t>f.topic_at
+        out["topic"] = (_shrunk(out["topic"][0], f.topic_at), _shrunk(out["topic"][1], count + 1))
+    if f.body_d != NULL:
+        f.body_o[count] = <int32_t>f.body_at
+        out["body"] = (_shrunk(out["body"][0], f.body_at), _shrunk(out["body"][1], count + 1))
+    if f.mid_d != NULL:
+        f.mid_o[count] = <int32_t>f.mid_at
+        out["msg_id"] = (_shrunk(out["msg_id"][0], f.mid_at), _shrunk(out["msg_id"][1], count + 1))
+    if f.born:
+        f.born_host.offs[count] = <int32_t>f.born_host.at
+        out["born_host"] = (_shrunk(out["born_host"][0], f.born_host.at), _shrunk(out["born_host"][1], count + 1))
+    if f.store:
+        f.store_host.offs[count] = <int32_t>f.store_host.at
+        out["store_host"] = (_shrunk(out["store_host"][0], f.store_host.at), _shrunk(out["store_host"][1], count + 1))
+    if f.want_map:
+        f.eo[count] = <int32_t>f.m
+        f.ko[f.m] = <int32_t>f.kat
+        f.vo[f.m] = <int32_t>f.vat
+        t = out["properties"]
+        out["properties"] = (_shrunk(t[0], count + 1), _shrunk(t[1], f.kat), _shrunk(t[2], f.m + 1),
+                             _shrunk(t[3], f.vat), _shrunk(t[4], f.m + 1))
+    if f.want_tags:
+        f.to[count] = <int32_t>f.tat
+        t = out["tags"]
+        out["tags"] = (_shrunk(t[0], f.tat), _shrunk(t[1], count + 1), _shrunk(t[2], (count + 7) // 8), f.tag_nulls)
+    if f.want_keys:
+        f.yo[count] = <int32_t>f.yat
+        t = out["keys"]
+        out["keys"] = (_shrunk(t[0], f.yat), _shrunk(t[1], count + 1), _shrunk(t[2], (count + 7) // 8), f.key_nulls)
+    return out
+
+
+cdef int32_t *_props_scratch(_Fused *f) except NULL:
+    cdef int32_t *pk = <int32_t *>malloc(4 * _PROPS_ITEMS_MAX * sizeof(int32_t))
+    if pk == NULL:
+        raise MemoryError()
+    f.pk = pk
+    f.pkl = pk + _PROPS_ITEMS_MAX
+    f.pv = pk + 2 * _PROPS_ITEMS_MAX
+    f.pvl = pk + 3 * _PROPS_ITEMS_MAX
+    return pk
+
+
+def fused_walk(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_records, bint dledger,
+               int64_t budget, wanted):
+    """The output columns ``wanted`` (of arrow_reader's, besides the fixed-width scan columns,
+    always made) of the records from ``buf[start:]``, as ``scan_some`` walks them (DLedger
+    entries when ``dledger``), in one pass: at most ``max_records`` and as many whole records
+    as fit in ``budget`` bytes (then the stop code is STOP_LIMIT; none fitting: a record larger
+    than the budget, also STOP_LIMIT with no row). Returns ``(outputs, stop_offset, stop_code)``
+    (outputs: see ``_fused_finish``)."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t n = b.shape[0]
+    if end < 0 or end > n:
+        end = n
+    if start < 0 or start > end:
+        raise ValueError(f"start {start} outside buffer of {end} bytes")
+    if max_records < 0:
+        raise ValueError("fused_walk needs a row limit")
+    if budget > 2147483647:
+        budget = 2147483647  # Arrow string offsets are int32
+    cdef int64_t head = DL_BODY_OFFSET if dledger else 0
+    cdef Py_ssize_t rows = min(max_records, (end - start) // (head + MQ_MIN_RECORD) + 1)
+    cdef _Fused f
+    cdef dict out = _fused_alloc(&f, rows, budget, wanted)
+    _props_scratch(&f)
+    cdef const unsigned char *p = &b[0] if n else NULL
+    cdef const unsigned char *q
+    cdef _Rec r
+    cdef Py_ssize_t off = start, count = 0
+    cdef int64_t used = 0
+    cdef int code = C_END
+    try:
+        with nogil:
+            while True:
+                if count >= rows:
+                    code = C_LIMIT if off < end else C_END
+                    break
+                if off >= end:
+                    code = C_END
+                    break
+                q = p + off
+                if dledger:
+                    code = _parse_entry(q, off, end - off, base, False, &r)
+                    if code != C_OK:
+                        break
+                    if used + r.size > budget:
+                        code = C_LIMIT
+                        break
+                    _fused_row(&f, count, q + DL_BODY_OFFSET, &r, base + off + DL_BODY_OFFSET)
+                    off += DL_BODY_OFFSET + r.size
+                else:
+                    code = _parse_record(q, end - off, False, &r)
+                    if code != C_OK:
+                        break
+                    if used + r.size > budget:
+                        code = C_LIMIT
+                        break
+                    _fused_row(&f, count, q, &r, base + off)
+                    off += r.size
+                used += r.size
+                count += 1
+    finally:
+        free(f.pk)
+    return _fused_finish(out, &f, count), off, code
+
+
+def fused_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[::1] sizes, wanted):
+    """``fused_walk``'s outputs for the records at ``buf[offsets[k]:offsets[k] + sizes[k]]`` (the
+    units of a consume queue), stopping as ``scan_at`` does. Returns ``(outputs, count)``."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t n = offsets.shape[0], k, count = 0
+    if sizes.shape[0] != n:
+        raise ValueError(f"{n} offsets but {sizes.shape[0]} sizes")
+    cdef int64_t blen = b.shape[0], o, budget = 0
+    cdef int32_t s
+    for k in range(n):
+        if sizes[k] > 0:
+            budget += sizes[k]
+    if budget > 2147483647:
+        raise ValueError(f"{budget} bytes of records exceed the 2 GiB of an Arrow column in one batch")
+    cdef _Fused f
+    cdef dict out = _fused_alloc(&f, n, budget, wanted)
+    _props_scratch(&f)
+    cdef const unsigned char *p = &b[0] if blen else NULL
+    cdef _Rec r
+    try:
+        with nogil:
+            for k in range(n):
+                o = offsets[k]
+                s = sizes[k]
+                if o < 0 or s <= 0 or o + s > blen:
+                    break
+                if _parse_record(p + o, s, False, &r) != C_OK or r.size != s:
+                    break
+                _fused_row(&f, k, p + o, &r, base_offset + o)
+                count += 1
+    finally:
+        free(f.pk)
+    return _fused_finish(out, &f, count), count

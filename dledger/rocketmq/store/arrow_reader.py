@@ -257,6 +257,44 @@ def batch_from_columns(
     return pa.RecordBatch.from_arrays(arrays, schema=schema or message_schema(columns))
 
 
+# Columns made from variable-length parts of a record; a read of at least FUSED_FROM of them
+# builds every column in the fused pass (one per record while it is in cache) instead of one
+# pass per column (docs/spark.md).
+_DERIVED = frozenset({"topic", "msg_id", "tags", "keys", "properties", "body", "born_host", "store_host"})
+FUSED_FROM = 3
+# Record bytes a fused walk batch takes at most (it also stops at its rows; a larger record
+# doubles it). Each variable-length output is allocated at this size and shrunk in place: kept
+# under numpy's 4 MiB huge-page threshold (its entry offsets are 4/3 of it), as a huge page is
+# zero-filled whole on first touch: 6 MiB budgets spent half the row's time in the kernel.
+_FUSED_BUDGET = 2 << 20
+
+
+def batch_from_fused(out: Mapping[str, Any], columns: Sequence[str], schema: pa.Schema) -> pa.RecordBatch:
+    """One record batch of ``columns`` from the outputs of ``fused_walk``/``fused_at``."""
+    n = len(out["size"])
+    arrays: list[pa.Array] = []
+    for name in columns:
+        src = _FIXED.get(name)
+        if src is not None:
+            arrays.append(pa.Array.from_buffers(TYPES[name], n, [None, pa.py_buffer(out[src])]))
+        elif name == "properties":
+            entry_offsets, kd, ko, vd, vo = out["properties"]
+            m = len(ko) - 1
+            arrays.append(
+                pa.MapArray.from_arrays(
+                    pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(entry_offsets)]),
+                    _string(m, kd, ko),
+                    _string(m, vd, vo),
+                )
+            )
+        elif name in ("tags", "keys"):
+            arrays.append(_string(n, *out[name]))
+        else:
+            data, offsets = out[name]
+            arrays.append(_binary(TYPES[name], n, data, offsets))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def _take(cols: Mapping[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
     return {k: v[keep] for k, v in cols.items()}
 
@@ -501,6 +539,15 @@ class ReadArgs:
     def scan_names(self) -> tuple[str, ...]:
         return tuple(sorted(scan_columns(self.columns, self.rows, self.decompress)))
 
+    @property
+    def fused(self) -> frozenset[str] | None:
+        """The variable-length columns a fused pass makes, when this read takes one: most of
+        them, no row filter and no inflating (those go through the scan columns)."""
+        derived = _DERIVED.intersection(self.columns)
+        if len(derived) < FUSED_FROM or not self.rows.empty or self.decompress:
+            return None
+        return frozenset(derived)
+
 
 CQ_UNIT = 20
 
@@ -518,6 +565,13 @@ def _queue_part(
     """The batch of the records at commit-log offsets ``part`` (all in the file mapped as
     ``view``, which starts at ``base``), of queue offsets from ``first_offset``; returns how
     many were whole records of their unit's size (the read stops at the first that is not)."""
+    fused = args.fused
+    if fused is not None and int(part_sizes.sum(dtype=np.int64)) < 2**31:
+        out, n = K.fused_at(view, base, np.ascontiguousarray(part - base), np.ascontiguousarray(part_sizes), fused)
+        if n:
+            out["queue_offset"] = np.arange(first_offset, first_offset + n, dtype=np.int64)
+            yield batch_from_fused(out, args.columns, schema)
+        return int(n)
     cols, n = K.scan_at(view, base, np.ascontiguousarray(part - base), np.ascontiguousarray(part_sizes), names)
     if n:
         cols["queue_offset"] = np.arange(first_offset, first_offset + n, dtype=np.int64)
@@ -601,7 +655,19 @@ def _walk_view(
     stop_at = min(wrote, end - base, pos - base + _WALK_WINDOW)
     cur = pos - base
     code = K.STOP_END
+    fused = args.fused
+    budget = _FUSED_BUDGET
     while cur < stop_at:
+        if fused is not None:
+            out, stop, code = K.fused_walk(view, base, cur, stop_at, args.batch_rows, dledger, budget, fused)
+            if len(out["size"]):
+                yield batch_from_fused(out, args.columns, schema)
+            elif code == K.STOP_LIMIT:
+                budget *= 2  # a record larger than the budget
+            cur = stop
+            if code != K.STOP_LIMIT:
+                break
+            continue
         cols, stop, code = K.scan_some(view, base, cur, stop_at, args.batch_rows, dledger, names)
         if len(cols["size"]):
             mask = args.rows.mask(view, cols)
