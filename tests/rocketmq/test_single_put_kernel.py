@@ -59,8 +59,8 @@ def test_the_kernel_put_writes_the_general_paths_bytes(tmp_path: Path, mode: str
         assert r is not None and r.status.name == "PUT_OK"  # None would be the general path's turn
         results = [s.put_message(workload_message(seq)) for seq in range(4, 200)]
         assert all(x.status == PutMessageStatus.PUT_OK for x in warm + results)
-        phys = [x.phys_offset for x in warm] + [r.wrote_offset] + [x.phys_offset for x in results]
-        queue_offsets = [x.queue_offset for x in warm] + [r.logics_offset] + [x.queue_offset for x in results]
+        phys = [x.phys_offset for x in warm] + [r.phys_offset] + [x.phys_offset for x in results]
+        queue_offsets = [x.queue_offset for x in warm] + [r.queue_offset] + [x.queue_offset for x in results]
         prep = s.preparer
         uniq = []
         for seq, p, qo in zip(range(200), phys, queue_offsets, strict=True):
