@@ -176,3 +176,183 @@ def message_exts(buf, dict cols, rows, cls, bint client=False):
                             c.body_len[k], c.topic_off[k], c.topic_len[k], c.props_off[k], c.props_len[k],
                             c.phys_offset[k], client))
     return out
+
+
+# -- put results (status.py re-exports them) ---------------------------------------------------
+# C types, not Python classes: a single put makes one of each, and as Python objects (a slots
+# class with an __init__ of twelve arguments, a slots dataclass) they cost it ~0.4 us of ~3
+# (issue 40, docs/message-store.md); ``SinglePut`` fills them in C.
+
+
+cdef class AppendMessageResult:
+    """Where a put landed. For a batch, ``wrote_offset``/``logics_offset`` are the first
+    message's and ``wrote_offsets``/``queue_offsets`` hold every message's (one message's
+    too, put alone or as a batch of one).
+
+    A batch put may leave both arrays to be built on first read (most callers read neither, and
+    two numpy arrays cost a batch of small messages more than its result does): ``_positions``
+    with ``_delta`` gives ``wrote_offsets = _positions + _delta``, and ``_advances`` (not None)
+    gives ``queue_offsets``: ``logics_offset`` on by one per message, or zeros when False."""
+
+    cdef public object status
+    cdef public object wrote_offset
+    cdef public object wrote_bytes
+    cdef public object store_timestamp
+    cdef public object logics_offset
+    cdef public object msg_num
+    cdef public object store_host
+    cdef object _wrote_offsets
+    cdef object _queue_offsets
+    cdef object _positions
+    cdef object _delta
+    cdef object _advances
+    cdef object _msg_ids
+
+    def __init__(self, status, wrote_offset=0, wrote_bytes=0, store_timestamp=0, logics_offset=0, msg_num=1,
+                 store_host=b"", wrote_offsets=None, queue_offsets=None, _positions=None, _delta=0,
+                 _advances=None):
+        self.status = status
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+        self.msg_num = msg_num
+        self.store_host = store_host
+        self._wrote_offsets = wrote_offsets
+        self._queue_offsets = queue_offsets
+        self._positions = _positions
+        self._delta = _delta
+        self._advances = _advances
+        # The message ids are built on first use: a batch put does not pay for strings nobody reads.
+        self._msg_ids = None
+
+    cdef bint _one_ok(self):
+        # One message, put alone or as a batch of one (AppendMessageStatus.PUT_OK is 0).
+        return self.msg_num == 1 and self.status == 0
+
+    @property
+    def wrote_offsets(self):
+        if self._wrote_offsets is None:
+            if self._positions is not None:
+                self._wrote_offsets = self._positions + self._delta
+                self._positions = None
+            elif self._one_ok():
+                self._wrote_offsets = np.array([self.wrote_offset], dtype=np.int64)
+        return self._wrote_offsets
+
+    @wrote_offsets.setter
+    def wrote_offsets(self, value):
+        self._wrote_offsets, self._positions = value, None
+
+    @property
+    def queue_offsets(self):
+        if self._queue_offsets is None and self._advances is not None:
+            q0, n = self.logics_offset, self.msg_num
+            self._queue_offsets = (
+                np.arange(q0, q0 + n, dtype=np.int64) if self._advances else np.zeros(n, dtype=np.int64)
+            )
+            self._advances = None
+        elif self._queue_offsets is None and self._one_ok():
+            self._queue_offsets = np.array([self.logics_offset], dtype=np.int64)
+        return self._queue_offsets
+
+    @queue_offsets.setter
+    def queue_offsets(self, value):
+        self._queue_offsets, self._advances = value, None
+
+    def __repr__(self):
+        return (
+            f"AppendMessageResult(status={self.status!r}, wrote_offset={self.wrote_offset}, "
+            f"wrote_bytes={self.wrote_bytes}, store_timestamp={self.store_timestamp}, "
+            f"logics_offset={self.logics_offset}, msg_num={self.msg_num}, store_host={self.store_host!r}, "
+            f"wrote_offsets={self.wrote_offsets!r}, queue_offsets={self.queue_offsets!r})"
+        )
+
+    @property
+    def msg_ids(self):
+        """The offset message id of each message (MessageDecoder.createMessageId)."""
+        cdef bytes host
+        if self._msg_ids is None:
+            wrote = self.wrote_offsets
+            offsets = wrote.tolist() if wrote is not None else [self.wrote_offset]
+            if not isinstance(self.store_host, (bytes, bytearray)):
+                from dledger.rocketmq.store.message import create_message_id
+
+                self._msg_ids = [create_message_id(self.store_host, o) for o in offsets]
+                return self._msg_ids
+            host = bytes(self.store_host)
+            self._msg_ids = [
+                _msg_id(<const unsigned char *>PyBytes_AS_STRING(host), PyBytes_GET_SIZE(host), o) for o in offsets
+            ]
+        return self._msg_ids
+
+    @property
+    def msg_id(self):
+        """The offset message id (a batch: the ids joined by commas, as RocketMQ does)."""
+        return ",".join(self.msg_ids)
+
+
+cdef class PutMessageResult:
+    """A put's outcome (org.apache.rocketmq.store.PutMessageResult); ``reason`` says why a put
+    was refused, for the caller's logs (not a RocketMQ field)."""
+
+    cdef public object status
+    cdef public object append_result
+    cdef public object reason
+
+    __match_args__ = ("status", "append_result", "reason")
+
+    def __init__(self, status, append_result=None, reason=""):
+        self.status = status
+        self.append_result = append_result
+        self.reason = reason
+
+    def __repr__(self):
+        return f"PutMessageResult(status={self.status!r}, append_result={self.append_result!r}, reason={self.reason!r})"
+
+    def __eq__(self, other):
+        if type(other) is not PutMessageResult:
+            return NotImplemented
+        o = <PutMessageResult>other
+        return (self.status, self.append_result, self.reason) == (o.status, o.append_result, o.reason)
+
+    __hash__ = None
+
+    @property
+    def ok(self):
+        return self.status == 0  # PutMessageStatus.PUT_OK
+
+    def is_ok(self):
+        return self.ok
+
+    @property
+    def msg_id(self):
+        return self.append_result.msg_id if self.append_result else ""
+
+    @property
+    def phys_offset(self):
+        return self.append_result.wrote_offset if self.append_result else -1
+
+    @property
+    def queue_offset(self):
+        return self.append_result.logics_offset if self.append_result else -1
+
+
+cdef inline PutMessageResult _put_ok(object put_ok, object append_ok, int64_t pos, int64_t length, int64_t now,
+                                     int64_t queue_offset, object store_host):
+    """``PutMessageResult(put_ok, AppendMessageResult(append_ok, pos, length, now, queue_offset,
+    1, store_host))`` without a Python call."""
+    cdef AppendMessageResult a = AppendMessageResult.__new__(AppendMessageResult)
+    a.status = append_ok
+    a.wrote_offset = pos
+    a.wrote_bytes = length
+    a.store_timestamp = now
+    a.logics_offset = queue_offset
+    a.msg_num = 1
+    a.store_host = store_host
+    a._delta = 0
+    cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+    r.status = put_ok
+    r.append_result = a
+    r.reason = ""
+    return r

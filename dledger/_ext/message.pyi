@@ -308,3 +308,58 @@ class UniqClock:
     def __init__(self, heads: Callable[[int], tuple[int, str, bytes]] | None = None) -> None: ...
     def take(self, n: int, now: int) -> tuple[int, int]: ...
     def reserve_raw(self, n: int) -> tuple[bytes, int, int]: ...
+
+class AppendMessageResult:
+    """Where a put landed (store.status re-exports it)."""
+
+    status: Any
+    wrote_offset: int
+    wrote_bytes: int
+    store_timestamp: int
+    logics_offset: int
+    msg_num: int
+    store_host: bytes
+    def __init__(
+        self,
+        status: Any,
+        wrote_offset: int = 0,
+        wrote_bytes: int = 0,
+        store_timestamp: int = 0,
+        logics_offset: int = 0,
+        msg_num: int = 1,
+        store_host: bytes = b"",
+        wrote_offsets: NDArray[np.int64] | None = None,
+        queue_offsets: NDArray[np.int64] | None = None,
+        _positions: NDArray[np.int64] | None = None,
+        _delta: int = 0,
+        _advances: bool | None = None,
+    ) -> None: ...
+    @property
+    def wrote_offsets(self) -> NDArray[np.int64] | None: ...
+    @wrote_offsets.setter
+    def wrote_offsets(self, value: NDArray[np.int64] | None) -> None: ...
+    @property
+    def queue_offsets(self) -> NDArray[np.int64] | None: ...
+    @queue_offsets.setter
+    def queue_offsets(self, value: NDArray[np.int64] | None) -> None: ...
+    @property
+    def msg_ids(self) -> list[str]: ...
+    @property
+    def msg_id(self) -> str: ...
+
+class PutMessageResult:
+    """A put's outcome (store.status re-exports it)."""
+
+    status: Any
+    append_result: AppendMessageResult | None
+    reason: str
+    def __init__(self, status: Any, append_result: AppendMessageResult | None = None, reason: str = "") -> None: ...
+    @property
+    def ok(self) -> bool: ...
+    def is_ok(self) -> bool: ...
+    @property
+    def msg_id(self) -> str: ...
+    @property
+    def phys_offset(self) -> int: ...
+    @property
+    def queue_offset(self) -> int: ...

@@ -13,7 +13,7 @@ import record_oracle as oracle
 
 from dledger._ext import message as K
 from dledger.rocketmq.store.config import MessageStoreConfig
-from dledger.rocketmq.store.message import Message
+from dledger.rocketmq.store.message import Message, MessageExt
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.rocketmq.store.status import PutMessageStatus
 
@@ -59,8 +59,8 @@ def test_the_kernel_put_writes_the_general_paths_bytes(tmp_path: Path, mode: str
         assert r is not None and r.status.name == "PUT_OK"  # None would be the general path's turn
         results = [s.put_message(workload_message(seq)) for seq in range(4, 200)]
         assert all(x.status == PutMessageStatus.PUT_OK for x in warm + results)
-        phys = [x.phys_offset for x in warm] + [r.wrote_offset] + [x.phys_offset for x in results]
-        queue_offsets = [x.queue_offset for x in warm] + [r.logics_offset] + [x.queue_offset for x in results]
+        phys = [x.phys_offset for x in warm] + [r.phys_offset] + [x.phys_offset for x in results]
+        queue_offsets = [x.queue_offset for x in warm] + [r.queue_offset] + [x.queue_offset for x in results]
         prep = s.preparer
         uniq = []
         for seq, p, qo in zip(range(200), phys, queue_offsets, strict=True):
@@ -159,3 +159,66 @@ def test_what_the_kernel_leaves_the_general_path_still_refuses(tmp_path: Path, m
         r = s.put_message(workload_message(3, keys=["k1", "k2"]))
         assert r.status == PutMessageStatus.PUT_OK
         assert b"KEYS\x01k1 k2\x02" in read_record(s, r.phys_offset)[1]["properties"]
+
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+def test_a_message_ext_is_put_from_its_message_fields(tmp_path: Path, mode: str) -> None:
+    """A MessageExt put again (as the schedule and transaction services do) goes through the
+    kernel, which reads its Message fields from their slots: its record is the one a Message of
+    the same fields gets, and what it holds of an earlier put (offsets, times, ids) is not stored."""
+    with MessageStore(tmp_path / "s", config(mode, 1 << 20)) as s:
+        for seq in range(3):
+            s.put_message(workload_message(seq))
+        ext = MessageExt(
+            "BenchTopic",
+            b"e" * 50,
+            queue_id=1,
+            flag=7,
+            tags="TagA",
+            keys="key-ext",
+            properties=dict(PROPS),
+            born_timestamp=1234,
+            born_host=BORN,
+            reconsume_times=2,
+            queue_offset=99,
+            phys_offset=12345,
+            store_timestamp=5,
+            msg_id="X",
+        )
+        r = s._single_put.put(ext)
+        assert r is not None and r.status == PutMessageStatus.PUT_OK  # the kernel's, not the general path's
+        plain = Message(
+            "BenchTopic",
+            b"e" * 50,
+            queue_id=1,
+            flag=7,
+            tags="TagA",
+            keys="key-ext",
+            properties=dict(PROPS),
+            born_timestamp=1234,
+            born_host=BORN,
+            reconsume_times=2,
+        )
+        q = s.put_message(plain)
+        assert (r.queue_offset, q.queue_offset) == (1, 2)
+        got, want = read_record(s, r.phys_offset)[1], read_record(s, q.phys_offset)[1]
+        for name in ("topic", "body", "queue_id", "flag", "born_timestamp", "reconsume_times", "sys_flag"):
+            assert got[name] == want[name], name
+        strip = re.compile(rb"UNIQ_KEY\x01[0-9A-F]+")
+        assert strip.sub(b"", got["properties"]) == strip.sub(b"", want["properties"])
+        assert b"KEYS\x01key-ext" in got["properties"]
+
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+def test_a_message_missing_a_field_is_refused_with_nothing_written(tmp_path: Path, mode: str) -> None:
+    """A Message whose field was deleted (its slot empty) is UNKNOWN_ERROR with nothing
+    written, as when the kernel read it by getattr, also after kernel puts of its template."""
+    with MessageStore(tmp_path / "s", config(mode, 1 << 20)) as s:
+        for seq in range(3):
+            assert s.put_message(workload_message(seq)).status == PutMessageStatus.PUT_OK
+        end = s.max_phys_offset
+        for name in ("tags", "body", "prepared_offset"):
+            m = workload_message(0)
+            delattr(m, name)
+            assert s.put_message(m).status == PutMessageStatus.UNKNOWN_ERROR, name
+        assert s.max_phys_offset == end

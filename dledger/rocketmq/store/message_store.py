@@ -202,12 +202,13 @@ class MessageStore:
             self.preparer,
             cfg,
             self.commitlog,
-            AppendMessageResult,
+            _PUT_OK,
             _APPEND_OK,
             cfg.max_message_size,
             self._sync_classic,
             K.END_FILE_MIN_BLANK_LENGTH,
             self.commitlog.record_header_size,
+            (Message, MessageExt),
         )
         self.consume_queues = ConsumeQueueTable(self.root, cfg.mapped_file_size_consume_queue, ro)
         self.consume_queues.load()
@@ -498,7 +499,7 @@ class MessageStore:
         except Exception as exc:
             return self._put_failed(exc)
         if result is not None:
-            return PutMessageResult(_PUT_OK, result)
+            return result
         prep = self.preparer
         try:
             if not _message_ints_ok(msg):  # in C; check_message_ints says which number
