@@ -72,6 +72,7 @@ cdef int64_t ALLOCATE_AHEAD = 8 << 20
 # disk (an exception, not SIGBUS) when the blocks up to its folio's end are reserved: the marks
 # that say so (prewritten_to, writable_to, allocated_to) are compared with that end (_folio_end).
 cdef int64_t FOLIO_MAX = 2 << 20
+FOLIO_MAX_BYTES = FOLIO_MAX  # for Python callers that round to a folio (commitlog.append_data)
 # NO_MAPPED_STORES: set at the first ENOSPC any write of this process meets (a pre-write of
 # zeros ahead of the writer usually meets it first); from then on appends write by the file
 # descriptor (ENOSPC: DISK_FULL) instead of storing through the mappings. Once the disk is
@@ -149,6 +150,7 @@ cdef Py_ssize_t SCRATCH_BYTES = 1 << 20
 # Suffix of a segment file being created (see _create_sized).
 TMP_SUFFIX = ".creating"
 cdef Py_ssize_t NOGIL_COPY = 65536
+NOGIL_COPY_BYTES = NOGIL_COPY  # for Python callers that keep a copy under it (commitlog.append_data)
 # WRITE_RELEASE: a caller may ask for the GIL to be let go around a small batch's write too
 # (``MappedFile.append(release_gil=True)``, ``EntryLog.append_framed_end(release_gil=True)``).
 # The message store's put thread does: its dispatch thread then runs on the other core while

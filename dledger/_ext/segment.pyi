@@ -11,6 +11,9 @@ def offset_to_file_name(offset: int) -> str: ...
 def set_entry_type(cls: type) -> None: ...
 def mapped_stores_stopped() -> bool: ...
 
+FOLIO_MAX_BYTES: int
+NOGIL_COPY_BYTES: int
+
 class MappedFile:
     path: str
     file_from_offset: int

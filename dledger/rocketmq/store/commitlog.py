@@ -61,10 +61,10 @@ PREFAULT_POLL_S = 0.01
 PREFAULT_IDLE_S = 0.05
 _BLANK = struct.Struct(">ii")
 # The slave's HA appends (append_data): a copy through the mapping is one of less than
-# segment.pyx's NOGIL_COPY (64 KiB) that ends below the pre-written mark rounded down to its
-# FOLIO_MAX (2 MiB); such a piece keeps the GIL.
-_HA_MAPPED_PIECE = 60 << 10
-_HA_FOLIO = 2 << 20
+# segment.pyx's NOGIL_COPY that ends below the pre-written mark rounded down to its
+# FOLIO_MAX; such a piece keeps the GIL.
+_HA_MAPPED_PIECE = _segment.NOGIL_COPY_BYTES - (4 << 10)
+_HA_FOLIO = _segment.FOLIO_MAX_BYTES
 # How much past a torn tail recovery zeroes, so that stale bytes cannot read as records.
 _TORN_ZERO_MIN = 1 << 16
 
