@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dledger.child_process import python_code
+from tests.rocketmq.loop_fs import small_fs as loop_fs
 
 CHILD = r"""
 import sys, threading
@@ -85,30 +86,13 @@ print("acked", acked[0], "end", store.ledger_end_index, "codes", sorted(codes.it
 """
 
 
-def _run(cmd: list[str]) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 96 MiB ext4 file system mounted on a loop device, 32 MiB of it taken by a filler."""
-    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not shutil.which("mount"):
-        pytest.skip("needs root and mkfs.ext4 to mount a small file system")
-    image, mnt = tmp_path / "fs.img", tmp_path / "mnt"
-    mnt.mkdir()
-    with open(image, "wb") as f:
-        f.truncate(96 << 20)
-    _run(["mkfs.ext4", "-q", "-F", str(image)])
-    try:
-        _run(["mount", "-o", "loop", str(image), str(mnt)])
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot loop-mount here: {exc}")
-    try:
+    with loop_fs(tmp_path) as mnt:
         with open(mnt / "filler", "wb") as f:
             os.posix_fallocate(f.fileno(), 0, 32 << 20)
         yield mnt
-    finally:
-        _run(["umount", str(mnt)])
 
 
 @pytest.mark.parametrize("mode", ["framed", "single"])
