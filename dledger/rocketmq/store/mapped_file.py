@@ -22,6 +22,7 @@ from dledger.files import create_sized
 
 log = logging.getLogger(__name__)
 _mk = _load_ext("message")
+_segment = _load_ext("segment")
 
 CQ_STORE_UNIT_SIZE = 20
 
@@ -40,9 +41,9 @@ PREFAULT_WRITES = 8
 # A store through a mapping into a page without blocks faults (SIGBUS) on a full disk, where a
 # write answers ENOSPC: so the consume queues and the index reserve blocks (fallocate) before
 # they store. The filesystem reserves blocks for a store's whole page-cache folio (ext4 has
-# large folios since Linux 6.16, up to a 2 MiB PMD; see _ext/segment.pyx's FOLIO_MAX), so a
+# large folios since Linux 6.16, up to a 2 MiB PMD: the segment kernel's FOLIO_MAX), so a
 # reservation ends at such a boundary (or at the file's end) and starts at one.
-RESERVE_ALIGN = 2 << 20
+RESERVE_ALIGN: int = _segment.FOLIO_MAX_BYTES
 
 
 def reserve_blocks(path: Path, start: int, end: int) -> None:
