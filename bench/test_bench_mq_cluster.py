@@ -126,7 +126,8 @@ def test_replicated_produce(benchmark, size: int) -> None:
             got["entries"].append(cb.dledger_throughput(size, count, CHUNK, WINDOW).entries_per_s)
             got["messages"].append(mq_throughput(size, count))
             got["records"].append(cb.dledger_throughput(rec, count, CHUNK, WINDOW).entries_per_s)
-        got["objects"].append(mq_throughput(size, count // 2, objects=True))
+            # The same count as the other sides, in every round: a median of equal rounds.
+            got["objects"].append(mq_throughput(size, count, objects=True))
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     med = {k: statistics.median(v) for k, v in got.items()}
@@ -142,7 +143,7 @@ def test_replicated_produce(benchmark, size: int) -> None:
     print(
         f"\n{size} B, {ROUNDS} rounds of {count:,}: message service median {med['messages']:,.0f} msg/s (send_bodies) "
         f"{[round(x) for x in got['messages']]}, {med['objects']:,.0f} msg/s (send_batch of Message objects "
-        f"with tags); entry-level append median {med['entries']:,.0f} entries/s "
+        f"with tags) {[round(x) for x in got['objects']]}; entry-level append median {med['entries']:,.0f} entries/s "
         f"{[round(x) for x in got['entries']]}; ratio {ratio:.2f}x. Entry-level append of {rec} B bodies "
         f"(the records' length): median {med['records']:,.0f} entries/s {[round(x) for x in got['records']]}, "
         f"the message service {med['messages'] / med['records']:.2f}x it"

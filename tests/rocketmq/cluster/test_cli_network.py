@@ -3,7 +3,9 @@ RocketMQ's option names, and `dledger cluster --message-store`."""
 
 from __future__ import annotations
 
+import os
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -323,18 +325,46 @@ def test_message_store_members_sharing_a_store_dir_are_refused_in_a_line(tmp_pat
 
 
 def test_a_send_whose_quorum_wait_runs_out_is_sent_again_and_said(tmp_path: Path) -> None:
-    # The flake this file once had, on purpose: a leader that waits 5 ms for its quorum answers
-    # WAIT_QUORUM_ACK_TIMEOUT for lines it has appended, the client sends them again, and the
-    # queue holds the first copies too. Each is checked as above, and a resend must be said.
-    extra = [*FAST, "--message-store", "--max-wait-ack-time-ms", "5"]
+    # Both followers are stopped (SIGSTOP) until the client has said it sends a line again, so
+    # the leader appends the first line and its quorum wait runs out every time: it answers
+    # WAIT_QUORUM_ACK_TIMEOUT, the client sends the line again, and once the followers resume,
+    # the queue holds the first copies too. A heartbeat leak of 10 s keeps the leader leading
+    # while its followers are stopped (else it steps down and the first copy may be dropped).
+    extra = [*FAST, "--message-store", "--max-wait-ack-time-ms", "200", "--max-heart-beat-leak", "100"]
     with TestCluster(tmp_path, member_dirs=True, proxied=False, extra=extra).running() as c:
-        for attempt in range(20):
-            topic = f"Again{attempt}"
-            out = mq("-v", "produce", "--peers", c.peers, "--topic", topic, "--queue", "1", "--timeout", "30",
-                     "--stdin", stdin="alpha\nbeta\ngamma\n")  # fmt: skip
-            assert out.returncode == 0, out.stderr
-            stored = stored_at_least_once(out, ["alpha", "beta", "gamma"], c.peers, topic, 1)
-            if len(stored) > 3:
-                assert "WAIT_QUORUM_ACK_TIMEOUT from" in out.stderr
-                return
-    pytest.fail("no send was answered WAIT_QUORUM_ACK_TIMEOUT in 20 tries")  # (nothing was tested)
+        leader = c.wait_leader()
+        followers = [c.procs[m].pid for m in c.ids if m != leader]
+        for pid in followers:
+            os.kill(pid, signal.SIGSTOP)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dledger.cli", "mq", "-v", "produce", "--peers", c.peers, "--topic", "Again",
+             "--queue", "1", "--timeout", "60", "--stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdin is not None and proc.stderr is not None
+            proc.stdin.write("alpha\nbeta\ngamma\n")
+            proc.stdin.close()
+            said: list[str] = []
+            while not any(RESENT in line for line in said):
+                ready, _, _ = select.select([proc.stderr], [], [], 60)
+                assert ready, f"the client never said it sends a line again: {said}"
+                line = proc.stderr.readline()
+                assert line, f"the client ended without sending a line again: {said}"
+                said.append(line)
+        finally:
+            for pid in followers:
+                os.kill(pid, signal.SIGCONT)
+        try:
+            assert proc.stdout is not None
+            stdout, rest = proc.stdout.read(), proc.stderr.read()  # a few lines each: no pipe fills
+            proc.wait(90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "".join(said) + rest)
+        assert out.returncode == 0, out.stderr
+        assert "WAIT_QUORUM_ACK_TIMEOUT from" in out.stderr
+        stored = stored_at_least_once(out, ["alpha", "beta", "gamma"], c.peers, "Again", 1)
+        assert len(stored) > 3, (stored, out.stderr)  # the first copy, appended before the wait ran out
