@@ -82,6 +82,8 @@ def test_broker_config_is_read_and_changed_at_runtime_and_written_to_broker_conf
             assert props["haSendHeartbeatInterval"] == "5000" and props["brokerRole"] == "ASYNC_MASTER"
             assert (props["slaveReadEnable"], props["brokerPermission"]) == ("false", "6")
             assert props["autoCreateSubscriptionGroup"] == "true"
+            # BrokerFastFailure's switch and waits, Java's defaults.
+            assert (props["brokerFastFailureEnable"], props["waitTimeMillsInSendQueue"]) == ("true", "200")
             v0 = json_decode((r.ext_fields or {})["version"].encode())
             # A group that does not exist yet is made by its first pull (autoCreateSubscriptionGroup).
             assert (await pull_as(c, addr, "G-auto", "CfgTopic")).code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
