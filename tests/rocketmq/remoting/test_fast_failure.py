@@ -7,21 +7,27 @@ commit), or one that holds the loop (a slow put)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from dledger.rocketmq.broker.broker_fast_failure import INITIAL_DELAY_S, BrokerFastFailure, FastFailureConfig
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.netty_remoting_server import (
     MAX_IN_FLIGHT_PER_CHANNEL,
     Channel,
     NettyRemotingServer,
     RequestPool,
 )
-from dledger.rocketmq.remoting.protocol.request_headers import send_message_header_v2
-from tests.rocketmq.remoting.processes import run
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
+from tests.rocketmq.remoting.processes import cluster, run
+from tests.rocketmq.remoting.test_broker_codes import records
+from tests.rocketmq.remoting.test_group_remoting import _wait_master
 
 # Java's remark, word for word (BrokerFastFailure.cleanExpiredRequestInQueue).
 TIMEOUT_CLEAN = re.compile(
@@ -68,9 +74,9 @@ async def _server(store: HeldStore, enable: bool) -> tuple[NettyRemotingServer, 
     return server, ff
 
 
-def _sends(n: int) -> list[RemotingCommand]:
+def _sends(n: int, topic: str = "FF") -> list[RemotingCommand]:
     return [
-        RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2("FF", 0), b"%06d" % k)
+        RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2(topic, 0), b"%06d" % k)
         for k in range(n)
     ]
 
@@ -196,3 +202,75 @@ def test_sends_read_behind_one_that_holds_the_loop_are_answered_timeout_clean_qu
             await server.close()
 
     run(scenario, timeout=60)
+
+
+def test_a_member_whose_quorum_is_stopped_answers_its_queued_sends_timeout_clean_queue(tmp_path: Path) -> None:
+    """A real three-member group: its followers stopped (SIGSTOP), the master's sends wait for a
+    quorum, 256 of a pipelined connection's in flight; the rest, queued, are answered
+    ``[TIMEOUT_CLEAN_QUEUE]`` after 200 ms and never stored. The followers resumed, the held
+    sends commit; each request is answered once, and every SUCCESS is in the queue."""
+    n = MAX_IN_FLIGHT_PER_CHANNEL + 44
+    # The master keeps its role while its followers are stopped (8 s without a quorum).
+    extra = ["--default-topic-queue-nums", "4", "--max-wait-ack-time-ms", "20000", "--max-heart-beat-leak", "20"]
+    with cluster(tmp_path, 3, extra) as (namesrv, brokers):
+        by_addr = {brokers.addr(m): m for m in brokers.ids}
+
+        async def scenario() -> None:
+            c = NettyRemotingClient()
+            try:
+                # Until a master takes a send (the group may still change terms after its start).
+                deadline = time.monotonic() + 30
+                while True:
+                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
+                    first = RemotingCommand.request(
+                        RequestCode.SEND_MESSAGE_V2, send_message_header_v2("FFMember", 0), b"first"
+                    )
+                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
+                        break
+                    assert time.monotonic() < deadline, "no master took a send"
+                    await asyncio.sleep(0.2)
+            finally:
+                await c.close()
+            followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
+            host, port = master.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            for pid in followers:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                reqs = _sends(n, "FFMember")
+                writer.write(b"".join(r.encode() for r in reqs))
+                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n - MAX_IN_FLIGHT_PER_CHANNEL)
+            finally:
+                for pid in followers:
+                    os.kill(pid, signal.SIGCONT)
+            try:
+                rest = await _answers(reader, n - len(busy), timeout=30)
+                await asyncio.sleep(0.3)
+                assert _no_more(reader)
+            finally:
+                writer.close()
+            assert busy, "no send was cleaned"
+            by_opaque = {a.opaque: a for a in busy + rest}
+            assert sorted(by_opaque) == sorted(r.opaque for r in reqs)
+            for a in busy:
+                m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
+                assert a.code == ResponseCode.SYSTEM_BUSY and m and int(m[1]) >= SEND_WAIT_MS, a.remark
+            ok = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SUCCESS}
+            cleaned = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SYSTEM_BUSY}
+            assert len(ok) >= MAX_IN_FLIGHT_PER_CHANNEL - 1, len(ok)
+            c = NettyRemotingClient()
+            try:
+                stored: set[bytes] = set()
+                offset = 0
+                while True:
+                    got = await c.invoke(master, pull_message("FFMember", 0, offset), timeout=10)
+                    if got.code != ResponseCode.SUCCESS:
+                        break
+                    stored |= {bytes(m.body) for m in records(bytes(got.body))}
+                    offset = int((got.ext_fields or {})["nextBeginOffset"])
+            finally:
+                await c.close()
+            assert ok <= stored, len(ok - stored)
+            assert not cleaned & stored, sorted(cleaned & stored)[:3]
+
+        run(scenario, timeout=120)
