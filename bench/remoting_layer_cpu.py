@@ -14,10 +14,7 @@ median of the pairs' ratios.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
-import bench.test_bench_remoting as B  # noqa: E402
+from bench.remoting_cpu_pairs import alternate, us_per_send  # noqa: E402
 from dledger.child_process import python_code  # noqa: E402
 
 SERVER = r"""
@@ -57,11 +54,6 @@ asyncio.run(main())
 """
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def server_us_per_send(tree: Path, batches: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.Popen(
@@ -70,12 +62,7 @@ def server_us_per_send(tree: Path, batches: int) -> float:
     try:
         assert proc.stdout is not None and proc.stdin is not None
         addr = f"127.0.0.1:{int(proc.stdout.readline())}"
-        B.BATCHES = 200
-        asyncio.run(B.remoting_send(addr, "T"))  # warm up
-        before = _cpu_s(proc.pid)
-        B.BATCHES = batches
-        asyncio.run(B.remoting_send(addr, "T"))
-        return (_cpu_s(proc.pid) - before) / (batches + 1) * 1e6
+        return us_per_send(proc.pid, addr, 200, batches)
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -87,24 +74,7 @@ def server_us_per_send(tree: Path, batches: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("other", nargs="?", type=Path, help="another revision's source tree, kernels built")
-    ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=3000)
-    args = ap.parse_args()
-    trees = {"this": HERE} if args.other is None else {"other": args.other.resolve(), "this": HERE}
-    got: dict[str, list[float]] = {k: [] for k in trees}
-    for _ in range(args.pairs):
-        for name, tree in trees.items():
-            got[name].append(server_us_per_send(tree, args.batches))
-    for name, xs in got.items():
-        print(
-            f"{name} ({trees[name]}): server CPU per send of 32, median {statistics.median(xs):.0f} us "
-            f"({min(xs):.0f}-{max(xs):.0f}), runs {[round(x) for x in xs]}"
-        )
-    if "other" in got:
-        r = [t / o for t, o in zip(got["this"], got["other"], strict=True)]
-        print(f"this / other per pair: median {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
+    alternate(__doc__ or "", "server CPU", server_us_per_send)
 
 
 if __name__ == "__main__":

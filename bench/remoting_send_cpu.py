@@ -14,11 +14,9 @@ store; the figures are the medians with their range and the median of the pairs'
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,13 +27,9 @@ HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
 import bench.test_bench_remoting as B  # noqa: E402
+from bench.remoting_cpu_pairs import alternate, us_per_send  # noqa: E402
 from dledger.child_process import python_module  # noqa: E402
 from dledger.testing import free_ports  # noqa: E402
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _until_served(addr: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
@@ -78,12 +72,7 @@ def member_us_per_send(tree: Path, batches: int) -> float:
     try:
         addr = f"127.0.0.1:{listen_port}"
         _until_served(addr, proc)
-        B.BATCHES = 300
-        asyncio.run(B.remoting_send(addr, "T"))  # warm up: the topic, the first files
-        before = _cpu_s(proc.pid)
-        B.BATCHES = batches
-        asyncio.run(B.remoting_send(addr, "T"))
-        return (_cpu_s(proc.pid) - before) / (batches + 1) * 1e6
+        return us_per_send(proc.pid, addr, 300, batches)  # the warm-up makes the topic, the first files
     finally:
         proc.terminate()
         try:
@@ -95,27 +84,7 @@ def member_us_per_send(tree: Path, batches: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("other", nargs="?", type=Path, help="another revision's source tree, kernels built")
-    ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--batches", type=int, default=3000)
-    args = ap.parse_args()
-    trees = {"this": HERE} if args.other is None else {"other": args.other.resolve(), "this": HERE}
-    got: dict[str, list[float]] = {k: [] for k in trees}
-    loads = []
-    for _ in range(args.pairs):
-        for name, tree in trees.items():
-            got[name].append(member_us_per_send(tree, args.batches))
-            loads.append(os.getloadavg()[0])
-    for name, xs in got.items():
-        print(
-            f"{name} ({trees[name]}): member CPU per send of 32, median {statistics.median(xs):.0f} us "
-            f"({min(xs):.0f}-{max(xs):.0f}), runs {[round(x) for x in xs]}"
-        )
-    if "other" in got:
-        r = [t / o for t, o in zip(got["this"], got["other"], strict=True)]
-        print(f"this / other per pair: median {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
-    print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
+    alternate(__doc__ or "", "member CPU", member_us_per_send)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from dledger.rocketmq.client.producer import AsyncProducer
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.protocol.message_batch import encode_messages
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
 from dledger.rocketmq.store.message import Message, UniqIdGenerator
 from dledger.rocketmq.store.records import messages_from_columns
 from dledger.rocketmq.store.status import GetMessageStatus
@@ -57,20 +58,7 @@ async def remoting_send(addr: str, topic: str) -> float:
 
     async def one(k: int) -> None:
         props = [f"UNIQ_KEY\x01{gen.create()}\x02WAIT\x01true".encode() for _ in range(BATCH)]
-        ext = {
-            "a": "BenchPG",
-            "b": topic,
-            "c": "TBW102",
-            "d": str(QUEUES),
-            "e": str(k % QUEUES),
-            "f": "0",
-            "g": str(int(time.time() * 1000)),
-            "h": "0",
-            "i": "WAIT\x01true",
-            "j": "0",
-            "k": "false",
-            "m": "true",
-        }
+        ext = send_message_header_v2(topic, k % QUEUES, group="BenchPG", queue_nums=QUEUES, batch=True)
         req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, encode_messages([body] * BATCH, props))
         async with sem:
             r = await c.invoke(addr, req, timeout=30)
@@ -118,20 +106,8 @@ async def remoting_pull(addr: str, topic: str) -> float:
         for qid in range(QUEUES):
             offset = 0
             while True:
-                ext = {
-                    "consumerGroup": "BenchCG",
-                    "topic": topic,
-                    "queueId": str(qid),
-                    "queueOffset": str(offset),
-                    "maxMsgNums": str(BATCH),
-                    "sysFlag": "4",
-                    "commitOffset": "0",
-                    "suspendTimeoutMillis": "0",
-                    "subscription": "*",
-                    "subVersion": "0",
-                    "expressionType": "TAG",
-                }
-                r = await c.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout=30)
+                req = pull_message(topic, qid, offset, group="BenchCG", max_nums=BATCH)
+                r = await c.invoke(addr, req, timeout=30)
                 if r.code != ResponseCode.SUCCESS:
                     break
                 ext_r = r.ext_fields or {}

@@ -5,11 +5,12 @@ processors use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dledger.config import DLedgerConfig
 from dledger.net.transport import Response
+from dledger.rocketmq.broker.broker_fast_failure import FastFailureConfig
 
 if TYPE_CHECKING:
     from dledger.rocketmq.broker.service_metrics import MessageStats
@@ -47,6 +48,8 @@ class BrokerConfig:
     # at once (the remoting server's RequestPool).
     send_thread_pool_queue_capacity: int = 10000
     pull_thread_pool_queue_capacity: int = 100000
+    # brokerFastFailureEnable and waitTimeMillsIn*Queue (BrokerFastFailure).
+    fast_failure: FastFailureConfig = field(default_factory=FastFailureConfig)
 
     @property
     def broker_addr(self) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
+from dledger.rocketmq.broker.broker_fast_failure import BrokerFastFailure
 from dledger.rocketmq.broker.broker_outer_api import BrokerOuterAPI
 from dledger.rocketmq.broker.configuration import (
     DEFAULT_BROKER_PERMISSION,
@@ -158,12 +159,9 @@ class BrokerRemoting:
             "slaveReadEnable": lambda v: setattr(pull, "slave_read_enable", bool(v)),
             "autoCreateTopicEnable": lambda v: setattr(self.topics, "auto_create", bool(v)),
             "autoCreateSubscriptionGroup": lambda v: setattr(self.subscriptions, "auto_create", bool(v)),
+            "brokerFastFailureEnable": lambda v: setattr(self.fast_failure, "enable", bool(v)),
         }
         self._permission_holders: list[SendMessageProcessor | PullMessageProcessor] = [send, pull]
-        apply_runtime(
-            {k: self.configuration.all_configs[k] for k in RUNTIME_KEYS if k in self.configuration.all_configs},
-            self._runtime_setters,
-        )
         meta = MetadataProcessor(self.subscriptions, delay_table)
         self._heart_beat = client.heart_beat
         R = RequestCode
@@ -243,6 +241,18 @@ class BrokerRemoting:
             )
             for port in (config.listen_port, config.vip_port)
         ]
+        self.fast_failure = BrokerFastFailure(
+            self.servers,
+            config.fast_failure,
+            send=send_pool,
+            pull=pull_pool,
+            heartbeat=heartbeat_pool,
+            end_transaction=end_tx_pool,
+        )
+        apply_runtime(
+            {k: self.configuration.all_configs[k] for k in RUNTIME_KEYS if k in self.configuration.all_configs},
+            self._runtime_setters,
+        )
 
     @property
     def broker_id(self) -> int:
@@ -271,6 +281,11 @@ class BrokerRemoting:
             "transactionCheckInterval": str(c.transaction_check_interval_ms),
             "transactionTimeOut": str(c.transaction_timeout_ms),
             "transactionCheckMax": str(c.transaction_check_max),
+            "brokerFastFailureEnable": b(c.fast_failure.broker_fast_failure_enable),
+            "waitTimeMillsInSendQueue": str(c.fast_failure.wait_time_mills_in_send_queue),
+            "waitTimeMillsInPullQueue": str(c.fast_failure.wait_time_mills_in_pull_queue),
+            "waitTimeMillsInHeartbeatQueue": str(c.fast_failure.wait_time_mills_in_heartbeat_queue),
+            "waitTimeMillsInTransactionQueue": str(c.fast_failure.wait_time_mills_in_transaction_queue),
         }
 
     def _set_broker_permission(self, perm: bool | int) -> None:
@@ -294,6 +309,7 @@ class BrokerRemoting:
         self._note_broker_id()
         for s in self.servers:
             await s.start()
+        self.fast_failure.start()
         self.topics.adopt(sorted({t for t, _q, _cq in self.service.store.consume_queues}))
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._register_loop()))
@@ -406,6 +422,7 @@ class BrokerRemoting:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fast_failure.shutdown()
         if self.outer.namesrv_addrs:
             c = self.config
             try:

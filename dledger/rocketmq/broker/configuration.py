@@ -36,6 +36,7 @@ RUNTIME_KEYS: dict[str, type] = {
     "slaveReadEnable": bool,
     "autoCreateTopicEnable": bool,
     "autoCreateSubscriptionGroup": bool,
+    "brokerFastFailureEnable": bool,
 }
 # BrokerConfig.brokerPermission's default: PermName.PERM_READ | PermName.PERM_WRITE.
 DEFAULT_BROKER_PERMISSION = PERM_READ | PERM_WRITE

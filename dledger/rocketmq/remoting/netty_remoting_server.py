@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
@@ -129,6 +130,13 @@ class _Resume:
 # past it they are written at once, so the transport's high-water mark sees them.
 COALESCE_LIMIT = 64 * 1024
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+# BrokerFastFailure's answers to a request that waited too long before it ran.
+TIMEOUT_CLEAN_QUEUE_REMARK = (
+    "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %sms, size of queue: %d"
+)
+PCBUSY_CLEAN_QUEUE_REMARK = (
+    "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %sms, size of queue: %d"
+)
 # A connection with this many requests waiting (in tasks) is read no more until half of them
 # are answered: a peer that pipelines requests cannot make the server hold unbounded work.
 # Requests the server's ``parks`` says wait by design (a held pull) do not count.
@@ -141,12 +149,16 @@ class RequestPool:
     held pull); one past it is answered SYSTEM_BUSY ``[OVERLOAD]``, nothing if oneway, as
     processRequestCommand answers a RejectedExecutionException."""
 
-    __slots__ = ("capacity", "in_flight", "name")
+    __slots__ = ("capacity", "in_flight", "max_wait_s", "name")
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.capacity = capacity
         self.in_flight = 0
+        # BrokerFastFailure's waitTimeMillsIn<Pool>Queue, in seconds: a request of this pool
+        # that waited this long between its read and its run is answered SYSTEM_BUSY instead
+        # of run (None: never). The server's ``queue_timeouts_changed`` must hear of a change.
+        self.max_wait_s: float | None = None
 
 
 # A processor answers a request (None: no answer, as for a oneway request or a held one that
@@ -172,7 +184,9 @@ class Channel(asyncio.BufferedProtocol):
         # is run and nothing read until it drains; ``_backlog`` holds the commands of the last
         # read not yet run, and where to go on.
         self._write_paused = False
-        self._backlog: tuple[list[RemotingCommand], int] | None = None
+        # (commands, first not run, when they were read): the connection's share of the
+        # pools' queues (BrokerFastFailure cleans it).
+        self._backlog: tuple[list[RemotingCommand], int, float] | None = None
         self._reading_paused = False
         # Requests of this connection waiting in tasks (those that count: see MAX_IN_FLIGHT...).
         self.in_flight = 0
@@ -199,23 +213,30 @@ class Channel(asyncio.BufferedProtocol):
             log.warning("closing %s: %s", self.remote_addr, exc)
             self.close()
             return
-        self._run(cmds, 0)
+        self._run(cmds, 0, time.monotonic())
 
-    def _run(self, cmds: list[RemotingCommand], start: int) -> None:
-        dispatch = self.server.dispatch
+    def _run(self, cmds: list[RemotingCommand], start: int, read_at: float) -> None:
+        server = self.server
+        dispatch = server.dispatch
         for i in range(start, len(cmds)):
             if self.closed:
                 return
             if self._write_paused or self.in_flight >= MAX_IN_FLIGHT_PER_CHANNEL:
                 # The peer does not read its answers, or has too many requests waiting: the
                 # rest of this read waits, and the transport reads nothing more meanwhile.
-                self._backlog = (cmds, i)
+                self._backlog = (cmds, i, read_at)
+                server.backlogged.add(self)
                 self._pause_reading()
                 return
             cmd = cmds[i]
             if cmd.flag & 1:
                 self.response_arrived(cmd)  # an answer to a request this server sent
-            else:
+            elif (
+                # A request behind one that held the loop (a slow put) waited in this read as
+                # in Java's executor queue: the fast-failure check, at the moment it would run.
+                time.monotonic() - read_at < server.min_queue_wait_s
+                or not server.expire_queued(cmd, self, read_at, cmds, i + 1)
+            ):
                 dispatch(cmd, self)
         if self.decoder.error is not None:
             log.warning("closing %s: %s", self.remote_addr, self.decoder.error)
@@ -240,6 +261,30 @@ class Channel(asyncio.BufferedProtocol):
         if self._reading_paused and not self._write_paused and self.in_flight <= MAX_IN_FLIGHT_PER_CHANNEL // 2:
             self._go_on()
 
+    def clean_backlog(self, expired: Callable[[RemotingCommand, float], str | None]) -> None:
+        """Answer SYSTEM_BUSY, with the remark ``expired`` gives, each waiting request it gives
+        one for, and take it out of the backlog: it will not run."""
+        if self._backlog is None:
+            return
+        cmds, start, read_at = self._backlog
+        kept: list[RemotingCommand] = []
+        for i in range(start, len(cmds)):
+            cmd = cmds[i]
+            remark = None if cmd.flag & 1 else expired(cmd, read_at)
+            if remark is None:
+                kept.append(cmd)
+            else:
+                self.server.write_at_once(cmd, self, ResponseCode.SYSTEM_BUSY, remark)
+        if len(kept) != len(cmds) - start:
+            self._backlog = (kept, 0, read_at)
+
+    def queued(self, pool: RequestPool) -> int:
+        """How many of this connection's requests wait in ``pool``'s queue (its backlog)."""
+        if self._backlog is None:
+            return 0
+        cmds, start, _ = self._backlog
+        return self.server.count_in_pool(pool, cmds, start)
+
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None and not self.closed:
             self._reading_paused = True
@@ -247,6 +292,7 @@ class Channel(asyncio.BufferedProtocol):
 
     def _go_on(self) -> None:
         backlog, self._backlog = self._backlog, None
+        self.server.backlogged.discard(self)
         if backlog is not None:
             self._run(*backlog)
         if self._backlog is None and self._reading_paused and not self._write_paused and not self.closed:
@@ -264,6 +310,7 @@ class Channel(asyncio.BufferedProtocol):
             self._flush_handle = None
         self._out.clear()
         self._backlog = None
+        self.server.backlogged.discard(self)
         self._fail_pending()
         if self in self.server.channels:
             self.server.channels.discard(self)
@@ -374,6 +421,81 @@ class NettyRemotingServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.channels: set[Channel] = set()
+        # The connections with requests read and not run (the pools' queues), and the least
+        # of the pools' fast-failure waits (inf: none is cleaned).
+        self.backlogged: set[Channel] = set()
+        self.min_queue_wait_s = float("inf")
+        self.queue_timeouts_changed()
+
+    def queue_timeouts_changed(self) -> None:
+        """A pool's ``max_wait_s`` was set or cleared."""
+        waits = [p.max_wait_s for p in self.pools.values() if p.max_wait_s is not None]
+        self.min_queue_wait_s = min(waits, default=float("inf"))
+
+    def count_in_pool(self, pool: RequestPool, cmds: list[RemotingCommand], start: int) -> int:
+        pools = self.pools
+        return sum(1 for i in range(start, len(cmds)) if pools.get(cmds[i].code) is pool and not cmds[i].flag & 1)
+
+    def queue_size(self, pool: RequestPool) -> int:
+        """How many requests of ``pool`` wait in the connections' backlogs."""
+        return sum(ch.queued(pool) for ch in self.backlogged)
+
+    def expire_queued(
+        self, cmd: RemotingCommand, ch: Channel, read_at: float, rest: list[RemotingCommand], start: int
+    ) -> bool:
+        """BrokerFastFailure's cleanExpiredRequestInQueue for a request about to run (``rest``
+        from ``start``: the requests of its read behind it): whether it waited its pool's
+        ``max_wait_s`` or more since it was read, and so was answered SYSTEM_BUSY
+        ``[TIMEOUT_CLEAN_QUEUE]`` instead of run."""
+        pool = self.pools.get(cmd.code)
+        if pool is None or pool.max_wait_s is None:
+            return False
+        behind = time.monotonic() - read_at
+        if behind < pool.max_wait_s:
+            return False
+        size = self.count_in_pool(pool, rest, start) + self.queue_size(pool)
+        self.write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE_REMARK % (int(behind * 1000), size))
+        return True
+
+    def clean_expired(self) -> None:
+        """cleanExpiredRequestInQueue over every pool with a ``max_wait_s``: each request in a
+        connection's backlog that waited that long is answered SYSTEM_BUSY
+        ``[TIMEOUT_CLEAN_QUEUE]`` and will not run."""
+        if not self.backlogged:
+            return
+        now = time.monotonic()
+        pools = self.pools
+        sizes: dict[int, int] = {}
+
+        def expired(cmd: RemotingCommand, read_at: float) -> str | None:
+            pool = pools.get(cmd.code)
+            if pool is None or pool.max_wait_s is None or now - read_at < pool.max_wait_s:
+                return None
+            key = id(pool)
+            if key not in sizes:
+                sizes[key] = self.queue_size(pool)
+            sizes[key] -= 1  # Java's size is the queue's after the removal
+            return TIMEOUT_CLEAN_QUEUE_REMARK % (int((now - read_at) * 1000), sizes[key])
+
+        for ch in list(self.backlogged):
+            ch.clean_backlog(expired)
+
+    def clean_all(self, pool: RequestPool) -> None:
+        """cleanExpiredRequest's page-cache-busy branch: every request waiting in ``pool``'s
+        queue answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]``, whatever its wait."""
+        if not self.backlogged:
+            return
+        now = time.monotonic()
+        size = [self.queue_size(pool)]
+
+        def all_of_pool(cmd: RemotingCommand, read_at: float) -> str | None:
+            if self.pools.get(cmd.code) is not pool:
+                return None
+            size[0] -= 1
+            return PCBUSY_CLEAN_QUEUE_REMARK % (int((now - read_at) * 1000), size[0])
+
+        for ch in list(self.backlogged):
+            ch.clean_backlog(all_of_pool)
 
     def register_processor(self, code: int, processor: Processor) -> None:
         self.processors[code] = processor
@@ -403,12 +525,12 @@ class NettyRemotingServer:
         if proc is None:
             remark = f" request type {cmd.code} not supported"
             log.error("%s%s", ch.remote_addr, remark)
-            self._write_at_once(cmd, ch, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
+            self.write_at_once(cmd, ch, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
             return
         pool = self.pools.get(cmd.code)
         if pool is not None and pool.in_flight >= pool.capacity:
             if not cmd.flag & 2:
-                self._write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+                self.write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
             return
         # Counted against its pool and connection from before its task runs to its answer
         # (the decrements in _finish: no done-callback, which would cost a loop handle each).
@@ -481,7 +603,7 @@ class NettyRemotingServer:
         log.exception("processing request code %d from %s", cmd.code, ch.remote_addr, exc_info=exc)
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def _write_at_once(self, cmd: RemotingCommand, ch: Channel, code: int, remark: str) -> None:
+    def write_at_once(self, cmd: RemotingCommand, ch: Channel, code: int, remark: str) -> None:
         """An answer written before any processor ran (processRequestCommand's
         REQUEST_CODE_NOT_SUPPORTED and SYSTEM_BUSY): as Java, whether or not the request is
         oneway, and in the server's serialize type (createResponseCommand's default, JSON), not
@@ -508,4 +630,12 @@ class NettyRemotingServer:
             log.error("answer to request code %d from %s: %s", cmd.code, ch.remote_addr, exc)
 
 
-__all__ = ["Channel", "CommandDecoder", "NettyRemotingServer", "Processor", "RequestPool"]
+__all__ = [
+    "PCBUSY_CLEAN_QUEUE_REMARK",
+    "TIMEOUT_CLEAN_QUEUE_REMARK",
+    "Channel",
+    "CommandDecoder",
+    "NettyRemotingServer",
+    "Processor",
+    "RequestPool",
+]

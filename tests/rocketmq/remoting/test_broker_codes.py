@@ -16,6 +16,7 @@ import pytest
 from dledger.rocketmq.broker.rebalance_lock_manager import RebalanceLockManager
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
 from dledger.rocketmq.remoting.remoting_serializable import decode as json_decode
 from dledger.rocketmq.remoting.remoting_serializable import encode as json_encode
 from dledger.rocketmq.store.message import decode_message_id
@@ -90,22 +91,14 @@ async def send(
     reconsume: int = 0,
     max_reconsume: int | None = None,
 ) -> RemotingCommand:
-    ext = {
-        "a": "PG",
-        "b": topic,
-        "c": "TBW102",
-        "d": "4",
-        "e": str(qid),
-        "f": str(sys_flag),
-        "g": str(int(time.time() * 1000)),
-        "h": "0",
-        "i": props or "WAIT\x01true",
-        "j": str(reconsume),
-        "k": "false",
-        "m": "false",
-    }
-    if max_reconsume is not None:
-        ext["l"] = str(max_reconsume)
+    ext = send_message_header_v2(
+        topic,
+        qid,
+        properties=props or "WAIT\x01true",
+        sys_flag=sys_flag,
+        reconsume_times=reconsume,
+        max_reconsume_times=max_reconsume,
+    )
     r = await c.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body), timeout=10)
     assert r.code == ResponseCode.SUCCESS, r.remark
     return r
@@ -114,20 +107,7 @@ async def send(
 async def pull(
     c: NettyRemotingClient, addr: str, topic: str, qid: int, offset: int, suspend_ms: int = 0
 ) -> RemotingCommand:
-    ext = {
-        "consumerGroup": "CG",
-        "topic": topic,
-        "queueId": str(qid),
-        "queueOffset": str(offset),
-        "maxMsgNums": "32",
-        "sysFlag": str(0x2 | 0x4 if suspend_ms else 0x4),
-        "commitOffset": "0",
-        "suspendTimeoutMillis": str(suspend_ms),
-        "subscription": "*",
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    req = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+    req = pull_message(topic, qid, offset, suspend_ms=suspend_ms)
     return await c.invoke(addr, req, timeout=suspend_ms / 1000 + 10)
 
 

@@ -15,6 +15,7 @@ from dledger.rocketmq.broker.broker_controller import BrokerController
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_decoder import NettyDecoder
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message
 from dledger.rocketmq.remoting.remoting_serializable import decode as json_decode
 from dledger.rocketmq.remoting.remoting_serializable import encode as json_encode
 from dledger.rocketmq.store.config import MessageStoreConfig
@@ -63,19 +64,7 @@ async def update_config(c: NettyRemotingClient, addr: str, text: str) -> Remotin
 
 
 async def pull_as(c: NettyRemotingClient, addr: str, group: str, topic: str) -> RemotingCommand:
-    ext = {
-        "consumerGroup": group,
-        "topic": topic,
-        "queueId": "0",
-        "queueOffset": "0",
-        "maxMsgNums": "32",
-        "sysFlag": "4",
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-        "subVersion": "0",
-    }
-    return await c.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext))
+    return await c.invoke(addr, pull_message(topic, 0, group=group, expression_type=None))
 
 
 def test_broker_config_is_read_and_changed_at_runtime_and_written_to_broker_conf(env: Env) -> None:
@@ -93,6 +82,8 @@ def test_broker_config_is_read_and_changed_at_runtime_and_written_to_broker_conf
             assert props["haSendHeartbeatInterval"] == "5000" and props["brokerRole"] == "ASYNC_MASTER"
             assert (props["slaveReadEnable"], props["brokerPermission"]) == ("false", "6")
             assert props["autoCreateSubscriptionGroup"] == "true"
+            # BrokerFastFailure's switch and waits, Java's defaults.
+            assert (props["brokerFastFailureEnable"], props["waitTimeMillsInSendQueue"]) == ("true", "200")
             v0 = json_decode((r.ext_fields or {})["version"].encode())
             # A group that does not exist yet is made by its first pull (autoCreateSubscriptionGroup).
             assert (await pull_as(c, addr, "G-auto", "CfgTopic")).code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST

@@ -15,6 +15,7 @@ import pytest
 
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
 from dledger.rocketmq.remoting.remoting_serializable import decode as json_decode
 from dledger.rocketmq.store.message import decode_message_id
 from dledger.rocketmq.store.records import decode_record
@@ -201,40 +202,14 @@ async def _send(
     c: NettyRemotingClient, addr: str, topic: str, body: bytes, tags: str, qid: int = 0, keys: str = ""
 ) -> RemotingCommand:
     props = f"TAGS\x01{tags}\x02WAIT\x01true" + (f"\x02KEYS\x01{keys}" if keys else "")
-    ext = {
-        "a": "PG",
-        "b": topic,
-        "c": "TBW102",
-        "d": "4",
-        "e": str(qid),
-        "f": "0",
-        "g": str(int(time.time() * 1000)),
-        "h": "0",
-        "i": props,
-        "j": "0",
-        "k": "false",
-        "m": "false",
-    }
+    ext = send_message_header_v2(topic, qid, properties=props)
     return await c.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body), timeout=10)
 
 
 def _pull(
     topic: str, qid: int, offset: int, sub: str = "*", suspend_ms: int = 0, stype: SerializeType = SerializeType.JSON
 ) -> RemotingCommand:
-    ext = {
-        "consumerGroup": "CG",
-        "topic": topic,
-        "queueId": str(qid),
-        "queueOffset": str(offset),
-        "maxMsgNums": "32",
-        "sysFlag": str(0x2 | 0x4 if suspend_ms else 0x4),
-        "commitOffset": "0",
-        "suspendTimeoutMillis": str(suspend_ms),
-        "subscription": sub,
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext, serialize_type=stype)
+    return pull_message(topic, qid, offset, suspend_ms=suspend_ms, subscription=sub, serialize_type=stype)
 
 
 def test_long_polling_tag_filtering_offsets_and_queries(one_broker: tuple[str, Brokers]) -> None:

@@ -8,7 +8,6 @@ bounded, and every answer still comes."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.netty_remoting_server import OVERLOAD_REMARK
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
 from tests.rocketmq.remoting.processes import Brokers, cluster, run
 from tests.rocketmq.remoting.test_broker_codes import max_offset, records, send, wait_master
 
@@ -33,38 +33,8 @@ def member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Brok
 
 
 def _send_request(topic: str, qid: int, k: int, oneway: bool = False) -> RemotingCommand:
-    ext = {
-        "a": "PG",
-        "b": topic,
-        "c": "TBW102",
-        "d": "4",
-        "e": str(qid),
-        "f": "0",
-        "g": str(int(time.time() * 1000)),
-        "h": "0",
-        "i": "WAIT\x01true",
-        "j": "0",
-        "k": "false",
-        "m": "false",
-    }
+    ext = send_message_header_v2(topic, qid)
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"%06d" % k + b"x" * 1018, oneway=oneway)
-
-
-def _pull_request(topic: str, qid: int) -> RemotingCommand:
-    ext = {
-        "consumerGroup": "CG",
-        "topic": topic,
-        "queueId": str(qid),
-        "queueOffset": "0",
-        "maxMsgNums": "32",
-        "sysFlag": "4",
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
 
 
 async def _answer(reader: asyncio.StreamReader) -> RemotingCommand:
@@ -138,7 +108,7 @@ def test_a_client_that_does_not_read_its_pull_answers_is_not_read_and_memory_sta
         try:
             for k in range(32):
                 await send(c, addr, topic, b"%06d" % k + b"y" * 1018, qid)
-            while len(records((await c.invoke(addr, _pull_request(topic, qid))).body)) < 32:
+            while len(records((await c.invoke(addr, pull_message(topic, qid))).body)) < 32:
                 await asyncio.sleep(0.05)  # dispatched
         finally:
             await c.close()
@@ -146,7 +116,7 @@ def test_a_client_that_does_not_read_its_pull_answers_is_not_read_and_memory_sta
         reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
         try:
             before = _rss(pid)
-            reqs = [_pull_request(topic, qid) for _ in range(pulls)]
+            reqs = [pull_message(topic, qid) for _ in range(pulls)]
             writer.write(b"".join(r.encode() for r in reqs))
             # Given time to take everything, a server that kept reading would hold the
             # answers the socket cannot: tens of MB.

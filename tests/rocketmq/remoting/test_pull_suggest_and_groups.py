@@ -16,6 +16,7 @@ from dledger.config import DLedgerConfig
 from dledger.config_check import ConfigError
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message
 from dledger.rocketmq.remoting.remoting_serializable import decode as json_decode
 from tests.rocketmq.remoting.processes import cluster, run
 from tests.rocketmq.remoting.test_broker_remoting import QUEUES, _send
@@ -24,20 +25,7 @@ FAR_BEHIND = ["--access-message-in-memory-max-ratio", "0"]
 
 
 def _pull(group: str, topic: str, offset: int, max_nums: int = 1) -> RemotingCommand:
-    ext = {
-        "consumerGroup": group,
-        "topic": topic,
-        "queueId": "0",
-        "queueOffset": str(offset),
-        "maxMsgNums": str(max_nums),
-        "sysFlag": str(0x4),
-        "commitOffset": "0",
-        "suspendTimeoutMillis": "0",
-        "subscription": "*",
-        "subVersion": "0",
-        "expressionType": "TAG",
-    }
-    return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+    return pull_message(topic, 0, offset, group=group, max_nums=max_nums)
 
 
 def _group(name: str, **fields: object) -> RemotingCommand:

@@ -1,0 +1,276 @@
+"""BrokerFastFailure (4.9.4) on the remoting server, over real sockets on 127.0.0.1: a send that
+waited ``waitTimeMillsInSendQueue`` (200 ms) between its read and its run is answered SYSTEM_BUSY
+``[TIMEOUT_CLEAN_QUEUE]...`` and never run; the ones that did not wait that long run; each
+request is answered once. The slow store is a send processor held: one that waits on a gate (its
+commit), or one that holds the loop (a slow put)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dledger.rocketmq.broker.broker_fast_failure import INITIAL_DELAY_S, BrokerFastFailure, FastFailureConfig
+from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
+from dledger.rocketmq.remoting.netty_remoting_server import (
+    MAX_IN_FLIGHT_PER_CHANNEL,
+    Channel,
+    NettyRemotingServer,
+    RequestPool,
+)
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
+from tests.rocketmq.remoting.processes import cluster, run
+from tests.rocketmq.remoting.test_broker_codes import records
+from tests.rocketmq.remoting.test_group_remoting import _wait_master
+
+# Java's remark, word for word (BrokerFastFailure.cleanExpiredRequestInQueue).
+TIMEOUT_CLEAN = re.compile(
+    r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control for a while, "
+    r"period in queue: (\d+)ms, size of queue: (\d+)"
+)
+SEND_WAIT_MS = 200
+
+
+class HeldStore:
+    """The send processor of a store that is slow: a send waits for ``gate`` (its commit) after
+    it is taken, or holds the loop ``hold_loop_s`` (a put that blocks) before."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.stored: list[bytes] = []
+        self.hold_loop_s = 0.0
+
+    async def process(self, req: RemotingCommand, ch: Channel) -> RemotingCommand:
+        if self.hold_loop_s:
+            hold, self.hold_loop_s = self.hold_loop_s, 0.0
+            time.sleep(hold)
+        self.stored.append(bytes(req.body))
+        await self.gate.wait()
+        return req.response()
+
+
+async def _server(store: HeldStore, enable: bool) -> tuple[NettyRemotingServer, BrokerFastFailure]:
+    send = RequestPool("send", 10000)
+    server = NettyRemotingServer(
+        "127.0.0.1", 0, {RequestCode.SEND_MESSAGE_V2: store.process}, pools={RequestCode.SEND_MESSAGE_V2: send}
+    )
+    await server.start()
+    others = [RequestPool(name, 1000) for name in ("pull", "heartbeat", "endTransaction")]
+    ff = BrokerFastFailure(
+        [server],
+        FastFailureConfig(broker_fast_failure_enable=enable, wait_time_mills_in_send_queue=SEND_WAIT_MS),
+        send=send,
+        pull=others[0],
+        heartbeat=others[1],
+        end_transaction=others[2],
+    )
+    ff.start()
+    return server, ff
+
+
+def _sends(n: int, topic: str = "FF") -> list[RemotingCommand]:
+    return [
+        RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2(topic, 0), b"%06d" % k)
+        for k in range(n)
+    ]
+
+
+async def _answers(reader: asyncio.StreamReader, n: int, timeout: float) -> list[RemotingCommand]:
+    got = []
+    for _ in range(n):
+        length = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), timeout), "big")
+        got.append(RemotingCommand.decode(await reader.readexactly(length)))
+    return got
+
+
+async def _answers_until_quiet(
+    reader: asyncio.StreamReader, quiet_s: float, most: int
+) -> tuple[list[RemotingCommand], float]:
+    """The answers that come until none has for ``quiet_s`` (at most ``most``: more would be
+    a request answered twice), and when the first came."""
+    got: list[RemotingCommand] = []
+    first = 0.0
+    while True:
+        assert len(got) <= most, "more answers than requests"
+        try:
+            got += await _answers(reader, 1, timeout=quiet_s)
+        except asyncio.TimeoutError:
+            return got, first
+        first = first or time.monotonic()
+
+
+def _no_more(reader: asyncio.StreamReader) -> bool:
+    return not reader._buffer  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_sends_waiting_in_a_paused_connections_queue_are_answered_timeout_clean_queue(enable: bool) -> None:
+    """300 pipelined sends against a store that holds them: 256 are taken (the connection's
+    cap) and wait for the gate; the others read with them wait in the connection's queue, and
+    after 200 ms the scheduled task answers them SYSTEM_BUSY with Java's remark, the queue's
+    size counting down. Opened, the gate lets the 256 (and any not read yet) answer SUCCESS.
+    Disabled, the queued ones run after them."""
+    n = MAX_IN_FLIGHT_PER_CHANNEL + 44
+
+    async def scenario() -> None:
+        store = HeldStore()
+        server, ff = await _server(store, enable)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            # The task's rounds have begun (1 s after its start, Java's initial delay): the
+            # queued sends are younger than 200 ms at its first rounds.
+            await asyncio.sleep(INITIAL_DELAY_S + 0.1)
+            reqs = _sends(n)
+            written = time.monotonic()
+            writer.write(b"".join(r.encode() for r in reqs))
+            await writer.drain()
+            # Until the gate opens, only busy answers can come, none before 200 ms.
+            busy, first_answer_at = await _answers_until_quiet(reader, quiet_s=1.0, most=n - MAX_IN_FLIGHT_PER_CHANNEL)
+            if busy:
+                assert first_answer_at - written >= SEND_WAIT_MS / 1000
+
+            assert len(store.stored) == MAX_IN_FLIGHT_PER_CHANNEL
+            assert bool(busy) == enable
+            store.gate.set()
+            rest = await _answers(reader, n - len(busy), timeout=10)
+            await asyncio.sleep(0.3)
+            assert _no_more(reader)  # nothing answered twice
+            by_opaque = {a.opaque: a for a in busy + rest}
+            assert sorted(by_opaque) == sorted(r.opaque for r in reqs) and len(busy + rest) == n
+            queued = {r.opaque for r in reqs[MAX_IN_FLIGHT_PER_CHANNEL:]}
+            sizes = []
+            for a in busy:
+                m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
+                assert a.code == ResponseCode.SYSTEM_BUSY and a.is_response and m, (a.code, a.remark)
+                assert a.opaque in queued and int(m[1]) >= SEND_WAIT_MS
+                sizes.append(int(m[2]))
+            # One round cleans the queue: its size after each removal, down to 0.
+            assert sizes == list(range(len(busy) - 1, -1, -1))
+            taken = [r for r in reqs if by_opaque[r.opaque].code != ResponseCode.SYSTEM_BUSY]
+            assert all(by_opaque[r.opaque].code == ResponseCode.SUCCESS for r in taken)
+            # What ran is exactly what was answered SUCCESS, each once: nothing busy was stored.
+            assert store.stored == [bytes(r.body) for r in taken]
+            # The connection is read again: a later send is taken.
+            after = _sends(1)[0]
+            writer.write(after.encode())
+            (last,) = await _answers(reader, 1, timeout=5)
+            assert (last.opaque, last.code) == (after.opaque, ResponseCode.SUCCESS)
+        finally:
+            writer.close()
+            await ff.shutdown()
+            await server.close()
+
+    run(scenario, timeout=60)
+
+
+def test_sends_read_behind_one_that_holds_the_loop_are_answered_timeout_clean_queue() -> None:
+    """Five sends in one write: the first holds the loop 300 ms (a put that blocks); the four
+    read with it have waited that long when their turn comes, and are answered busy, not run."""
+
+    async def scenario() -> None:
+        store = HeldStore()
+        store.gate.set()
+        server, ff = await _server(store, True)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            store.hold_loop_s = 0.3
+            reqs = _sends(5)
+            writer.write(b"".join(r.encode() for r in reqs))
+            got = {a.opaque: a for a in await _answers(reader, 5, timeout=5)}
+            first = got[reqs[0].opaque]
+            assert first.code == ResponseCode.SUCCESS
+            for r in reqs[1:]:
+                m = TIMEOUT_CLEAN.fullmatch(got[r.opaque].remark or "")
+                assert got[r.opaque].code == ResponseCode.SYSTEM_BUSY and m, got[r.opaque].remark
+                assert int(m.group(1)) >= 300
+            assert store.stored == [bytes(reqs[0].body)]
+            # Sends that do not wait are taken again.
+            more = _sends(3)
+            writer.write(b"".join(r.encode() for r in more))
+            assert {a.code for a in await _answers(reader, 3, timeout=5)} == {ResponseCode.SUCCESS}
+            await asyncio.sleep(0.1)
+            assert _no_more(reader) and len(store.stored) == 4
+        finally:
+            writer.close()
+            await ff.shutdown()
+            await server.close()
+
+    run(scenario, timeout=60)
+
+
+def test_a_member_whose_quorum_is_stopped_answers_its_queued_sends_timeout_clean_queue(tmp_path: Path) -> None:
+    """A real three-member group: its followers stopped (SIGSTOP), the master's sends wait for a
+    quorum, 256 of a pipelined connection's in flight; the rest, queued, are answered
+    ``[TIMEOUT_CLEAN_QUEUE]`` after 200 ms and never stored. The followers resumed, the held
+    sends commit; each request is answered once, and every SUCCESS is in the queue."""
+    n = MAX_IN_FLIGHT_PER_CHANNEL + 44
+    # The master keeps its role while its followers are stopped (8 s without a quorum).
+    extra = ["--default-topic-queue-nums", "4", "--max-wait-ack-time-ms", "20000", "--max-heart-beat-leak", "20"]
+    with cluster(tmp_path, 3, extra) as (namesrv, brokers):
+        by_addr = {brokers.addr(m): m for m in brokers.ids}
+
+        async def scenario() -> None:
+            c = NettyRemotingClient()
+            try:
+                # Until a master takes a send (the group may still change terms after its start).
+                deadline = time.monotonic() + 30
+                while True:
+                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
+                    first = RemotingCommand.request(
+                        RequestCode.SEND_MESSAGE_V2, send_message_header_v2("FFMember", 0), b"first"
+                    )
+                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
+                        break
+                    assert time.monotonic() < deadline, "no master took a send"
+                    await asyncio.sleep(0.2)
+            finally:
+                await c.close()
+            followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
+            host, port = master.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            for pid in followers:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                reqs = _sends(n, "FFMember")
+                writer.write(b"".join(r.encode() for r in reqs))
+                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n - MAX_IN_FLIGHT_PER_CHANNEL)
+            finally:
+                for pid in followers:
+                    os.kill(pid, signal.SIGCONT)
+            try:
+                rest = await _answers(reader, n - len(busy), timeout=30)
+                await asyncio.sleep(0.3)
+                assert _no_more(reader)
+            finally:
+                writer.close()
+            assert busy, "no send was cleaned"
+            by_opaque = {a.opaque: a for a in busy + rest}
+            assert sorted(by_opaque) == sorted(r.opaque for r in reqs)
+            for a in busy:
+                m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
+                assert a.code == ResponseCode.SYSTEM_BUSY and m and int(m[1]) >= SEND_WAIT_MS, a.remark
+            ok = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SUCCESS}
+            cleaned = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SYSTEM_BUSY}
+            assert len(ok) >= MAX_IN_FLIGHT_PER_CHANNEL - 1, len(ok)
+            c = NettyRemotingClient()
+            try:
+                stored: set[bytes] = set()
+                offset = 0
+                while True:
+                    got = await c.invoke(master, pull_message("FFMember", 0, offset), timeout=10)
+                    if got.code != ResponseCode.SUCCESS:
+                        break
+                    stored |= {bytes(m.body) for m in records(bytes(got.body))}
+                    offset = int((got.ext_fields or {})["nextBeginOffset"])
+            finally:
+                await c.close()
+            assert ok <= stored, len(ok - stored)
+            assert not cleaned & stored, sorted(cleaned & stored)[:3]
+
+        run(scenario, timeout=120)
