@@ -78,8 +78,8 @@ def test_a_broker_whose_flush_runs_past_the_timeout_answers_flush_disk_timeout_a
                 throttle.limit(2)
                 late = p.send(Message("Flush", b"late"), queue_id=0)
                 assert late.status == PutMessageStatus.FLUSH_DISK_TIMEOUT.name, late
-                # (Java's answer carries the queue offset too, as for SEND_OK; ours does not yet:
-                # the offset is checked by the pull below.)
+                # Stored: the answer carries its queue offset and record id, as Java's does.
+                assert late.queue_offset == 1 and late.offset_msg_id, late
                 throttle.limit(0)
                 after = p.send(Message("Flush", b"after"), queue_id=0)
                 assert after.status == "SEND_OK", after

@@ -163,6 +163,8 @@ def test_sync_master_answers_as_its_slaves_allow(brokers: Callable[..., Broker])
         # No slave: SLAVE_NOT_AVAILABLE at once (the message is in the master's log all the same).
         alone = p.send(Message("TopicHA", b"alone"))
         assert alone.status == "SLAVE_NOT_AVAILABLE"
+        # ...so its answer carries its queue offset and record id, as Java's (sendOK).
+        assert alone.queue_offset == 0 and alone.offset_msg_id, alone
         slave = brokers("s", "SLAVE", master.ha)
         wait_for(lambda: stats(master.addr)["ha_slaves"] == 1)
         ok = p.send_batch([Message("TopicHA", b"x%d" % i) for i in range(20)], queue_id=1)
@@ -178,6 +180,7 @@ def test_sync_master_answers_as_its_slaves_allow(brokers: Callable[..., Broker])
         finally:
             os.kill(slave.proc.pid, signal.SIGCONT)
         assert late.status == "FLUSH_SLAVE_TIMEOUT"
+        assert late.queue_offset >= 0 and late.offset_msg_id, late
 
 
 def test_promoted_slave_of_a_killed_sync_master_has_every_acknowledged_message(

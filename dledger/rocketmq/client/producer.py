@@ -44,7 +44,7 @@ from dledger.rocketmq.store.message import (
     encode_properties,
     joined_properties_problem,
 )
-from dledger.rocketmq.store.status import PutMessageStatus
+from dledger.rocketmq.store.status import STORED_PUT_STATUSES, PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 
 T = TypeVar("T")
@@ -435,11 +435,12 @@ class AsyncProducer:
         body = resp.body if isinstance(resp.body, dict) else {}
         if resp.code == ResponseCode.SUCCESS and "status" in body:
             r = SendResponse.from_wire(body)
-            if r.status == PutMessageStatus.PUT_OK and len(r.phys_offsets) == len(uniqs):
+            if r.status in STORED_PUT_STATUSES and len(r.phys_offsets) == len(uniqs):
                 # The queue the producer chose, as Java's SendResult: a delayed message is stored
-                # in SCHEDULE_TOPIC_XXXX first (queue_offset is its offset there).
+                # in SCHEDULE_TOPIC_XXXX first (queue_offset is its offset there). A flush or
+                # slave wait that ran out still stored it: its ids and offset, as Java gives them.
                 return SendResults(
-                    SEND_OK,
+                    SEND_OK if r.status == PutMessageStatus.PUT_OK else status_name(r.status),
                     req.topic,
                     req.queue_id,
                     uniqs,

@@ -23,7 +23,10 @@ SEND_OK = "SEND_OK"
 class SendResult:
     """RocketMQ's SendResult: ``status`` is ``"SEND_OK"`` or, when the group refused the message
     or no leader could be reached in time, the PutMessageStatus name (MESSAGE_ILLEGAL,
-    SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY, UNKNOWN_ERROR...) with ``reason``.
+    SERVICE_NOT_AVAILABLE, OS_PAGECACHE_BUSY, UNKNOWN_ERROR...) with ``reason``. Three statuses
+    say the message is stored though a wait after the put ran out (FLUSH_DISK_TIMEOUT,
+    FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE): as in RocketMQ they carry the queue offset and
+    ids as SEND_OK does.
     ``msg_id`` is the UNIQ_KEY, ``offset_msg_id`` the id of the stored record (store host and
     commit-log offset, what ``view_by_msg_id`` takes)."""
 
@@ -98,9 +101,10 @@ class SendResults(LazySequence[SendResult]):
     _what = "send result"
 
     def _item(self, i: int) -> SendResult:
-        if self.ok:
+        if self.first_offset >= 0 and len(self._phys) == len(self._uniqs):
+            # Stored: SEND_OK, or a flush or slave wait that ran out after the put.
             return SendResult(
-                SEND_OK,
+                self.status,
                 self._uniqs[i],
                 self.queue_id,
                 self.first_offset + i,

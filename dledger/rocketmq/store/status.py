@@ -26,6 +26,19 @@ class PutMessageStatus(IntEnum):
     LMQ_CONSUME_QUEUE_NUM_EXCEEDED = 10
 
 
+# The statuses of a put whose messages are stored though a wait for them ran out or had no
+# slave to wait for (SendMessageProcessor.handlePutMessageResult's ``sendOK = true`` cases): the
+# answer carries the message ids and queue offset as SUCCESS does.
+STORED_PUT_STATUSES = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
 class GetMessageStatus(IntEnum):
     FOUND = 0
     NO_MATCHED_MESSAGE = 1

@@ -42,7 +42,7 @@ from dledger.rocketmq.store.message import (
     encode_properties,
     format_host,
 )
-from dledger.rocketmq.store.status import PutMessageStatus
+from dledger.rocketmq.store.status import STORED_PUT_STATUSES, PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 
 log = logging.getLogger(__name__)
@@ -184,16 +184,22 @@ class SendMessageProcessor:
         unavailable = self._unavailable(req, resp)
         if unavailable is not None:
             return unavailable
-        if body.status == PutMessageStatus.PUT_OK and resp.code == DCode.SUCCESS:
+        stored = body.status == PutMessageStatus.PUT_OK or (
+            body.status in STORED_PUT_STATUSES and len(body.phys_offsets) > 0
+        )
+        if stored and resp.code == DCode.SUCCESS:
+            # handlePutMessageResult's sendOK: a flush or slave wait that ran out still stored
+            # the message, so its answer code goes with the ids and offset (and no remark).
             phys = np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add
             return req.response(
+                _PUT_CODES.get(PutMessageStatus(body.status), ResponseCode.SUCCESS),
                 ext_fields={
                     "msgId": offset_msg_ids(self._host_hex, phys),
                     "queueId": str(body.queue_id),
                     "queueOffset": str(body.queue_offset),
                     "TRACE_ON": "true",
                     "MSG_REGION": "DefaultRegion",
-                }
+                },
             )
         code = _PUT_CODES.get(PutMessageStatus(body.status), ResponseCode.SYSTEM_ERROR)
         reason = body.reason or resp.message or PutMessageStatus(body.status).name
