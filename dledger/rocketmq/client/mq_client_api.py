@@ -5,11 +5,11 @@ against Java brokers as well as ours."""
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Sequence
 
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.protocol.message_batch import encode_messages
+from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
 from dledger.rocketmq.remoting.protocol.topic_route_data import PERM_READ, PERM_WRITE, QueueData, TopicRouteData
 from dledger.rocketmq.remoting.remoting_command import RemotingCommand
 from dledger.rocketmq.remoting.request_code import RequestCode
@@ -69,20 +69,14 @@ class MQClientAPI:
     ) -> RemotingCommand:
         """SEND_MESSAGE_V2 for one message, SEND_BATCH_MESSAGE for more; the broker's answer."""
         batch = len(bodies) > 1
-        ext = {
-            "a": group,
-            "b": topic,
-            "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "d": str(DEFAULT_TOPIC_QUEUE_NUMS),
-            "e": str(queue_id),
-            "f": "0",
-            "g": str(int(time.time() * 1000)),
-            "h": "0",
-            "i": "WAIT\x01true" if batch else properties[0],
-            "j": "0",
-            "k": "false",
-            "m": "true" if batch else "false",
-        }
+        ext = send_message_header_v2(
+            topic,
+            queue_id,
+            group=group,
+            properties="WAIT\x01true" if batch else properties[0],
+            queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
+            batch=batch,
+        )
         if batch:
             body = encode_messages(bodies, [p.encode("utf-8") for p in properties])
             req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, body)
@@ -93,20 +87,7 @@ class MQClientAPI:
     async def pull(
         self, addr: str, group: str, topic: str, queue_id: int, offset: int, max_nums: int, suspend_ms: int
     ) -> RemotingCommand:
-        ext = {
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": str(queue_id),
-            "queueOffset": str(offset),
-            "maxMsgNums": str(max_nums),
-            "sysFlag": str(0x4 | (0x2 if suspend_ms else 0)),
-            "commitOffset": "0",
-            "suspendTimeoutMillis": str(suspend_ms),
-            "subscription": "*",
-            "subVersion": "0",
-            "expressionType": "TAG",
-        }
-        req = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+        req = pull_message(topic, queue_id, offset, group=group, max_nums=max_nums, suspend_ms=suspend_ms)
         return await self.remoting.invoke(addr, req, self.timeout + suspend_ms / 1000.0)
 
     async def _offset(self, code: int, addr: str, ext: dict[str, str]) -> RemotingCommand:
