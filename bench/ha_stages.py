@@ -15,7 +15,10 @@ then runs the bench's producer (batches of 1,000 x 1 KiB, 16 in flight) and prin
 the time from the put's end to the first slave read holding its end, to the slave's append of
 it, and to its dispatch, and from that read's return to the append (the wait for the GIL and
 the frames before it): p50/p90/p99. ``--broker-python`` runs the brokers with another
-checkout's interpreter (the code before a change), the hook being the same.
+checkout's interpreter (the code before a change), the hook being the same. ``--sample``
+also watches the slave's HA thread from a sampler process (SAMPLER below) and attributes its
+appends over 20 ms, and the puts it appended over 50 ms late, to CPU, a wait for a core, or a
+sleep and its kernel stack (docs/ha.md, "The long appends, attributed").
 """
 
 from __future__ import annotations
