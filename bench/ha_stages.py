@@ -71,8 +71,10 @@ sampler = []
 def append_to_commit_log(self, start, data):
     if not sampler and os.environ.get("HA_STAGES_SAMPLER"):  # watch this (the HA) thread from outside
         import subprocess, threading
+        pre = [t.native_id for t in threading.enumerate() if t.name == "rocketmq-commitlog-prefault"]
         sampler.append(subprocess.Popen([sys.executable, "-c", os.environ["HA_STAGES_SAMPLER"],
-                                         str(os.getpid()), str(threading.get_native_id()), out + ".samples"]))
+                                         str(os.getpid()), str(threading.get_native_id()), out + ".samples",
+                                         str(pre[0] if pre else 0)]))
     t = now()
     ok = append(self, start, data)
     rec["append"].append((t, now(), start + len(data)))
@@ -117,8 +119,9 @@ runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
 # a wait for a core, or a sleep, and where.
 SAMPLER = r"""
 import json, os, signal, sys, time
-pid, tid, out = sys.argv[1], sys.argv[2], sys.argv[3]
+pid, tid, out, pre = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 base = f"/proc/{pid}/task/{tid}/"
+pre_base = f"/proc/{pid}/task/{pre}/"  # the commit log's pre-writer, which writes the same file
 rows = []
 stop = []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
@@ -148,8 +151,18 @@ while not stop:
             stack = "<".join([f for f in frames if not f.startswith(GENERIC)][:10])
     except (OSError, IndexError, ValueError):
         break
+    pre_state = ""
+    if stack.startswith("ext4_buffered_write_iter"):  # the HA write waits in ext4: what is the pre-writer doing?
+        try:
+            st = open(pre_base + "stat").read()
+            pre_state = st[st.rindex(")") + 2]
+            frames = [l.split()[1].split("+")[0] for l in open(pre_base + "stack") if l.strip()]
+            pre_state += " " + "<".join([f for f in frames if not f.startswith(GENERIC)][:6])
+        except (OSError, IndexError, ValueError):
+            pass
     d = vm()
-    rows.append((t, state, int(cpu), int(wait), stack, d.get("nr_dirty", -1), d.get("nr_writeback", -1),
+    rows.append((t, state, int(cpu), int(wait), stack + (" | pre-writer " + pre_state if pre_state else ""),
+                 d.get("nr_dirty", -1), d.get("nr_writeback", -1),
                  total("/proc/pressure/io", "some"), total("/proc/pressure/memory", "some"),
                  total("/proc/pressure/cpu", "some")))
     time.sleep(0.002)
