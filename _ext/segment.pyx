@@ -479,6 +479,14 @@ cdef class MappedFile:
             self._allocate(rel + total)
         return 0
 
+    def skip_allocate_ahead(self):
+        """From now on writes by the descriptor do not fallocate ALLOCATE_AHEAD first: ext4
+        reserves the blocks page by page as they are written (delayed allocation, ENOSPC from
+        the write as before) and writeback allocates them. For a writer that must not wait on
+        the block allocator, whose fallocate can sleep on block-bitmap reads for hundreds of
+        milliseconds on a busy disk (a slave's HA appends: docs/ha.md)."""
+        self.allocated_to = -1
+
     cdef void _allocate(self, int64_t end) noexcept:
         """Allocate the blocks of ``[allocated_to, end + ALLOCATE_AHEAD)`` (see ALLOCATE_AHEAD)."""
         cdef int64_t lo = self.allocated_to, hi = min(end + ALLOCATE_AHEAD, self.file_size)

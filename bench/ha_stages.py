@@ -15,7 +15,10 @@ then runs the bench's producer (batches of 1,000 x 1 KiB, 16 in flight) and prin
 the time from the put's end to the first slave read holding its end, to the slave's append of
 it, and to its dispatch, and from that read's return to the append (the wait for the GIL and
 the frames before it): p50/p90/p99. ``--broker-python`` runs the brokers with another
-checkout's interpreter (the code before a change), the hook being the same.
+checkout's interpreter (the code before a change), the hook being the same. ``--sample``
+also watches the slave's HA thread from a sampler process (SAMPLER below) and attributes its
+appends over 20 ms, and the puts it appended over 50 ms late, to CPU, a wait for a core, or a
+sleep and its kernel stack (docs/ha.md, "The long appends, attributed").
 """
 
 from __future__ import annotations
@@ -64,7 +67,14 @@ def wakeup_all(self):
 ha_service.HAService.wakeup_all = wakeup_all
 
 append = message_store.MessageStore.append_to_commit_log
+sampler = []
 def append_to_commit_log(self, start, data):
+    if not sampler and os.environ.get("HA_STAGES_SAMPLER"):  # watch this (the HA) thread from outside
+        import subprocess, threading
+        pre = [t.native_id for t in threading.enumerate() if t.name == "rocketmq-commitlog-prefault"]
+        sampler.append(subprocess.Popen([sys.executable, "-c", os.environ["HA_STAGES_SAMPLER"],
+                                         str(os.getpid()), str(threading.get_native_id()), out + ".samples",
+                                         str(pre[0] if pre else 0)]))
     t = now()
     ok = append(self, start, data)
     rec["append"].append((t, now(), start + len(data)))
@@ -93,12 +103,130 @@ if hasattr(ha_client, "_HA") and hasattr(ha_client._HA, "recv_frames"):
 
 @atexit.register
 def dump():
+    for p in sampler:
+        p.terminate()
+        p.wait(10)
     rec["dledger"] = os.path.dirname(ha_service.__file__)
     with open(out, "w") as f:
         json.dump(rec, f)
 
 runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
 """
+
+# A separate process (no GIL shared with the broker) that samples the slave's HA thread every
+# ~2 ms: its state, CPU and run-queue wait (schedstat), its kernel stack when it sleeps, and the
+# machine's dirty pages and I/O / memory pressure; so a long append can be told apart as CPU,
+# a wait for a core, or a sleep, and where.
+SAMPLER = r"""
+import json, os, signal, sys, time
+pid, tid, out, pre = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+base = f"/proc/{pid}/task/{tid}/"
+pre_base = f"/proc/{pid}/task/{pre}/"  # the commit log's pre-writer, which writes the same file
+rows = []
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+GENERIC = ("entry_SYSCALL", "do_syscall", "x64_sys", "asm_exc", "exc_page_fault", "do_user_addr_fault",
+           "handle_mm_fault", "__handle_mm_fault", "handle_pte_fault", "do_fault", "ksys_", "vfs_")
+def total(path, kind):
+    for line in open(path):
+        if line.startswith(kind):
+            return int(line.rsplit("=", 1)[1])
+    return -1
+def vm():
+    d = {}
+    for line in open("/proc/vmstat"):
+        k, v = line.split()
+        if k in ("nr_dirty", "nr_writeback"):
+            d[k] = int(v)
+    return d
+while not stop:
+    t = time.monotonic()
+    try:
+        st = open(base + "stat").read()
+        state = st[st.rindex(")") + 2]
+        cpu, wait, _n = open(base + "schedstat").read().split()
+        stack = ""
+        if state != "R":
+            frames = [l.split()[1].split("+")[0] for l in open(base + "stack") if l.strip()]
+            stack = "<".join([f for f in frames if not f.startswith(GENERIC)][:10])
+    except (OSError, IndexError, ValueError):
+        break
+    pre_state = ""
+    if stack.startswith("ext4_buffered_write_iter"):  # the HA write waits in ext4: what is the pre-writer doing?
+        try:
+            st = open(pre_base + "stat").read()
+            pre_state = st[st.rindex(")") + 2]
+            frames = [l.split()[1].split("+")[0] for l in open(pre_base + "stack") if l.strip()]
+            pre_state += " " + "<".join([f for f in frames if not f.startswith(GENERIC)][:6])
+        except (OSError, IndexError, ValueError):
+            pass
+    d = vm()
+    rows.append((t, state, int(cpu), int(wait), stack + (" | pre-writer " + pre_state if pre_state else ""),
+                 d.get("nr_dirty", -1), d.get("nr_writeback", -1),
+                 total("/proc/pressure/io", "some"), total("/proc/pressure/memory", "some"),
+                 total("/proc/pressure/cpu", "some")))
+    time.sleep(0.002)
+with open(out, "w") as f:
+    json.dump(rows, f)
+"""
+
+
+def long_appends(slave: dict[str, Any], samples: list[list[Any]], over_s: float) -> dict[str, Any]:
+    """The slave's append calls longer than ``over_s``, split by the sampler: the HA thread's CPU
+    and run-queue wait within each (schedstat deltas), the rest (asleep), the kernel stacks of
+    the samples taken while it slept, and the dirty pages and pressure stalls meanwhile."""
+    ts = [r[0] for r in samples]
+    calls: list[dict[str, Any]] = []
+    stacks: dict[str, int] = {}
+    for a, b, _end in slave["append"]:
+        if b - a <= over_s:
+            continue
+        i, j = bisect.bisect_left(ts, a), bisect.bisect_right(ts, b) - 1
+        if j <= i:
+            continue
+        first, last = samples[i], samples[j]
+        span = last[0] - first[0]
+        cpu, wait = (last[2] - first[2]) / 1e9, (last[3] - first[3]) / 1e9
+        states: dict[str, int] = {}
+        for r in samples[i : j + 1]:
+            states[r[1]] = states.get(r[1], 0) + 1
+            if r[4]:
+                stacks[r[4]] = stacks.get(r[4], 0) + 1
+        calls.append(
+            {
+                "ms": (b - a) * 1e3,
+                "cpu": cpu / span if span else 0,
+                "runq": wait / span if span else 0,
+                "states": states,
+                "dirty_mb": max(r[5] for r in samples[i : j + 1]) * 4096 / 2**20,
+                "writeback_mb": max(r[6] for r in samples[i : j + 1]) * 4096 / 2**20,
+                "io_stall_ms": (last[7] - first[7]) / 1e3,
+                "mem_stall_ms": (last[8] - first[8]) / 1e3,
+                "cpu_stall_ms": (last[9] - first[9]) / 1e3,
+            }
+        )
+    return {"calls": calls, "stacks": stacks}
+
+
+def slow_puts(master: dict[str, Any], slave: dict[str, Any], samples: list[list[Any]], over_s: float) -> dict[str, int]:
+    """For each put the slave appended more than ``over_s`` after it: what the slave's HA thread
+    was doing from the put's end to that append (the sampler's states, and its stack asleep)."""
+    ts = [r[0] for r in samples]
+    app_at = [a[2] for a in slave["append"]]
+    seen: dict[str, int] = {}
+    for t, end in master["put"]:
+        k = bisect.bisect_left(app_at, end)
+        if k == len(app_at) or slave["append"][k][1] - t <= over_s:
+            continue
+        window = samples[bisect.bisect_left(ts, t) : bisect.bisect_right(ts, slave["append"][k][1])]
+        for r in window:
+            key = r[1] + (" " + r[4] if r[4] else "")
+            seen[key] = seen.get(key, 0) + 1
+        if len(window) > 1:  # the HA thread's time on a core and waiting for one (schedstat), in ms
+            seen["~on cpu ms"] = seen.get("~on cpu ms", 0) + (window[-1][2] - window[0][2]) // 1_000_000
+            seen["~runq ms"] = seen.get("~runq ms", 0) + (window[-1][3] - window[0][3]) // 1_000_000
+            seen["~window ms"] = seen.get("~window ms", 0) + int((window[-1][0] - window[0][0]) * 1e3)
+    return seen
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -141,7 +269,7 @@ def stages(master: dict[str, Any], slave: dict[str, Any]) -> dict[str, list[floa
     return out
 
 
-def run(count: int, broker_python: str | None) -> dict[str, Any]:
+def run(count: int, broker_python: str | None, sample: bool = False) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="dledger-ha-stages-"))
     exe = broker_python or sys.executable
 
@@ -155,7 +283,10 @@ def run(count: int, broker_python: str | None) -> dict[str, Any]:
     os.environ["HA_STAGES_OUT"] = str(root / "m.json")
     master = ClassicBroker(root, "m", "ASYNC_MASTER", conf=conf, file_size=128 << 20).start()
     os.environ["HA_STAGES_OUT"] = str(root / "s.json")
+    if sample:
+        os.environ["HA_STAGES_SAMPLER"] = SAMPLER
     slave = ClassicBroker(root, "s", "SLAVE", master.ha, conf=conf, file_size=128 << 20).start()
+    os.environ.pop("HA_STAGES_SAMPLER", None)
     try:
         body = b"x" * 1024
 
@@ -180,10 +311,17 @@ def run(count: int, broker_python: str | None) -> dict[str, Any]:
     got.update(outq=m["outq"], inq=s["inq"], dledger=[s.get("dledger", "?")])
     # How long each append call of the slave took (a stall there holds every frame after it).
     got["append call"] = [b - a for a, b, _end in s["append"]]
+    samples = root / "s.json.samples"
+    if samples.exists():
+        rows = json.loads(samples.read_text())
+        got["long"] = [long_appends(s, rows, LONG_APPEND_S)]
+        got["slow puts"] = [slow_puts(m, s, rows, SLOW_PUT_S)]
     shutil.rmtree(root, ignore_errors=True)
     return got
 
 
+LONG_APPEND_S = 0.02
+SLOW_PUT_S = 0.05
 STAGES = ("read", "append began", "appended", "dispatched", "gil")
 
 
@@ -199,18 +337,32 @@ def _line(name: str, v: list[float], scale: float = 1e3, unit: str = "ms") -> st
     )
 
 
+def _print_long(long: dict[str, Any]) -> None:
+    calls = long["calls"]
+    print(f"  appends over {LONG_APPEND_S * 1e3:.0f} ms: {len(calls)}")
+    for c in sorted(calls, key=lambda c: -c["ms"])[:12]:
+        print(
+            f"    {c['ms']:.1f} ms: on cpu {c['cpu']:.0%}, waiting for a core {c['runq']:.0%}, states {c['states']}, "
+            f"dirty <= {c['dirty_mb']:.0f} MiB, writeback <= {c['writeback_mb']:.0f} MiB, pressure stalls "
+            f"io {c['io_stall_ms']:.1f} / mem {c['mem_stall_ms']:.1f} / cpu {c['cpu_stall_ms']:.1f} ms"
+        )
+    for stack, n in sorted(long["stacks"].items(), key=lambda kv: -kv[1])[:8]:
+        print(f"    asleep in {stack}: {n} samples")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=100_000)
     ap.add_argument("--broker-python", default=None)
     ap.add_argument("--against", default=None, help="another checkout's python: rounds alternate with it")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--sample", action="store_true", help="attribute the slave's long appends (a sampler process)")
     args = ap.parse_args()
     sides = [("this", args.broker_python)] + ([("against", args.against)] if args.against else [])
     rounds: dict[str, list[dict[str, list[float]]]] = {name: [] for name, _ in sides}
     for r in range(args.rounds):
         for name, exe in sides if r % 2 == 0 else sides[::-1]:
-            got = run(args.count, exe)
+            got = run(args.count, exe, args.sample)
             rounds[name].append(got)
             print(f"round {r + 1} {name} ({got['dledger'][0]}, load {os.getloadavg()[0]:.1f}):")
             calls = got["append call"]
@@ -218,6 +370,18 @@ def main() -> None:
                 f"  slave's append calls: {len(calls)}, p50 {statistics.median(calls) * 1e3:.3f} ms, "
                 f"p99 {_pct(calls, 0.99) * 1e3:.2f} ms, max {max(calls) * 1e3:.1f} ms, in all {sum(calls):.2f} s"
             )
+            if got.get("long"):
+                _print_long(got["long"][0])
+                seen = got["slow puts"][0]
+                w = seen.pop("~window ms", 0) or 1
+                on, runq = seen.pop("~on cpu ms", 0), seen.pop("~runq ms", 0)
+                n = sum(seen.values()) or 1
+                print(
+                    f"  the HA thread between a put and its append, puts slower than {SLOW_PUT_S * 1e3:.0f} ms: "
+                    f"on a core {on / w:.0%}, waiting for one {runq / w:.0%} of the time; samples:"
+                )
+                for key, c in sorted(seen.items(), key=lambda kv: -kv[1])[:8]:
+                    print(f"    {c / n:.0%} {key}")
             for stage in (*STAGES, "outq", "inq"):
                 if got[stage]:
                     kb = stage in ("outq", "inq")

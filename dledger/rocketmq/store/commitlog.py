@@ -556,6 +556,9 @@ class CommitLog(LogFiles):
             if f.file_from_offset + f.wrote_position != start_offset:
                 log.error("HA append at %d refused: the file %s ends elsewhere", start_offset, f.path)
                 return False
+            # No fallocate on the HA thread: it slept up to 0.5 s in ext4's allocator (block
+            # bitmap reads) on a busy disk, holding every frame behind it (docs/ha.md).
+            f.skip_allocate_ahead()
             # Below the pre-written mark (to its folio) the frames are copied through the mapping
             # in pieces small enough to keep the GIL (MAPPED_APPENDS in _ext/segment.pyx):
             # letting go would cost the HA thread a wait of up to 5 ms to have it back on a busy
