@@ -359,148 +359,6 @@ cdef inline void _put_optional(const unsigned char *src, int64_t length, unsigne
         bits[k >> 3] |= <unsigned char>(1 << (k & 7))
 
 
-def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, bint want_keys):
-    """string2messageProperties of each properties string ``buf[props_off[k]:][:props_len[k]]``
-    in one pass, straight into Arrow buffers: ``(map, tags, keys)``, each None unless asked.
-    ``map`` is ``(entry_offsets, key_data, key_offsets, value_data, value_offsets)`` of a
-    map<string, string>; ``tags`` and ``keys`` are ``(data, value_offsets, validity bitmap,
-    null_count)`` of the TAGS and KEYS values (null where absent). Items split at 0x02, name
-    and value at the first 0x01, both non-empty; a name given again replaces the earlier
-    value in place (Java's HashMap keeps one entry per name)."""
-    cdef const unsigned char[::1] b = _ro(buf)
-    cdef Py_ssize_t size = b.shape[0], k
-    o_arr, l_arr = _offsets_lengths(props_off, props_len, size, "property_columns")
-    cdef const int64_t[::1] o = o_arr
-    cdef const int64_t[::1] ln = l_arr
-    cdef Py_ssize_t count = o.shape[0]
-    cdef int64_t total = 0, longest = 0
-    for k in range(count):
-        total += ln[k]
-        if ln[k] > longest:
-            longest = ln[k]
-    if total > 2147483647:
-        raise ValueError(f"{total} bytes of properties exceed the 2 GiB of an Arrow string array in one batch")
-    # Pairs of one record (an item takes at least 3 bytes with its separator).
-    cdef Py_ssize_t scratch = longest // 3 + 2, cap = total // 3 + 1
-    cdef int32_t *pk = <int32_t *>malloc(4 * scratch * sizeof(int32_t))
-    if pk == NULL:
-        raise MemoryError()
-    cdef int32_t *pkl = pk + scratch
-    cdef int32_t *pv = pk + 2 * scratch
-    cdef int32_t *pvl = pk + 3 * scratch
-    cdef int32_t *eo = NULL
-    cdef unsigned char *kd = NULL
-    cdef int32_t *ko = NULL
-    cdef unsigned char *vd = NULL
-    cdef int32_t *vo = NULL
-    cdef unsigned char *td = NULL
-    cdef int32_t *to = NULL
-    cdef unsigned char *tb = NULL
-    cdef unsigned char *yd = NULL
-    cdef int32_t *yo = NULL
-    cdef unsigned char *yb = NULL
-    map_out = tags_out = keys_out = None
-    if want_map:
-        map_out = [np.empty(count + 1, np.int32), np.empty(total, np.uint8), np.empty(cap + 1, np.int32),
-                   np.empty(total, np.uint8), np.empty(cap + 1, np.int32)]
-        eo = <int32_t *>_ptr(map_out[0])
-        kd = <unsigned char *>_ptr(map_out[1])
-        ko = <int32_t *>_ptr(map_out[2])
-        vd = <unsigned char *>_ptr(map_out[3])
-        vo = <int32_t *>_ptr(map_out[4])
-    if want_tags:
-        tags_out = [np.empty(total, np.uint8), np.empty(count + 1, np.int32), np.zeros((count + 7) // 8, np.uint8)]
-        td = <unsigned char *>_ptr(tags_out[0])
-        to = <int32_t *>_ptr(tags_out[1])
-        tb = <unsigned char *>_ptr(tags_out[2])
-    if want_keys:
-        keys_out = [np.empty(total, np.uint8), np.empty(count + 1, np.int32), np.zeros((count + 7) // 8, np.uint8)]
-        yd = <unsigned char *>_ptr(keys_out[0])
-        yo = <int32_t *>_ptr(keys_out[1])
-        yb = <unsigned char *>_ptr(keys_out[2])
-    cdef const unsigned char *p = &b[0] if size else NULL
-    cdef const unsigned char *q
-    cdef const unsigned char *tag_at
-    cdef const unsigned char *key_at
-    cdef int64_t i, item, sep, nb, kat = 0, vat = 0, tat = 0, yat = 0, tag_len = 0, key_len = 0
-    cdef Py_ssize_t m = 0, np_, j, tag_nulls = 0, key_nulls = 0
-    cdef bint replaced
-    with nogil:
-        for k in range(count):
-            nb = ln[k]
-            q = p + o[k] if nb else NULL
-            np_ = 0
-            # One pass over the bytes (items are short: a loop beats memchr calls): an item
-            # ends at 0x02 or the end, its name at its first 0x01.
-            item = 0
-            sep = -1
-            i = 0
-            while i <= nb:
-                if i == nb or q[i] == 2:
-                    if sep > item and sep < i - 1:
-                        replaced = False
-                        for j in range(np_):
-                            if pkl[j] == sep - item and memcmp(q + pk[j], q + item, <size_t>(sep - item)) == 0:
-                                pv[j] = <int32_t>(sep + 1)
-                                pvl[j] = <int32_t>(i - sep - 1)
-                                replaced = True
-                                break
-                        if not replaced:
-                            pk[np_] = <int32_t>item
-                            pkl[np_] = <int32_t>(sep - item)
-                            pv[np_] = <int32_t>(sep + 1)
-                            pvl[np_] = <int32_t>(i - sep - 1)
-                            np_ += 1
-                    item = i + 1
-                    sep = -1
-                elif q[i] == 1 and sep < 0:
-                    sep = i
-                i += 1
-            if want_map:
-                eo[k] = <int32_t>m
-                for j in range(np_):
-                    ko[m] = <int32_t>kat
-                    memcpy(kd + kat, q + pk[j], <size_t>pkl[j])
-                    kat += pkl[j]
-                    vo[m] = <int32_t>vat
-                    memcpy(vd + vat, q + pv[j], <size_t>pvl[j])
-                    vat += pvl[j]
-                    m += 1
-            if want_tags or want_keys:
-                tag_at = NULL
-                key_at = NULL
-                for j in range(np_):
-                    if pkl[j] == 4 and memcmp(q + pk[j], b"TAGS", 4) == 0:
-                        tag_at = q + pv[j]
-                        tag_len = pvl[j]
-                    elif pkl[j] == 4 and memcmp(q + pk[j], b"KEYS", 4) == 0:
-                        key_at = q + pv[j]
-                        key_len = pvl[j]
-                if want_tags:
-                    _put_optional(tag_at, tag_len, td, to, tb, k, &tat)
-                    tag_nulls += tag_at == NULL
-                if want_keys:
-                    _put_optional(key_at, key_len, yd, yo, yb, k, &yat)
-                    key_nulls += key_at == NULL
-        if want_map:
-            eo[count] = <int32_t>m
-            ko[m] = <int32_t>kat
-            vo[m] = <int32_t>vat
-        if want_tags:
-            to[count] = <int32_t>tat
-        if want_keys:
-            yo[count] = <int32_t>yat
-    free(pk)
-    if want_map:
-        map_out = (map_out[0], _exact(map_out[1], kat), _exact(map_out[2], m + 1), _exact(map_out[3], vat),
-                   _exact(map_out[4], m + 1))
-    if want_tags:
-        tags_out = (_exact(tags_out[0], tat), tags_out[1], tags_out[2], tag_nulls)
-    if want_keys:
-        keys_out = (_exact(keys_out[0], yat), keys_out[1], keys_out[2], key_nulls)
-    return map_out, tags_out, keys_out
-
-
 # -- the fused pass: every column of a record while it is in cache ------------------------------
 #
 # A read of all columns made them in seven passes over a batch's records (scan, topic, body,
@@ -509,7 +367,7 @@ def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, b
 # are bounded by the record bytes a batch takes (a record holds its topic, body and properties),
 # so a batch stops before the record that would pass ``budget`` bytes and nothing is re-checked
 # per column. Values come from the helpers the per-column kernels use (_host_text, _HEX_PAIRS,
-# _put_optional; _split_properties is property_columns' loop), and tests/rocketmq/test_arrow_fused.py compares the two.
+# _put_optional; _props_row makes property_columns' rows too), and tests/rocketmq/test_arrow_fused.py compares the two.
 
 # Longest text of a host field ("[" + 8 groups of 4 + 7 ":" + "]:" + an int32) and of a msg_id
 # (2 hex digits per byte of a 20-byte v6 host and an 8-byte offset), rounded up.
@@ -616,45 +474,14 @@ cdef inline Py_ssize_t _split_properties(const unsigned char *q, int64_t nb, int
     return np_
 
 
-cdef inline void _fused_row(_Fused *f, Py_ssize_t k, const unsigned char *rec, const _Rec *r, int64_t phys) noexcept nogil:
-    """Every wanted column of row ``k``: the record at ``rec`` (parsed as ``r``), at commit-log
-    offset ``phys``."""
-    cdef Py_ssize_t np_, j, i
-    cdef int hl
-    cdef const unsigned char *h
-    cdef const unsigned char *q
+cdef inline void _props_row(_Fused *f, Py_ssize_t k, const unsigned char *q, int64_t nb) noexcept nogil:
+    """Row ``k``'s ``properties`` map, ``tags`` and ``keys`` (those wanted) from the properties
+    string ``q[:nb]``: the one properties loop of both the fused pass and ``property_columns``."""
+    cdef Py_ssize_t np_, j
     cdef const unsigned char *tag_at
     cdef const unsigned char *key_at
     cdef int64_t tag_len = 0, key_len = 0
-    cdef uint64_t x
-    _store_some(&f.c, k, r, 0, phys)
-    if f.topic_d != NULL:
-        f.topic_o[k] = <int32_t>f.topic_at
-        memcpy(f.topic_d + f.topic_at, rec + r.topic_off, <size_t>r.topic_len)
-        f.topic_at += r.topic_len
-    if f.body_d != NULL:
-        f.body_o[k] = <int32_t>f.body_at
-        memcpy(f.body_d + f.body_at, rec + r.body_off, <size_t>r.body_len)
-        f.body_at += r.body_len
-    if f.mid_d != NULL:
-        f.mid_o[k] = <int32_t>f.mid_at
-        hl = mq_host_len(r.sys_flag, MQ_STOREHOST_V6)
-        h = rec + r.store_host_off
-        for i in range(hl):
-            memcpy(f.mid_d + f.mid_at, &_HEX_PAIRS[2 * h[i]], 2)
-            f.mid_at += 2
-        x = <uint64_t>phys
-        for i in range(8):
-            memcpy(f.mid_d + f.mid_at, &_HEX_PAIRS[2 * ((x >> (56 - 8 * i)) & 0xFF)], 2)
-            f.mid_at += 2
-    if f.born:
-        _host_append(&f.born_host, k, rec + r.born_host_off, mq_host_len(r.sys_flag, MQ_BORNHOST_V6))
-    if f.store:
-        _host_append(&f.store_host, k, rec + r.store_host_off, mq_host_len(r.sys_flag, MQ_STOREHOST_V6))
-    if not (f.want_map or f.want_tags or f.want_keys):
-        return
-    q = rec + r.props_off
-    np_ = _split_properties(q, r.props_len, f.pk, f.pkl, f.pv, f.pvl)
+    np_ = _split_properties(q, nb, f.pk, f.pkl, f.pv, f.pvl)
     if f.want_map:
         f.eo[k] = <int32_t>f.m
         for j in range(np_):
@@ -681,6 +508,41 @@ cdef inline void _fused_row(_Fused *f, Py_ssize_t k, const unsigned char *rec, c
         if f.want_keys:
             _put_optional(key_at, key_len, f.yd, f.yo, f.yb, k, &f.yat)
             f.key_nulls += key_at == NULL
+
+
+cdef inline void _fused_row(_Fused *f, Py_ssize_t k, const unsigned char *rec, const _Rec *r, int64_t phys) noexcept nogil:
+    """Every wanted column of row ``k``: the record at ``rec`` (parsed as ``r``), at commit-log
+    offset ``phys``."""
+    cdef Py_ssize_t i
+    cdef int hl
+    cdef const unsigned char *h
+    cdef uint64_t x
+    _store_some(&f.c, k, r, 0, phys)
+    if f.topic_d != NULL:
+        f.topic_o[k] = <int32_t>f.topic_at
+        memcpy(f.topic_d + f.topic_at, rec + r.topic_off, <size_t>r.topic_len)
+        f.topic_at += r.topic_len
+    if f.body_d != NULL:
+        f.body_o[k] = <int32_t>f.body_at
+        memcpy(f.body_d + f.body_at, rec + r.body_off, <size_t>r.body_len)
+        f.body_at += r.body_len
+    if f.mid_d != NULL:
+        f.mid_o[k] = <int32_t>f.mid_at
+        hl = mq_host_len(r.sys_flag, MQ_STOREHOST_V6)
+        h = rec + r.store_host_off
+        for i in range(hl):
+            memcpy(f.mid_d + f.mid_at, &_HEX_PAIRS[2 * h[i]], 2)
+            f.mid_at += 2
+        x = <uint64_t>phys
+        for i in range(8):
+            memcpy(f.mid_d + f.mid_at, &_HEX_PAIRS[2 * ((x >> (56 - 8 * i)) & 0xFF)], 2)
+            f.mid_at += 2
+    if f.born:
+        _host_append(&f.born_host, k, rec + r.born_host_off, mq_host_len(r.sys_flag, MQ_BORNHOST_V6))
+    if f.store:
+        _host_append(&f.store_host, k, rec + r.store_host_off, mq_host_len(r.sys_flag, MQ_STOREHOST_V6))
+    if f.want_map or f.want_tags or f.want_keys:
+        _props_row(f, k, rec + r.props_off, r.props_len)
 
 
 # The fixed-width scan columns the fused kernels fill (the output columns named by the reader).
@@ -802,6 +664,83 @@ cdef int32_t *_props_scratch(_Fused *f) except NULL:
     f.pv = pk + 2 * _PROPS_ITEMS_MAX
     f.pvl = pk + 3 * _PROPS_ITEMS_MAX
     return pk
+
+
+def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, bint want_keys):
+    """string2messageProperties of each properties string ``buf[props_off[k]:][:props_len[k]]``
+    in one pass, straight into Arrow buffers: ``(map, tags, keys)``, each None unless asked.
+    ``map`` is ``(entry_offsets, key_data, key_offsets, value_data, value_offsets)`` of a
+    map<string, string>; ``tags`` and ``keys`` are ``(data, value_offsets, validity bitmap,
+    null_count)`` of the TAGS and KEYS values (null where absent). Rows are made by
+    ``_props_row``, as in the fused pass (see ``_split_properties`` for the rules)."""
+    cdef const unsigned char[::1] b = _ro(buf)
+    cdef Py_ssize_t size = b.shape[0], k
+    o_arr, l_arr = _offsets_lengths(props_off, props_len, size, "property_columns")
+    cdef const int64_t[::1] o = o_arr
+    cdef const int64_t[::1] ln = l_arr
+    cdef Py_ssize_t count = o.shape[0]
+    cdef int64_t total = 0, longest = 0
+    for k in range(count):
+        total += ln[k]
+        if ln[k] > longest:
+            longest = ln[k]
+    if total > 2147483647:
+        raise ValueError(f"{total} bytes of properties exceed the 2 GiB of an Arrow string array in one batch")
+    # Pairs of one record (an item takes at least 3 bytes with its separator).
+    cdef Py_ssize_t scratch = longest // 3 + 2, cap = total // 3 + 1
+    cdef _Fused f
+    memset(&f, 0, sizeof(_Fused))
+    cdef int32_t *pk = <int32_t *>malloc(4 * scratch * sizeof(int32_t))
+    if pk == NULL:
+        raise MemoryError()
+    f.pk = pk
+    f.pkl = pk + scratch
+    f.pv = pk + 2 * scratch
+    f.pvl = pk + 3 * scratch
+    map_out = tags_out = keys_out = None
+    if want_map:
+        map_out = [np.empty(count + 1, np.int32), np.empty(total, np.uint8), np.empty(cap + 1, np.int32),
+                   np.empty(total, np.uint8), np.empty(cap + 1, np.int32)]
+        f.want_map = True
+        f.eo = <int32_t *>_ptr(map_out[0])
+        f.kd = <unsigned char *>_ptr(map_out[1])
+        f.ko = <int32_t *>_ptr(map_out[2])
+        f.vd = <unsigned char *>_ptr(map_out[3])
+        f.vo = <int32_t *>_ptr(map_out[4])
+    if want_tags:
+        tags_out = [np.empty(total, np.uint8), np.empty(count + 1, np.int32), np.zeros((count + 7) // 8, np.uint8)]
+        f.want_tags = True
+        f.td = <unsigned char *>_ptr(tags_out[0])
+        f.to = <int32_t *>_ptr(tags_out[1])
+        f.tb = <unsigned char *>_ptr(tags_out[2])
+    if want_keys:
+        keys_out = [np.empty(total, np.uint8), np.empty(count + 1, np.int32), np.zeros((count + 7) // 8, np.uint8)]
+        f.want_keys = True
+        f.yd = <unsigned char *>_ptr(keys_out[0])
+        f.yo = <int32_t *>_ptr(keys_out[1])
+        f.yb = <unsigned char *>_ptr(keys_out[2])
+    cdef const unsigned char *p = &b[0] if size else NULL
+    with nogil:
+        if want_map or want_tags or want_keys:
+            for k in range(count):
+                _props_row(&f, k, p + o[k] if ln[k] else NULL, ln[k])
+        if want_map:
+            f.eo[count] = <int32_t>f.m
+            f.ko[f.m] = <int32_t>f.kat
+            f.vo[f.m] = <int32_t>f.vat
+        if want_tags:
+            f.to[count] = <int32_t>f.tat
+        if want_keys:
+            f.yo[count] = <int32_t>f.yat
+    free(pk)
+    if want_map:
+        map_out = (map_out[0], _exact(map_out[1], f.kat), _exact(map_out[2], f.m + 1), _exact(map_out[3], f.vat),
+                   _exact(map_out[4], f.m + 1))
+    if want_tags:
+        tags_out = (_exact(tags_out[0], f.tat), tags_out[1], tags_out[2], f.tag_nulls)
+    if want_keys:
+        keys_out = (_exact(keys_out[0], f.yat), keys_out[1], keys_out[2], f.key_nulls)
+    return map_out, tags_out, keys_out
 
 
 def fused_walk(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_records, bint dledger,

@@ -261,10 +261,11 @@ def _queue_file_rows(root: Path, columns: list[str], batch_rows: int = 8192) -> 
     return alone, through
 
 
-def test_a_queue_read_from_its_own_files_lists_the_java_units() -> None:
-    """A Spark queue partition maps only its consume queue's and commit-log files: the rows are
-    the units Java's consume queues list, each the message Java's walk lists there."""
-    name = "classic-3topics"
+@pytest.mark.parametrize("name", NAMES)
+def test_a_queue_read_from_its_own_files_lists_the_java_units(name: str) -> None:
+    """A Spark queue partition maps only its consume queue's and commit-log (or DLedger data)
+    files: the rows are the units Java's consume queues list, each the message Java's walk
+    lists there."""
     alone, through = _queue_file_rows(FIXTURES_MQ / name, list(COLUMNS))
     assert alone == through
     want = sorted(tuple(u.split("\t")[:5]) for u in expected(name, "consumequeue.tsv"))

@@ -753,7 +753,7 @@ def read_log_file(
 
 @dataclass(frozen=True, slots=True)
 class QueueFiles:
-    """Where a classic store's (topic, queue) range is read from by mapping only its consume
+    """Where a store's (topic, queue) range is read from by mapping only its consume
     queue's files and the commit-log files its units point into (opening the store maps every
     queue of every topic: 0.14-0.36 s per Spark partition). ``readable_end`` and ``log_min``
     bound the units read, as the store's commit log did when the range was planned."""
@@ -771,16 +771,22 @@ _UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 
 
 def queue_files_of(store: MessageStore, rng: QueueRange) -> QueueFiles | None:
-    """What :func:`read_queue_files` needs for ``rng`` (None for a DLedger store, read through
-    the store)."""
-    if store.mode == "dledger":
-        return None
+    """What :func:`read_queue_files` needs for ``rng`` (None when the range is read through the
+    store: a DLedger store that still holds classic files from its upgrade). A DLedger store's
+    units point at the record inside an entry of its data files, which are named by their start
+    position like a classic log's, so the same mapping reads both."""
     cq = store.consume_queues.get(rng.topic, rng.queue_id)
     if cq is None:
         return None
     cl = store.commitlog
+    if store.mode == "dledger":
+        if cl.old_files:  # positions below ``divided`` are in other files, with no entry header
+            return None
+        log_dir = str(cl.files.store_path)
+    else:
+        log_dir = str(cl.path)
     return QueueFiles(
-        str(cq.dir), int(cq.file_size), str(cl.path), int(cl.file_size), int(cl.readable_end), int(cl.min_offset)
+        str(cq.dir), int(cq.file_size), log_dir, int(cl.file_size), int(cl.readable_end), int(cl.min_offset)
     )
 
 
