@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from dledger._ext import segment as _segment
 from dledger.child_process import python_code
 
@@ -302,3 +304,40 @@ def test_reads_while_begin_resets_delete_files_neither_crash_nor_return_garbage(
     assert proc.returncode != -signal.SIGSEGV, f"a read followed a deleted file's mapping:\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ok"
+
+
+def test_release_fd_forgets_the_number_before_closing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # os.close lets go of the GIL: a pre-write starting on another thread right after the
+    # close, when an open() elsewhere has taken the number, must not take the number for the
+    # segment's descriptor. Made deterministic by running that thread's part inside os.close
+    # (the real close, an unrelated file on the number, then the pre-write).
+    size = 8 << 20
+    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
+    f = files.last_file(0, True)
+    path = tmp_path / "log" / f"{0:020d}"
+    before = _descriptors_of(path)
+    f.append(b"z" * 100)  # opens the write descriptor
+    (number,) = _descriptors_of(path) - before
+    other = tmp_path / "other"
+    mine = b"\xcd" * (1 << 20)
+    other.write_bytes(mine)
+    other_fd = os.open(other, os.O_RDWR)
+    real_close = os.close
+    prewrote: list[int] = []
+    armed = [True]
+
+    def close_then_reuse_then_prewrite(fd: int) -> None:
+        real_close(fd)
+        if fd == number and armed[0]:
+            armed[0] = False
+            os.dup2(other_fd, number)
+            prewrote.append(f.prewrite(0, 1 << 20))
+
+    monkeypatch.setattr(os, "close", close_then_reuse_then_prewrite)
+    f.release_fd()
+    monkeypatch.setattr(os, "close", real_close)
+    os.close(number)  # the other file's now
+    os.close(other_fd)
+    assert prewrote and prewrote[0] > 0, "the pre-write did not run inside the close"
+    assert other.read_bytes() == mine
+    f.close()
