@@ -53,6 +53,7 @@ class _Side:
     def __init__(self, python: str, tmp: str) -> None:
         # -I and a scratch working directory: the child imports the checkout its python has
         # installed, not the one this script runs in.
+        self.python = python
         self.proc = subprocess.Popen(
             [python, "-I", "-c", CHILD, f"{tmp}/node"],
             cwd=tmp,
@@ -66,7 +67,7 @@ class _Side:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise SystemExit(f"{self.proc.args[0]}: the child ended (rc {self.proc.wait()})")
+            raise SystemExit(f"{self.python}: the child ended (rc {self.proc.wait()})")
         return line
 
     def time(self, kind: str) -> float:
