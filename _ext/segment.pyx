@@ -1009,6 +1009,14 @@ cdef class MmapFileList:
         return len(self.files)
 
 
+cdef inline const unsigned char *_mapped(MappedFile f) except NULL:
+    """A file's mapping, for a reader holding the GIL: a file that retention or a truncation
+    has just closed (its pointer NULL) while another thread looked it up is refused."""
+    if f.ptr == NULL:
+        raise DLedgerError(ResponseCode.DISK_ERROR, f"{f.path} is closed (deleted meanwhile?)")
+    return f.ptr
+
+
 cdef class EntryLog:
     """The data and index lists of one node directory, with the ledger counters.
 
@@ -1032,9 +1040,10 @@ cdef class EntryLog:
     # The AppendHook (DLedgerCommitLog's): leader appends write big-endian ``pos + 48`` (the
     # entry's body offset in the log) at this byte of each body before its CRC; -1 for none.
     cdef int64_t patch_at
-    # Appends in progress, against close (see dl_users_enter): an append copies into the
-    # mappings with the GIL let go (large bodies, WRITE_RELEASE), and close unmaps them.
-    cdef int _writers
+    # Appends and reads in progress, against close (see dl_users_enter): an append copies
+    # into the mappings with the GIL let go (large bodies, WRITE_RELEASE), a read follows
+    # pointers into them, and close unmaps them (and leaves their pointers NULL).
+    cdef int _users
     cdef int _closing
 
     def __init__(self, MmapFileList data, MmapFileList index, Py_ssize_t max_body_size,
@@ -1054,19 +1063,20 @@ cdef class EntryLog:
         self.record_crc = record_crc
 
     cdef inline int _enter(self) except -1:
-        if not dl_users_enter(&self._writers, &self._closing):
-            raise DLedgerError(ResponseCode.DISK_ERROR, "the entry log is closed")
+        if not dl_users_enter(&self._users, &self._closing):
+            raise DLedgerError(ResponseCode.DISK_ERROR,
+                               f"the entry log of {self.data.store_path} is closed")
         return 0
 
     cdef inline void _leave(self) noexcept nogil:
-        dl_users_leave(&self._writers)
+        dl_users_leave(&self._users)
 
-    def stop_writes(self):
-        """Refuse appends from now on (DISK_ERROR), once those in progress have finished:
-        what a close does first, so that its flush and checkpoint cover every append that
-        returned."""
+    def stop_access(self):
+        """Refuse appends and reads from now on (DISK_ERROR), once those in progress have
+        finished: what a close does first, so that its flush and checkpoint cover every
+        append that returned, and no read follows a pointer into a mapping it unmaps."""
         with nogil:
-            dl_users_drain(&self._writers, &self._closing)
+            dl_users_drain(&self._users, &self._closing)
 
     @property
     def body_pos_patch(self):
@@ -1707,6 +1717,13 @@ cdef class EntryLog:
         """The stored bytes of entries ``first`` .. at most ``last``, as one blob: ``(blob,
         first_pos, count)``. Stops at the end of the data file holding ``first`` (a blank record
         sits there) and before ``max_bytes`` would be passed; holds at least one entry."""
+        self._enter()
+        try:
+            return self._read_raw_range(first, last, max_bytes)
+        finally:
+            self._leave()
+
+    cdef tuple _read_raw_range(self, int64_t first, int64_t last, int64_t max_bytes):
         cdef int64_t pos0
         cdef int32_t size0
         cdef const unsigned char *p0 = self._entry(first, &pos0, &size0)
@@ -1717,7 +1734,7 @@ cdef class EntryLog:
         cdef int64_t nxt = pos0 + size0, total = size0, k = first + 1, off, upos
         cdef int64_t cur_from = -1, cur_end = -1
         cdef int32_t usize
-        cdef unsigned char *base = NULL
+        cdef const unsigned char *base = NULL
         cdef const unsigned char *u
         cdef const unsigned char *p
         cdef MappedFile f
@@ -1727,9 +1744,9 @@ cdef class EntryLog:
                 f = self.index.find(off)
                 if f is None:
                     break
+                base = _mapped(f)
                 cur_from = f.file_from_offset
                 cur_end = cur_from + f.file_size
-                base = f.ptr
             u = base + (off - cur_from)
             upos = <int64_t>dl_get64(u + 4)
             usize = <int32_t>dl_get32(u + 12)
@@ -1756,7 +1773,7 @@ cdef class EntryLog:
         cdef MappedFile f = self.index.find(off)
         if f is None:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"no index file holds entry {index}")
-        return f.ptr + (off - f.file_from_offset)
+        return _mapped(f) + (off - f.file_from_offset)
 
     cdef inline const unsigned char *_entry(self, int64_t index, int64_t *pos_out, int32_t *size_out) except NULL:
         cdef const unsigned char *u = self._unit(index)
@@ -1765,7 +1782,7 @@ cdef class EntryLog:
         cdef MappedFile f = self.data.find(pos)
         if f is None or size < DL_BODY_OFFSET or pos - f.file_from_offset + size > f.file_size:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"entry {index}: no data at pos {pos} size {size}")
-        cdef const unsigned char *p = f.ptr + (pos - f.file_from_offset)
+        cdef const unsigned char *p = _mapped(f) + (pos - f.file_from_offset)
         if <int64_t>dl_get64(p + 24) != pos or <int32_t>dl_get32(p + 4) != size:
             raise DLedgerError(ResponseCode.DISK_ERROR,
                                f"entry {index}: data at pos {pos} does not match its index unit")
@@ -1777,42 +1794,72 @@ cdef class EntryLog:
         """(magic, size, index, term, pos, channel, chain_crc, body_crc, body)."""
         cdef int64_t pos
         cdef int32_t size
-        cdef const unsigned char *p = self._entry(index, &pos, &size)
-        return (<int32_t>dl_get32(p), size, <int64_t>dl_get64(p + 8), <int64_t>dl_get64(p + 16), pos,
-                <int32_t>dl_get32(p + 32), dl_get32(p + 36), dl_get32(p + 40),
-                (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET])
+        cdef const unsigned char *p
+        self._enter()
+        try:
+            p = self._entry(index, &pos, &size)
+            return (<int32_t>dl_get32(p), size, <int64_t>dl_get64(p + 8), <int64_t>dl_get64(p + 16), pos,
+                    <int32_t>dl_get32(p + 32), dl_get32(p + 36), dl_get32(p + 40),
+                    (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET])
+        finally:
+            self._leave()
 
     def read_entry(self, int64_t index):
         """The entry as an instance of the class given to ``set_entry_type`` (positional:
         index, term, pos, body, magic, channel, chain_crc, body_crc)."""
         cdef int64_t pos
         cdef int32_t size
-        cdef const unsigned char *p = self._entry(index, &pos, &size)
-        return _entry_type(<int64_t>dl_get64(p + 8), <int64_t>dl_get64(p + 16), pos,
-                           (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET],
-                           <int32_t>dl_get32(p), <int32_t>dl_get32(p + 32), dl_get32(p + 36),
-                           dl_get32(p + 40))
+        cdef const unsigned char *p
+        self._enter()
+        try:
+            p = self._entry(index, &pos, &size)
+            return _entry_type(<int64_t>dl_get64(p + 8), <int64_t>dl_get64(p + 16), pos,
+                               (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET],
+                               <int32_t>dl_get32(p), <int32_t>dl_get32(p + 32), dl_get32(p + 36),
+                               dl_get32(p + 40))
+        finally:
+            self._leave()
 
     def read_body(self, int64_t index):
         cdef int64_t pos
         cdef int32_t size
-        cdef const unsigned char *p = self._entry(index, &pos, &size)
-        return (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET]
+        cdef const unsigned char *p
+        self._enter()
+        try:
+            p = self._entry(index, &pos, &size)
+            return (<char *>p + DL_BODY_OFFSET)[:size - DL_BODY_OFFSET]
+        finally:
+            self._leave()
 
     def read_raw(self, int64_t index):
         """The entry's encoded bytes (header and body), as replicated to followers."""
         cdef int64_t pos
         cdef int32_t size
-        cdef const unsigned char *p = self._entry(index, &pos, &size)
-        return (<char *>p)[:size]
+        cdef const unsigned char *p
+        self._enter()
+        try:
+            p = self._entry(index, &pos, &size)
+            return (<char *>p)[:size]
+        finally:
+            self._leave()
 
     def pos_and_size(self, int64_t index):
-        cdef const unsigned char *u = self._unit(index)
-        return <int64_t>dl_get64(u + 4), <int32_t>dl_get32(u + 12)
+        cdef const unsigned char *u
+        self._enter()
+        try:
+            u = self._unit(index)
+            return <int64_t>dl_get64(u + 4), <int32_t>dl_get32(u + 12)
+        finally:
+            self._leave()
 
     def term_of(self, int64_t index):
-        cdef const unsigned char *u = self._unit(index)
-        return <int64_t>dl_get64(u + 24)
+        cdef const unsigned char *u
+        self._enter()
+        try:
+            u = self._unit(index)
+            return <int64_t>dl_get64(u + 24)
+        finally:
+            self._leave()
 
     def lookup(self, indices):
         """Batch index lookup: ``(pos, size, term)`` numpy arrays for an array of indices."""
@@ -1826,28 +1873,32 @@ cdef class EntryLog:
         cdef int32_t[::1] sz = size_a
         cdef const unsigned char *u
         cdef int64_t cur_from = -1, cur_end = -1, off
-        cdef unsigned char *base = NULL
+        cdef const unsigned char *base = NULL
         cdef MappedFile f
-        for k in range(count):
-            if ix[k] < self.begin or ix[k] > self.end or ix[k] < 0:
-                raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
-                                   f"index {ix[k]} outside [{self.begin}, {self.end}]")
-            off = ix[k] * DL_INDEX_UNIT
-            if off < cur_from or off >= cur_end:
-                f = self.index.find(off)
-                if f is None:
-                    raise DLedgerError(ResponseCode.DISK_ERROR, f"no index file holds entry {ix[k]}")
-                cur_from = f.file_from_offset
-                cur_end = cur_from + f.file_size
-                base = f.ptr
-            u = base + (off - cur_from)
-            ps[k] = <int64_t>dl_get64(u + 4)
-            sz[k] = <int32_t>dl_get32(u + 12)
-            tm[k] = <int64_t>dl_get64(u + 24)
+        self._enter()
+        try:
+            for k in range(count):
+                if ix[k] < self.begin or ix[k] > self.end or ix[k] < 0:
+                    raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
+                                       f"index {ix[k]} outside [{self.begin}, {self.end}]")
+                off = ix[k] * DL_INDEX_UNIT
+                if off < cur_from or off >= cur_end:
+                    f = self.index.find(off)
+                    if f is None:
+                        raise DLedgerError(ResponseCode.DISK_ERROR, f"no index file holds entry {ix[k]}")
+                    base = _mapped(f)
+                    cur_from = f.file_from_offset
+                    cur_end = cur_from + f.file_size
+                u = base + (off - cur_from)
+                ps[k] = <int64_t>dl_get64(u + 4)
+                sz[k] = <int32_t>dl_get32(u + 12)
+                tm[k] = <int64_t>dl_get64(u + 24)
+        finally:
+            self._leave()
         return pos_a, size_a, term_a
 
     def close(self):
-        """Unmap both lists, once the appends in progress have finished (``stop_writes``)."""
-        self.stop_writes()
+        """Unmap both lists, once the appends and reads in progress have finished (``stop_access``)."""
+        self.stop_access()
         self.data.close()
         self.index.close()

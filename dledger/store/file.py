@@ -600,7 +600,7 @@ class MmapFileStore:
             # Appends do not take the lock: one in progress on another thread finishes first
             # (it copies into the mappings without the GIL), later ones are refused, so the
             # flush and checkpoint below cover every append that returned.
-            self._log.stop_writes()
+            self._log.stop_access()
             if not self.readonly:
                 step = "flush of the data and index files"
                 try:

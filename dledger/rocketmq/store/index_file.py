@@ -31,7 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dledger._ext import load as _load_ext
 from dledger.files import CREATING_SUFFIX, create_sized, fsync_dir
-from dledger.rocketmq.store.mapped_file import RESERVE_ALIGN, reserve_blocks, reserve_end
+from dledger.rocketmq.store.mapped_file import reserve_end, reserve_through
 
 log = logging.getLogger(__name__)
 
@@ -271,15 +271,7 @@ class IndexFile:
         """Blocks for ``n`` more items (and the header and slot table), before stores through
         the mapping: OSError (ENOSPC) rather than SIGBUS on a full disk."""
         end = self._item_pos(min(self.index_count + n, self.index_num))
-        if end <= self._reserved_to:
-            return
-        target = reserve_end(end, self.file_size)
-        start = self._reserved_to - self._reserved_to % RESERVE_ALIGN
-        try:
-            reserve_blocks(self.path, start, target)
-        except OSError as exc:
-            raise OSError(exc.errno, f"index file {self.path}: cannot reserve its blocks: {exc.strerror}") from exc
-        self._reserved_to = target
+        self._reserved_to = reserve_through(self.path, self._reserved_to, end, self.file_size, "index file")
 
     def reserved_limit(self, ahead: int) -> int:
         """The item count up to which items may be stored now (dispatch's ``index_limit``):

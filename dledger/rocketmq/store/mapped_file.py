@@ -62,6 +62,23 @@ def reserve_end(end: int, file_size: int) -> int:
     return min(file_size, -(-end // RESERVE_ALIGN) * RESERVE_ALIGN)
 
 
+def reserve_through(path: Path, reserved_to: int, end: int, file_size: int, what: str) -> int:
+    """The one reservation of the message store's mapped files (consume queue, index): blocks
+    of ``path`` from the folio holding ``reserved_to`` (reserved already) to the folio boundary
+    at or past ``end``, before stores through the mapping up to ``end``. Returns the new
+    reserved end; OSError naming ``what`` and the file (ENOSPC: the disk is full) rather than
+    SIGBUS at the store."""
+    if end <= reserved_to:
+        return reserved_to
+    target = reserve_end(end, file_size)
+    start = reserved_to - reserved_to % RESERVE_ALIGN
+    try:
+        reserve_blocks(path, start, target)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{what} {path}: cannot reserve its blocks: {exc.strerror}") from exc
+    return target
+
+
 def _prefault(mm: mmap.mmap, start: int, end: int) -> None:
     try:
         _mk.prefault(mm, start, end, _mk.PREFAULT_WRITE)
@@ -137,16 +154,8 @@ class MappedFile:
     def reserve(self, end: int) -> None:
         """Blocks for the bytes below ``end`` (and up to the folio boundary past it), before a
         store through the mapping there: OSError (ENOSPC) rather than SIGBUS on a full disk."""
-        if end <= self.reserved_to:
-            return
-        target = reserve_end(end, self.file_size)
-        start = self.reserved_to - self.reserved_to % RESERVE_ALIGN
-        try:
-            reserve_blocks(self.path, start, target)
-        except OSError as exc:
-            msg = f"consume queue file {self.path}: cannot reserve its blocks: {exc.strerror}"
-            raise OSError(exc.errno, msg) from exc
-        self.reserved_to = target
+        if end > self.reserved_to:
+            self.reserved_to = reserve_through(self.path, self.reserved_to, end, self.file_size, "consume queue file")
 
     def reserved_room(self, ahead: int) -> int:
         """Bytes past the write position a store may take without faulting: reserved (up to

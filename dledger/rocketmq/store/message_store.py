@@ -16,6 +16,7 @@ A writer delivers delayed messages (``self.schedule``, ScheduleMessageService) f
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -29,7 +30,9 @@ from typing import Any
 import numpy as np
 
 from dledger._ext import load as _load_ext
+from dledger.codes import ResponseCode
 from dledger.config_check import is_it_time_to_do
+from dledger.errors import DLedgerError
 from dledger.rocketmq.store import columnar_reads
 from dledger.rocketmq.store.batch_preparer import BatchPreparer, UniformBatch, as_body
 from dledger.rocketmq.store.checkpoint import FILE_NAME as CHECKPOINT_FILE
@@ -97,6 +100,13 @@ def detect_mode(root: Path, config: MessageStoreConfig, readonly: bool = False) 
     if (root / "commitlog").is_dir() or config.store_path_commit_log:
         return CLASSIC, None
     return (DLEDGER, config.dledger_self_id) if config.enable_dledger_commit_log else (CLASSIC, None)
+
+
+def _out_of_space(exc: Exception) -> bool:
+    """ENOSPC, as the segment kernel raises it (DISK_FULL) or as the OS does."""
+    if isinstance(exc, DLedgerError):
+        return exc.code == ResponseCode.DISK_FULL
+    return isinstance(exc, OSError) and exc.errno == errno.ENOSPC
 
 
 class MessageStore:
@@ -644,6 +654,12 @@ class MessageStore:
         status = getattr(exc, "status", None)
         if status is not None:
             return PutMessageResult(status, reason=str(exc))
+        if _out_of_space(exc):
+            # 4.9.4 answers CREATE_MAPEDFILE_FAILED when the commit log cannot get the file to
+            # write into (getLastMappedFile null); a write of ours that finds no blocks is that.
+            # Nothing of the put is kept (the kernel zeroes what landed), nothing acknowledged.
+            log.error("put refused, the disk is full: %s", exc)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=f"disk full: {exc}")
         log.exception("put failed")
         return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, reason=str(exc))
 
