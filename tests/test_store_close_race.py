@@ -39,6 +39,17 @@ def _descriptors_of(path: Path) -> set[int]:
     return out
 
 
+def _run_ok(cmd: list[str], on_sigsegv: str) -> None:
+    """Runs a child script that prints "ok" when every check in it held: a crash there is a
+    SIGSEGV (named ``on_sigsegv``), not this test process's."""
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONFAULTHANDLER": "1"}
+    )
+    assert proc.returncode != -signal.SIGSEGV, f"{on_sigsegv}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok"
+
+
 def test_a_prewrite_never_writes_through_a_descriptor_number_closed_under_it(tmp_path: Path) -> None:
     # A large range keeps the pre-writer busy (a chunk of zeros at a time, without the GIL)
     # long after its first chunk, which is when the write descriptor's number is closed and
@@ -134,16 +145,7 @@ print("ok")
 
 def test_closing_a_store_under_appends_neither_crashes_nor_loses_one(tmp_path: Path) -> None:
     # Run in a child: with the close unmapping under an append's copy the process dies (SIGSEGV).
-    proc = subprocess.run(
-        python_code(CLOSE_UNDER_APPENDS, str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-    )
-    assert proc.returncode != -signal.SIGSEGV, f"the close unmapped under an append:\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "ok"
+    _run_ok(python_code(CLOSE_UNDER_APPENDS, str(tmp_path)), "the close unmapped under an append")
 
 
 CLOSE_UNDER_READS = r"""
@@ -217,16 +219,7 @@ def test_closing_a_store_under_reads_neither_crashes_nor_returns_garbage(tmp_pat
     # Readers of every kind (an entry, a raw range, a batch lookup, a term) on three threads
     # while another closes the store: each read answers right or is refused as closed.
     # Before readers were guarded, a read after the unmap followed a NULL mapping: SIGSEGV.
-    proc = subprocess.run(
-        python_code(CLOSE_UNDER_READS, str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-    )
-    assert proc.returncode != -signal.SIGSEGV, f"a read followed an unmapped pointer:\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "ok"
+    _run_ok(python_code(CLOSE_UNDER_READS, str(tmp_path)), "a read followed an unmapped pointer")
 
 
 READS_UNDER_RETENTION = r"""
@@ -294,16 +287,7 @@ def test_reads_while_begin_resets_delete_files_neither_crash_nor_return_garbage(
     # (reset_begin_index; retention does the same): a file closed and not yet dropped from its
     # list was followed through its NULL mapping (SIGSEGV). Each read now answers right or is
     # refused (below the begin, or its file gone).
-    proc = subprocess.run(
-        python_code(READS_UNDER_RETENTION, str(tmp_path)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-    )
-    assert proc.returncode != -signal.SIGSEGV, f"a read followed a deleted file's mapping:\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "ok"
+    _run_ok(python_code(READS_UNDER_RETENTION, str(tmp_path)), "a read followed a deleted file's mapping")
 
 
 def test_release_fd_forgets_the_number_before_closing_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
