@@ -21,19 +21,20 @@ cdef inline double _monotonic() noexcept nogil:
 
 
 cdef class PutLock:
-    """A mutex as ``threading.Lock`` (acquire, release, ``with``, locked) that is only ever
-    taken by a thread holding the GIL: a waiter sleeps without the GIL until the lock is let go,
-    then tries again with the GIL, and may lose it to a thread that came meanwhile.
+    """A mutex with ``threading.Lock``'s interface (acquire, release, ``with``, locked) and a
+    second way to wait, ``take`` (K.SinglePut's) or ``acquire_when_free``: sleep without the GIL
+    until the lock is let go, then try again with the GIL, and lose it to a thread that came
+    meanwhile. ``acquire`` waits as ``threading.Lock`` does: the release hands the lock over.
 
-    Why (docs/message-store.md, "Puts from several threads"): a ``threading.Lock`` hands itself
-    to the waiter its release wakes, which then holds it while it waits for the GIL. The thread
-    that released it runs on with the GIL, finds the lock taken at its next put and sleeps; the
-    woken one runs one put and wakes it again. Once single puts from four threads fell into that
-    convoy they stayed in it: two context switches a put, and a third of one thread's rate.
-    Here the GIL holder keeps taking the lock until the interpreter's switch interval moves the
-    GIL (K.SinglePut's hold is C only, so the GIL never moves inside it), and a waiter then finds
-    the lock free. Unfair in the short run as the GIL is; no waiter starves for longer than the
-    holders' switch intervals."""
+    Why two (docs/message-store.md, "Puts from several threads"): a single put's hold keeps the
+    GIL. A lock handed to the waiter that a release wakes is then held by a thread that waits
+    for the GIL, while the thread that let it go runs on with the GIL, finds it taken at its
+    next put and sleeps: single puts from four threads fell into that convoy and stayed there,
+    two context switches a put. Waiting for the lock to be free and taking it with the GIL,
+    the GIL holder keeps taking it until the switch interval moves the GIL, outside the hold.
+    A batch's hold lets the GIL go around its write, so a waiter that only tried again would
+    wake and fail at each batch, which cost 4 threads of batches CPU; it is handed the lock
+    instead, as before."""
 
     cdef PyThread_type_lock _lock
     # Set and read with the GIL held (the lock is only held by a GIL holder, see above).
@@ -91,6 +92,28 @@ cdef class PutLock:
             if self._try():
                 return 1
 
+    cdef int _handed(self, double timeout) except -1:
+        """``threading.Lock``'s wait: 1 once the lock is taken (perhaps handed over by a
+        release, before this thread has the GIL again), 0 after ``timeout`` (unless negative)."""
+        cdef double deadline = _monotonic() + timeout
+        cdef double left
+        cdef long long us
+        cdef PyLockStatus r
+        while True:
+            us = PUT_LOCK_WAIT_SLICE_US
+            if timeout >= 0:
+                left = deadline - _monotonic()
+                if left <= 0:
+                    return 0
+                if left * 1e6 < us:
+                    us = <long long>(left * 1e6) + 1
+            with nogil:
+                r = PyThread_acquire_lock_timed(self._lock, us, 0)
+            if r == PY_LOCK_ACQUIRED:
+                self._held = True
+                return 1
+            PyErr_CheckSignals()
+
     def acquire(self, bint blocking=True, double timeout=-1) -> bool:
         if self._try():
             return True
@@ -100,6 +123,12 @@ cdef class PutLock:
             return False
         if timeout < 0 and timeout != -1:
             raise ValueError("timeout value must be a non-negative number")
+        return self._handed(timeout) == 1
+
+    def acquire_when_free(self, double timeout=-1) -> bool:
+        """``take``'s wait from Python: taken only with the GIL."""
+        if self._try():
+            return True
         return self._wait(timeout) == 1
 
     def release(self) -> None:
@@ -112,7 +141,7 @@ cdef class PutLock:
 
     def __enter__(self) -> bool:
         if not self._try():
-            self._wait(-1.0)
+            self._handed(-1.0)
         return True
 
     def __exit__(self, *exc: object) -> None:

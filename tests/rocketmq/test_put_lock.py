@@ -1,5 +1,6 @@
-"""``K.PutLock``, the commit logs' put lock: a mutex with ``threading.Lock``'s interface whose
-waiters take it only with the GIL (docs/message-store.md, "Puts from several threads")."""
+"""``K.PutLock``, the commit logs' put lock: a mutex with ``threading.Lock``'s interface, and a
+second wait (``acquire_when_free``, K.SinglePut's) that takes it only with the GIL
+(docs/message-store.md, "Puts from several threads"). Both waits are tested."""
 
 from __future__ import annotations
 
@@ -33,17 +34,25 @@ def held_by_another_thread(lock: K.PutLock) -> tuple[threading.Thread, threading
     return th, let_go
 
 
-def test_holders_exclude_each_other_while_they_let_the_gil_go(lock: K.PutLock) -> None:
+WAITS = ["acquire", "acquire_when_free"]
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_holders_exclude_each_other_while_they_let_the_gil_go(lock: K.PutLock, wait: str) -> None:
     """A read-modify-write that lets the GIL go between its read and its write loses no update
     when every thread does it under the lock: the lock itself, not the GIL, keeps them apart."""
     count = [0]
+    take = getattr(lock, wait)
 
     def run() -> None:
         for _ in range(300):
-            with lock:
+            assert take()
+            try:
                 seen = count[0]
                 time.sleep(0)
                 count[0] = seen + 1
+            finally:
+                lock.release()
 
     threads = [threading.Thread(target=run) for _ in range(4)]
     for th in threads:
@@ -53,10 +62,11 @@ def test_holders_exclude_each_other_while_they_let_the_gil_go(lock: K.PutLock) -
     assert count[0] == 1200
 
 
-def test_a_waiter_takes_the_lock_once_it_is_let_go(lock: K.PutLock) -> None:
+@pytest.mark.parametrize("wait", WAITS)
+def test_a_waiter_takes_the_lock_once_it_is_let_go(lock: K.PutLock, wait: str) -> None:
     th, let_go = held_by_another_thread(lock)
     got: list[bool] = []
-    waiter = threading.Thread(target=lambda: got.append(lock.acquire()))
+    waiter = threading.Thread(target=lambda: got.append(getattr(lock, wait)()))
     waiter.start()
     let_go.set()
     th.join(30)
@@ -72,9 +82,10 @@ def test_try_and_timeout_fail_on_a_held_lock_as_threading_locks_do(lock: K.PutLo
     try:
         assert lock.locked()
         assert lock.acquire(False) is False
-        t0 = time.monotonic()
-        assert lock.acquire(timeout=0.2) is False
-        assert time.monotonic() - t0 >= 0.2
+        for wait in (lock.acquire, lock.acquire_when_free):
+            t0 = time.monotonic()
+            assert wait(timeout=0.2) is False
+            assert time.monotonic() - t0 >= 0.2
         with pytest.raises(ValueError):
             lock.acquire(False, 1.0)
     finally:
@@ -103,7 +114,8 @@ def alarm() -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def test_a_waiter_runs_signal_handlers(lock: K.PutLock, alarm: None) -> None:
+@pytest.mark.parametrize("wait", WAITS)
+def test_a_waiter_runs_signal_handlers(lock: K.PutLock, alarm: None, wait: str) -> None:
     """A thread waiting for the lock still runs its signal handlers (Ctrl-C stops a put that
     waits), as a ``threading.Lock`` waiter does: the handler's exception ends the wait while the
     lock is still held (a watchdog lets it go after 5 s, else the wait would never end)."""
@@ -113,7 +125,7 @@ def test_a_waiter_runs_signal_handlers(lock: K.PutLock, alarm: None) -> None:
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.1)
         with pytest.raises(Alarm):
-            lock.acquire()
+            getattr(lock, wait)()
         assert not let_go.is_set(), "the wait ended only when the holder let go"
     finally:
         watchdog.cancel()
