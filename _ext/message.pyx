@@ -1240,6 +1240,7 @@ def index_lookup(buf, int32_t hash_slot_num, int32_t index_num, int32_t key_hash
 include "message_service.pxi"
 include "message_read.pxi"
 include "message_dispatch.pxi"
+include "put_lock.pxi"
 include "message_put.pxi"
 include "message_objects.pxi"
 include "message_arrow.pxi"

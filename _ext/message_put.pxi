@@ -349,8 +349,7 @@ cdef class SinglePut:
     cdef UniqClock uniq
     cdef object config
     cdef object log
-    cdef object acquire
-    cdef object release
+    cdef PutLock lock
     cdef object put_ok
     cdef object append_ok
     cdef int64_t max_size
@@ -373,8 +372,7 @@ cdef class SinglePut:
         self.uniq = prep.uniq._clock
         self.config = config
         self.log = log
-        self.acquire = log.put_lock.acquire
-        self.release = log.put_lock.release
+        self.lock = log.put_lock
         self.put_ok = put_ok
         self.append_ok = append_ok
         self.max_size = max_size
@@ -500,7 +498,7 @@ cdef class SinglePut:
         cdef int64_t queue_offset = 0, pos, wp, last
         cdef bytes rec
         cdef object qkey = t.queue_key
-        self.acquire()
+        self.lock.take()
         try:
             # CommitLog.putMessage's beginTimeInLock: never behind the last put's.
             now = _now_ms()
@@ -533,5 +531,5 @@ cdef class SinglePut:
                 PyDict_SetItem(table, qkey, queue_offset + 1)
             log.last_store_timestamp = now
         finally:
-            self.release()
+            self.lock.give()
         return _put_ok(self.put_ok, self.append_ok, pos, length, now, queue_offset, t.store_host)

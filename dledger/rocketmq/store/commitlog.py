@@ -218,7 +218,7 @@ class CommitLog(LogFiles):
         self.files = _segment.MmapFileList(str(self.path), self.file_size, readonly, guarded=True)
         self.files.load()
         self.files.check_self()
-        self.put_lock = threading.Lock()
+        self.put_lock = K.PutLock()
         # Structural changes (retention, close) exclude readers of mapped views (read_lock) and
         # the flush (flush_lock, so an msync does not hold up readers).
         self.read_lock = threading.RLock()

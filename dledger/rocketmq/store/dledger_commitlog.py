@@ -281,7 +281,7 @@ class DLedgerCommitLog(LogFiles):
         # The data segment list of the store: reads walk its mapped files directly.
         self.files = store._log.data  # the store has no public handle on its files
         self.file_size = int(store.data_file_size)
-        self.put_lock = threading.Lock()
+        self.put_lock = K.PutLock()
         self.topic_queue_table: dict[str, int] = {}
         self.last_store_timestamp = 0
         self.role = LEADER if appender is None else FOLLOWER
