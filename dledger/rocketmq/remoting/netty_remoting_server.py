@@ -461,6 +461,16 @@ class NettyRemotingServer:
         """cleanExpiredRequestInQueue over every pool with a ``max_wait_s``: each request in a
         connection's backlog that waited that long is answered SYSTEM_BUSY
         ``[TIMEOUT_CLEAN_QUEUE]`` and will not run."""
+        self._clean(TIMEOUT_CLEAN_QUEUE_REMARK, lambda pool: pool.max_wait_s)
+
+    def clean_all(self, pool: RequestPool) -> None:
+        """cleanExpiredRequest's page-cache-busy branch: every request waiting in ``pool``'s
+        queue answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]``, whatever its wait."""
+        self._clean(PCBUSY_CLEAN_QUEUE_REMARK, lambda p: 0.0 if p is pool else None)
+
+    def _clean(self, remark: str, wait_of: Callable[[RequestPool], float | None]) -> None:
+        """Answers SYSTEM_BUSY ``remark`` to each backlogged request whose pool's ``wait_of``
+        (None: not cleaned) it waited, and takes it out of its backlog."""
         if not self.backlogged:
             return
         now = time.monotonic()
@@ -469,33 +479,17 @@ class NettyRemotingServer:
 
         def expired(cmd: RemotingCommand, read_at: float) -> str | None:
             pool = pools.get(cmd.code)
-            if pool is None or pool.max_wait_s is None or now - read_at < pool.max_wait_s:
+            wait = None if pool is None else wait_of(pool)
+            if pool is None or wait is None or now - read_at < wait:
                 return None
             key = id(pool)
             if key not in sizes:
                 sizes[key] = self.queue_size(pool)
             sizes[key] -= 1  # Java's size is the queue's after the removal
-            return TIMEOUT_CLEAN_QUEUE_REMARK % (int((now - read_at) * 1000), sizes[key])
+            return remark % (int((now - read_at) * 1000), sizes[key])
 
         for ch in list(self.backlogged):
             ch.clean_backlog(expired)
-
-    def clean_all(self, pool: RequestPool) -> None:
-        """cleanExpiredRequest's page-cache-busy branch: every request waiting in ``pool``'s
-        queue answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]``, whatever its wait."""
-        if not self.backlogged:
-            return
-        now = time.monotonic()
-        size = [self.queue_size(pool)]
-
-        def all_of_pool(cmd: RemotingCommand, read_at: float) -> str | None:
-            if self.pools.get(cmd.code) is not pool:
-                return None
-            size[0] -= 1
-            return PCBUSY_CLEAN_QUEUE_REMARK % (int((now - read_at) * 1000), size[0])
-
-        for ch in list(self.backlogged):
-            ch.clean_backlog(all_of_pool)
 
     def register_processor(self, code: int, processor: Processor) -> None:
         self.processors[code] = processor
