@@ -34,6 +34,10 @@ TIMEOUT_CLEAN = re.compile(
     r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control for a while, "
     r"period in queue: (\d+)ms, size of queue: (\d+)"
 )
+PCBUSY_CLEAN = re.compile(
+    r"\[PCBUSY_CLEAN_QUEUE\]broker busy, start flow control for a while, "
+    r"period in queue: (\d+)ms, size of queue: (\d+)"
+)
 SEND_WAIT_MS = 200
 
 
@@ -55,7 +59,9 @@ class HeldStore:
         return req.response()
 
 
-async def _server(store: HeldStore, enable: bool) -> tuple[NettyRemotingServer, BrokerFastFailure]:
+async def _server(
+    store: HeldStore, enable: bool, page_cache_busy: bool = False
+) -> tuple[NettyRemotingServer, BrokerFastFailure]:
     send = RequestPool("send", 10000)
     server = NettyRemotingServer(
         "127.0.0.1", 0, {RequestCode.SEND_MESSAGE_V2: store.process}, pools={RequestCode.SEND_MESSAGE_V2: send}
@@ -69,6 +75,7 @@ async def _server(store: HeldStore, enable: bool) -> tuple[NettyRemotingServer, 
         pull=others[0],
         heartbeat=others[1],
         end_transaction=others[2],
+        is_os_page_cache_busy=lambda: page_cache_busy,
     )
     ff.start()
     return server, ff
@@ -274,3 +281,41 @@ def test_a_member_whose_quorum_is_stopped_answers_its_queued_sends_timeout_clean
             assert not cleaned & stored, sorted(cleaned & stored)[:3]
 
         run(scenario, timeout=120)
+
+
+def test_while_the_page_cache_is_busy_every_queued_send_is_answered_pcbusy_clean_queue() -> None:
+    """cleanExpiredRequest's first branch: while the store says its page cache is busy, every
+    send waiting in the queue is answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]`` at the task's
+    next round, whatever its wait (well before the 200 ms of TIMEOUT_CLEAN_QUEUE), and never
+    run; the sends already taken are not touched."""
+    n = MAX_IN_FLIGHT_PER_CHANNEL + 20
+
+    async def scenario() -> None:
+        store = HeldStore()
+        server, ff = await _server(store, True, page_cache_busy=True)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            await asyncio.sleep(INITIAL_DELAY_S + 0.1)
+            reqs = _sends(n)
+            writer.write(b"".join(r.encode() for r in reqs))
+            await writer.drain()
+            busy = await _answers(reader, n - MAX_IN_FLIGHT_PER_CHANNEL, timeout=5)
+            queued = {r.opaque for r in reqs[MAX_IN_FLIGHT_PER_CHANNEL:]}
+            sizes = []
+            for a in busy:
+                m = PCBUSY_CLEAN.fullmatch(a.remark or "")
+                assert a.code == ResponseCode.SYSTEM_BUSY and m, (a.code, a.remark)
+                assert a.opaque in queued and int(m[1]) < SEND_WAIT_MS
+                sizes.append(int(m[2]))
+            assert sorted(a.opaque for a in busy) == sorted(queued)
+            assert sizes == list(range(len(busy) - 1, -1, -1))
+            store.gate.set()
+            taken = await _answers(reader, MAX_IN_FLIGHT_PER_CHANNEL, timeout=10)
+            assert all(a.code == ResponseCode.SUCCESS for a in taken)
+            assert store.stored == [bytes(r.body) for r in reqs[:MAX_IN_FLIGHT_PER_CHANNEL]]
+        finally:
+            writer.close()
+            await ff.shutdown()
+            await server.close()
+
+    run(scenario, timeout=60)
