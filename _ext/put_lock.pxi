@@ -69,32 +69,19 @@ cdef class PutLock:
         PyThread_release_lock(self._lock)
 
     cdef int _wait(self, double timeout) except -1:
-        """1 once taken, 0 when ``timeout`` seconds (unless negative) went by first."""
-        cdef double deadline = _monotonic() + timeout
-        cdef double left
-        cdef long long us
-        cdef PyLockStatus r
-        while True:
-            us = PUT_LOCK_WAIT_SLICE_US
-            if timeout >= 0:
-                left = deadline - _monotonic()
-                if left <= 0:
-                    return 0
-                if left * 1e6 < us:
-                    us = <long long>(left * 1e6) + 1
-            with nogil:
-                # Wait until the holder lets go, and let go at once: the lock is taken below,
-                # with the GIL (see the class's docstring).
-                r = PyThread_acquire_lock_timed(self._lock, us, 0)
-                if r == PY_LOCK_ACQUIRED:
-                    PyThread_release_lock(self._lock)
-            PyErr_CheckSignals()
-            if self._try():
-                return 1
+        """``take``'s wait: 1 once taken, 0 when ``timeout`` seconds (unless negative) went by
+        first."""
+        return self._sleep(timeout, False)
 
     cdef int _handed(self, double timeout) except -1:
         """``threading.Lock``'s wait: 1 once the lock is taken (perhaps handed over by a
         release, before this thread has the GIL again), 0 after ``timeout`` (unless negative)."""
+        return self._sleep(timeout, True)
+
+    cdef int _sleep(self, double timeout, bint handed) except -1:
+        """Sleeps without the GIL in slices (signals looked at between them) until the lock is
+        let go or ``timeout`` (unless negative) ran out. ``handed``: keep the lock the wait
+        got; else let go of it at once and take it with the GIL (see the class's docstring)."""
         cdef double deadline = _monotonic() + timeout
         cdef double left
         cdef long long us
@@ -109,10 +96,14 @@ cdef class PutLock:
                     us = <long long>(left * 1e6) + 1
             with nogil:
                 r = PyThread_acquire_lock_timed(self._lock, us, 0)
-            if r == PY_LOCK_ACQUIRED:
+                if r == PY_LOCK_ACQUIRED and not handed:
+                    PyThread_release_lock(self._lock)
+            if r == PY_LOCK_ACQUIRED and handed:
                 self._held = True
                 return 1
             PyErr_CheckSignals()
+            if not handed and self._try():
+                return 1
 
     def acquire(self, bint blocking=True, double timeout=-1) -> bool:
         if self._try():
