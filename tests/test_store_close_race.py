@@ -148,12 +148,41 @@ def test_closing_a_store_under_appends_neither_crashes_nor_loses_one(tmp_path: P
     _run_ok(python_code(CLOSE_UNDER_APPENDS, str(tmp_path)), "the close unmapped under an append")
 
 
-CLOSE_UNDER_READS = r"""
+# What both reader scripts share: a reader calls ``read_one()`` (whether the read was right,
+# and what it read) until a read goes wrong (noted in ``problems``), ``refusal(exc)`` says
+# "end" or "again" for a refused read (None: the refusal is itself a problem), or ``stop()``.
+READ_LOOP = r"""
 import os, random, sys, threading, time
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.store.file import MmapFileStore
 
+problems = []
+
+
+def read_loop(read_one, refusal, reads, stop=lambda: False):
+    while not stop():
+        try:
+            ok, what = read_one()
+        except DLedgerError as exc:
+            answer = refusal(exc)
+            if answer == "again":
+                continue
+            if answer is None:
+                problems.append(repr(exc))
+            return
+        except BaseException as exc:
+            problems.append(repr(exc))
+            return
+        if not ok:
+            problems.append(f"garbage read of {what}")
+            return
+        reads[0] += 1
+"""
+
+CLOSE_UNDER_READS = (
+    READ_LOOP
+    + r"""
 root = sys.argv[1]
 cfg = DLedgerConfig(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 << 10)
 COUNT = 6000  # about 12 data files and 6 index files
@@ -163,37 +192,28 @@ def body(i):
     return i.to_bytes(8, "little") * (1 + i % 40)
 
 
-problems = []
-
-
 def reader(store, seed, reads):
     rnd = random.Random(seed)
-    while True:
+
+    def read_one():
         i = rnd.randrange(COUNT)
-        try:
-            kind = rnd.randrange(4)
-            if kind == 0:
-                got = store.get(i).body
-                ok = got == body(i)
-            elif kind == 1:
-                blob, pos, n = store.get_raw_range(i, i + 50, 1 << 16)
-                ok = n >= 1 and blob[48:48 + len(body(i))] == body(i)
-            elif kind == 2:
-                pos, size, term = store.lookup(list(range(i, min(i + 300, COUNT))))
-                ok = int(size[0]) == 48 + len(body(i)) and bool((term == 1).all())
-            else:
-                ok = store.term_at(i) == 1
-        except DLedgerError as exc:
-            if exc.code.name != "DISK_ERROR" or "closed" not in str(exc):
-                problems.append(repr(exc))
-            return
-        except BaseException as exc:
-            problems.append(repr(exc))
-            return
-        if not ok:
-            problems.append(f"garbage read of entry {i} (kind {kind})")
-            return
-        reads[0] += 1
+        kind = rnd.randrange(4)
+        if kind == 0:
+            ok = store.get(i).body == body(i)
+        elif kind == 1:
+            blob, pos, n = store.get_raw_range(i, i + 50, 1 << 16)
+            ok = n >= 1 and blob[48:48 + len(body(i))] == body(i)
+        elif kind == 2:
+            pos, size, term = store.lookup(list(range(i, min(i + 300, COUNT))))
+            ok = int(size[0]) == 48 + len(body(i)) and bool((term == 1).all())
+        else:
+            ok = store.term_at(i) == 1
+        return ok, f"entry {i} (kind {kind})"
+
+    def refusal(exc):
+        return "end" if exc.code.name == "DISK_ERROR" and "closed" in str(exc) else None
+
+    read_loop(read_one, refusal, reads)
 
 
 for round_ in range(10):
@@ -213,6 +233,7 @@ for round_ in range(10):
     assert not problems, problems[:5]
 print("ok")
 """
+)
 
 
 def test_closing_a_store_under_reads_neither_crashes_nor_returns_garbage(tmp_path: Path) -> None:
@@ -222,12 +243,9 @@ def test_closing_a_store_under_reads_neither_crashes_nor_returns_garbage(tmp_pat
     _run_ok(python_code(CLOSE_UNDER_READS, str(tmp_path)), "a read followed an unmapped pointer")
 
 
-READS_UNDER_RETENTION = r"""
-import os, random, sys, threading, time
-from dledger.config import DLedgerConfig
-from dledger.errors import DLedgerError
-from dledger.store.file import MmapFileStore
-
+READS_UNDER_RETENTION = (
+    READ_LOOP
+    + r"""
 root = sys.argv[1]
 cfg = DLedgerConfig(mapped_file_size_for_entry_data=64 << 10, mapped_file_size_for_entry_index=32 << 10)
 COUNT = 8000
@@ -237,29 +255,21 @@ def body(i):
     return i.to_bytes(8, "little") * (1 + i % 20)
 
 
-problems = []
 stop = False
 
 
 def reader(store, seed, reads):
     rnd = random.Random(seed)
-    while not stop:
+
+    def read_one():
         begin = max(store.ledger_begin_index, 0)
         i = rnd.randrange(begin, min(begin + 400, COUNT))
-        try:
-            ok = store.get(i).body == body(i)
-        except DLedgerError as exc:
-            if exc.code.name not in ("INDEX_LESS_THAN_LOCAL_BEGIN", "DISK_ERROR"):
-                problems.append(repr(exc))
-                return
-            continue
-        except BaseException as exc:
-            problems.append(repr(exc))
-            return
-        if not ok:
-            problems.append(f"garbage read of entry {i}")
-            return
-        reads[0] += 1
+        return store.get(i).body == body(i), f"entry {i}"
+
+    def refusal(exc):
+        return "again" if exc.code.name in ("INDEX_LESS_THAN_LOCAL_BEGIN", "DISK_ERROR") else None
+
+    read_loop(read_one, refusal, reads, lambda: stop)
 
 
 for round_ in range(3):
@@ -280,6 +290,7 @@ for round_ in range(3):
     assert min(c[0] for c in counts) > 0, counts
 print("ok")
 """
+)
 
 
 def test_reads_while_begin_resets_delete_files_neither_crash_nor_return_garbage(tmp_path: Path) -> None:
