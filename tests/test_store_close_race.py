@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -39,6 +40,29 @@ def _descriptors_of(path: Path) -> set[int]:
     return out
 
 
+class _SegmentBesideAnother(NamedTuple):
+    f: _segment.MappedFile
+    path: Path  # f's file
+    number: int  # f's write descriptor
+    other: Path
+    mine: bytes  # other's bytes, which must stay
+    other_fd: int  # other, open read-write
+
+
+def _segment_beside_another(tmp_path: Path, size: int, head: bytes, mine: bytes) -> _SegmentBesideAnother:
+    """A segment file of ``size`` holding ``head`` (which opens its write descriptor), and an
+    unrelated file holding ``mine``, open, whose descriptor a test can put on that number."""
+    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
+    f = files.last_file(0, True)
+    path = tmp_path / "log" / f"{0:020d}"
+    before = _descriptors_of(path)
+    f.append(head)
+    (number,) = _descriptors_of(path) - before
+    other = tmp_path / "other"
+    other.write_bytes(mine)
+    return _SegmentBesideAnother(f, path, number, other, mine, os.open(other, os.O_RDWR))
+
+
 def _run_ok(cmd: list[str], on_sigsegv: str) -> None:
     """Runs a child script that prints "ok" when every check in it held: a crash there is a
     SIGSEGV (named ``on_sigsegv``), not this test process's."""
@@ -56,16 +80,7 @@ def test_a_prewrite_never_writes_through_a_descriptor_number_closed_under_it(tmp
     # taken by another file (dup2 does both at once, as a roll-over's release_fd and an open()
     # on another thread can). The other file must keep its bytes.
     size = 128 << 20
-    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
-    f = files.last_file(0, True)
-    path = tmp_path / "log" / f"{0:020d}"
-    before = _descriptors_of(path)
-    f.append(b"x" * 100)  # opens the write descriptor
-    (number,) = _descriptors_of(path) - before
-    other = tmp_path / "other"
-    mine = b"\xab" * (4 << 20)
-    other.write_bytes(mine)
-    other_fd = os.open(other, os.O_RDWR)
+    f, path, number, other, mine, other_fd = _segment_beside_another(tmp_path, size, b"x" * 100, b"\xab" * (4 << 20))
     t = threading.Thread(target=f.prewrite, args=(0, size))
     t.start()
     try:
@@ -306,17 +321,9 @@ def test_release_fd_forgets_the_number_before_closing_it(tmp_path: Path, monkeyp
     # close, when an open() elsewhere has taken the number, must not take the number for the
     # segment's descriptor. Made deterministic by running that thread's part inside os.close
     # (the real close, an unrelated file on the number, then the pre-write).
-    size = 8 << 20
-    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
-    f = files.last_file(0, True)
-    path = tmp_path / "log" / f"{0:020d}"
-    before = _descriptors_of(path)
-    f.append(b"z" * 100)  # opens the write descriptor
-    (number,) = _descriptors_of(path) - before
-    other = tmp_path / "other"
-    mine = b"\xcd" * (1 << 20)
-    other.write_bytes(mine)
-    other_fd = os.open(other, os.O_RDWR)
+    f, _path, number, other, mine, other_fd = _segment_beside_another(
+        tmp_path, 8 << 20, b"z" * 100, b"\xcd" * (1 << 20)
+    )
     real_close = os.close
     prewrote: list[int] = []
     armed = [True]
