@@ -29,7 +29,7 @@ from dledger._ext import load as _load_ext
 from dledger._ext import require_built
 from dledger.rocketmq.store.batch_preparer import UniformBatch
 from dledger.rocketmq.store.checkpoint import StoreCheckpoint
-from dledger.rocketmq.store.config import MessageStoreConfig
+from dledger.rocketmq.store.config import SLAVE, MessageStoreConfig
 from dledger.rocketmq.store.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.store.status import AppendMessageResult, AppendMessageStatus
 
@@ -564,7 +564,8 @@ class CommitLog(LogFiles):
             # letting go would cost the HA thread a wait of up to 5 ms to have it back on a busy
             # broker. Past it, one write that lets go of the GIL: there a write may wait on the
             # prefault's write guard, which spinning with the GIL held stalled the slave's
-            # appends for up to 80 ms (docs/ha.md).
+            # appends for up to 80 ms (docs/ha.md). A slave's log is not pre-written
+            # (_prefault_step): its appends past the mark are that one write.
             rel = start_offset - f.file_from_offset
             mapped_end = f.prewritten_to // _HA_FOLIO * _HA_FOLIO if f.guarded else 0
             view = memoryview(data)
@@ -667,6 +668,11 @@ class CommitLog(LogFiles):
     def _prefault_step(self) -> bool:
         """Fault in the next PREFAULT_STEP of the last file if it is less than PREFAULT_AHEAD past
         the write position; True when there may be more to do."""
+        if self.config.broker_role == SLAVE:
+            # A slave's HA appends overwrite whole pages with the master's bytes: zeros written
+            # first were work for nothing, and each 1 MiB of them held the file's inode lock
+            # (i_rwsem), which the HA thread's pwrite then waited for (docs/ha.md).
+            return False
         with self.read_lock:  # what unmaps files (close, retention) takes it
             if self.closed or not self.files.files:
                 return False
