@@ -592,10 +592,11 @@ def test_slave_appends_through_the_mapping_and_past_the_prewritten_mark_byte_for
         m.close()
 
 
-def test_a_slaves_log_is_not_pre_written_and_holds_the_masters_bytes(tmp_path: Path) -> None:
+def test_a_slaves_log_is_faulted_in_not_pre_written_and_holds_the_masters_bytes(tmp_path: Path) -> None:
     """A slave's appends overwrite whole pages with the master's bytes, so its prefault thread
     writes no zeros ahead of them (they held the file's inode lock against the HA thread's
-    writes): nothing is pre-written past what was appended, however long the log stands."""
+    writes): it faults the pages in writable instead, and nothing is pre-written past what was
+    appended, however long the log stands."""
     big = 8 << 20
     m = MessageStore(tmp_path / "m", config(mapped_file_size_commit_log=big))
     s = MessageStore(tmp_path / "s", config(broker_role=SLAVE, mapped_file_size_commit_log=big))
@@ -607,15 +608,13 @@ def test_a_slaves_log_is_not_pre_written_and_holds_the_masters_bytes(tmp_path: P
         assert s.append_to_commit_log(0, memoryview(data)[:half])
         f = s.commitlog.files.files[-1]
         # The prefault thread looks every 10 ms while the log grows, 50 ms while it does not.
-        time.sleep(0.5)
+        wait_for(lambda: f.writable_to == big)
+        time.sleep(0.2)
         assert f.prewritten_to == half
         assert s.append_to_commit_log(half, memoryview(data)[half:])
         time.sleep(0.5)
         assert f.prewritten_to == end
         assert log_bytes(s, 0, end) == data
-        # Promoted, it pre-writes ahead of its own puts again.
-        s.change_role("ASYNC_MASTER")
-        wait_for(lambda: f.prewritten_to == big)
     finally:
         s.close()
         m.close()

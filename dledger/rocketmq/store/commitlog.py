@@ -668,11 +668,6 @@ class CommitLog(LogFiles):
     def _prefault_step(self) -> bool:
         """Fault in the next PREFAULT_STEP of the last file if it is less than PREFAULT_AHEAD past
         the write position; True when there may be more to do."""
-        if self.config.broker_role == SLAVE:
-            # A slave's HA appends overwrite whole pages with the master's bytes: zeros written
-            # first were work for nothing, and each 1 MiB of them held the file's inode lock
-            # (i_rwsem), which the HA thread's pwrite then waited for (docs/ha.md).
-            return False
         with self.read_lock:  # what unmaps files (close, retention) takes it
             if self.closed or not self.files.files:
                 return False
@@ -685,7 +680,15 @@ class CommitLog(LogFiles):
                 return False
             if start >= end:
                 return False
-            f.prewrite(start, end)
+            if self.config.broker_role == SLAVE:
+                # A slave's HA appends overwrite whole pages with the master's bytes: zeros
+                # written first were work for nothing, and each 1 MiB of them held the file's
+                # inode lock (i_rwsem), which the HA thread's pwrite then waited for. Faulted in
+                # writable instead (MADV_POPULATE_WRITE: no write, no inode lock), the pages are
+                # in the cache with their blocks reserved, which the pwrite then skips (docs/ha.md).
+                f.populate(start, end, True)
+            else:
+                f.prewrite(start, end)
             self._prefaulted = (int(f.file_from_offset), end)
             return True
 
