@@ -546,8 +546,7 @@ class CommitLog(LogFiles):
     def append_data(self, start_offset: int, data: Any) -> bool:
         """appendData (a slave's HA append): ``data`` as the master wrote it, at ``start_offset``,
         which must be this log's end (or anywhere in an empty log: the file holding it is made)
-        and within one file. False, nothing written, otherwise; a write that fails (DISK_FULL)
-        raises, and nothing of ``data`` counts as written."""
+        and within one file. False, nothing written, otherwise."""
         with self.put_lock:
             end = self.max_offset
             if self.files.files and start_offset != end:
@@ -560,40 +559,25 @@ class CommitLog(LogFiles):
             # No fallocate on the HA thread: it slept up to 0.5 s in ext4's allocator (block
             # bitmap reads) on a busy disk, holding every frame behind it (docs/ha.md).
             f.skip_allocate_ahead()
+            # Below the pre-written mark (to its folio) the frames are copied through the mapping
+            # in pieces small enough to keep the GIL (MAPPED_APPENDS in _ext/segment.pyx):
+            # letting go would cost the HA thread a wait of up to 5 ms to have it back on a busy
+            # broker. Past it, one write that lets go of the GIL: there a write may wait on the
+            # prefault's write guard, which spinning with the GIL held stalled the slave's
+            # appends for up to 80 ms (docs/ha.md). A slave's log is not pre-written
+            # (_prefault_step): its appends past the mark are that one write.
             rel = start_offset - f.file_from_offset
+            mapped_end = f.prewritten_to // _HA_FOLIO * _HA_FOLIO if f.guarded else 0
             view = memoryview(data)
-            n = len(view)
-            if rel + n > f.file_size:
-                log.error("HA append of %d bytes at %d refused: past the file %s", n, start_offset, f.path)
-                return False
-            try:
-                if self._append_pieces(f, rel, view):
-                    return True
-            except BaseException:
-                f.wrote_position = rel
-                raise
-            f.wrote_position = rel
-            return False
-
-    def _append_pieces(self, f: Any, rel: int, view: memoryview) -> bool:
-        """append_data's write: pieces small enough to keep the GIL (under NOGIL_COPY): letting
-        go would cost the HA thread a wait of up to 5 ms to have it back on a busy broker. Below
-        the pre-written mark (to its folio) a piece is copied through the mapping (MAPPED_APPENDS
-        in _ext/segment.pyx), past it written by pwrite. A slave's log is not pre-written
-        (_prefault_step): nobody else takes its write guard. A log pre-written as a master's
-        is: past its mark one write lets go of the GIL, as it may wait on the pre-writer's
-        guard, which spinning with the GIL held stalled appends up to 80 ms (docs/ha.md)."""
-        mapped_end = f.prewritten_to // _HA_FOLIO * _HA_FOLIO if f.guarded else 0
-        pre_written = self.config.broker_role != SLAVE
-        done, n = 0, len(view)
-        while done < n:
-            piece = min(n - done, _HA_MAPPED_PIECE)
-            if pre_written and rel + done + piece > mapped_end:
-                return bool(f.append(view[done:], True) >= 0)
-            if f.append(view[done : done + piece], False) < 0:
-                return False
-            done += piece
-        return True
+            done, n = 0, len(view)
+            while done < n:
+                piece = min(n - done, _HA_MAPPED_PIECE)
+                if rel + done + piece > mapped_end:
+                    return bool(f.append(view[done:], True) >= 0)
+                if f.append(view[done : done + piece], False) < 0:
+                    return False
+                done += piece
+            return True
 
     def _end_file(self, f: object) -> None:
         remaining = f.file_size - f.wrote_position  # type: ignore[attr-defined]
