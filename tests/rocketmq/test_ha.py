@@ -559,13 +559,12 @@ def test_push_file_sends_what_is_published_when_woken_and_stops_at_the_files_end
 
 
 def test_slave_appends_through_the_mapping_and_past_the_prewritten_mark_byte_for_byte(tmp_path: Path) -> None:
-    """A store pre-written as a master, then a slave: its append of a read's frames goes below
-    the prefault's mark through the mapping in pieces, past it in one write; the log holds
-    exactly the master's bytes either way (the test's other stores use 64 KiB files, never
-    pre-written far enough for pieces)."""
+    """A slave's append of a read's frames: below the prefault's mark it goes through the
+    mapping in pieces, past it in one write; the log holds exactly the master's bytes either
+    way (the test's other stores use 64 KiB files, never pre-written far enough for pieces)."""
     big = 8 << 20
     m = MessageStore(tmp_path / "m", config(mapped_file_size_commit_log=big))
-    s = MessageStore(tmp_path / "s", config(mapped_file_size_commit_log=big))
+    s = MessageStore(tmp_path / "s", config(broker_role=SLAVE, mapped_file_size_commit_log=big))
     try:
         fill(m, 7000)
         end = m.max_phys_offset
@@ -576,10 +575,9 @@ def test_slave_appends_through_the_mapping_and_past_the_prewritten_mark_byte_for
         assert s.append_to_commit_log(0, memoryview(data)[:first])
         f = s.commitlog.files.files[-1]
         assert f.guarded
-        # A master's prefault thread writes zeros ahead of the write position: wait until the
-        # rest of the data lies below its mark (rounded down to 2 MiB), so it goes in mapped pieces.
+        # The prefault thread writes zeros ahead of the write position: wait until the rest of
+        # the data lies below its mark (rounded down to 2 MiB), so it goes in mapped pieces.
         wait_for(lambda: f.prewritten_to >= 6 << 20)
-        s.change_role(SLAVE)
         assert s.append_to_commit_log(first, memoryview(data)[first : end - 1000])
         assert s.append_to_commit_log(end - 1000, memoryview(data)[end - 1000 :])
         assert s.max_phys_offset == end
@@ -587,34 +585,6 @@ def test_slave_appends_through_the_mapping_and_past_the_prewritten_mark_byte_for
         # Not where the log ends: refused, nothing written.
         assert not s.append_to_commit_log(end + 1, b"x" * 10)
         assert s.max_phys_offset == end
-    finally:
-        s.close()
-        m.close()
-
-
-def test_a_slaves_log_is_faulted_in_not_pre_written_and_holds_the_masters_bytes(tmp_path: Path) -> None:
-    """A slave's appends overwrite whole pages with the master's bytes, so its prefault thread
-    writes no zeros ahead of them (they held the file's inode lock against the HA thread's
-    writes): it faults the pages in writable instead, and nothing is pre-written past what was
-    appended, however long the log stands."""
-    big = 8 << 20
-    m = MessageStore(tmp_path / "m", config(mapped_file_size_commit_log=big))
-    s = MessageStore(tmp_path / "s", config(broker_role=SLAVE, mapped_file_size_commit_log=big))
-    try:
-        fill(m, 7000)
-        end = m.max_phys_offset
-        data = log_bytes(m, 0, end)
-        half = end // 2
-        assert s.append_to_commit_log(0, memoryview(data)[:half])
-        f = s.commitlog.files.files[-1]
-        # The prefault thread looks every 10 ms while the log grows, 50 ms while it does not.
-        wait_for(lambda: f.writable_to == big)
-        time.sleep(0.2)
-        assert f.prewritten_to == half
-        assert s.append_to_commit_log(half, memoryview(data)[half:])
-        time.sleep(0.5)
-        assert f.prewritten_to == end
-        assert log_bytes(s, 0, end) == data
     finally:
         s.close()
         m.close()

@@ -29,7 +29,7 @@ from dledger._ext import load as _load_ext
 from dledger._ext import require_built
 from dledger.rocketmq.store.batch_preparer import UniformBatch
 from dledger.rocketmq.store.checkpoint import StoreCheckpoint
-from dledger.rocketmq.store.config import SLAVE, MessageStoreConfig
+from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.encode import PreparedBatch, assign_queue_offsets, encode_batch, encode_one
 from dledger.rocketmq.store.status import AppendMessageResult, AppendMessageStatus
 
@@ -564,8 +564,7 @@ class CommitLog(LogFiles):
             # letting go would cost the HA thread a wait of up to 5 ms to have it back on a busy
             # broker. Past it, one write that lets go of the GIL: there a write may wait on the
             # prefault's write guard, which spinning with the GIL held stalled the slave's
-            # appends for up to 80 ms (docs/ha.md). A slave's log is not pre-written
-            # (_prefault_step): its appends past the mark are that one write.
+            # appends for up to 80 ms (docs/ha.md).
             rel = start_offset - f.file_from_offset
             mapped_end = f.prewritten_to // _HA_FOLIO * _HA_FOLIO if f.guarded else 0
             view = memoryview(data)
@@ -680,15 +679,7 @@ class CommitLog(LogFiles):
                 return False
             if start >= end:
                 return False
-            if self.config.broker_role == SLAVE:
-                # A slave's HA appends overwrite whole pages with the master's bytes: zeros
-                # written first were work for nothing, and each 1 MiB of them held the file's
-                # inode lock (i_rwsem), which the HA thread's pwrite then waited for. Faulted in
-                # writable instead (MADV_POPULATE_WRITE: no write, no inode lock), the pages are
-                # in the cache with their blocks reserved, which the pwrite then skips (docs/ha.md).
-                f.populate(start, end, True)
-            else:
-                f.prewrite(start, end)
+            f.prewrite(start, end)
             self._prefaulted = (int(f.file_from_offset), end)
             return True
 
