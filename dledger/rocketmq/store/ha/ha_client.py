@@ -35,7 +35,7 @@ _HA = _load_ext("ha")
 # HAClient.READ_MAX_BUFFER_SIZE is 4 MiB. A slave behind a bursting master found up to 15 MB
 # queued in its socket (tcp_rmem lets autotuning grow it to 32 MiB, about half of it data): a
 # 4 MiB buffer took that in several reads, each a GIL hand-over and a wait for a core on a
-# busy broker; 16 MiB takes it in one (lag p50/p99 down by ~40 %: docs/ha.md). The wire
+# busy broker; 16 MiB takes it in one (lag p50 down 31-59 % against main: docs/ha.md). The wire
 # protocol does not see it (frames stay at most haTransferBatchSize).
 READ_MAX_BUFFER_SIZE = 16 * 1024 * 1024
 SELECT_S = 1.0
