@@ -9,7 +9,7 @@ fastjson writes it, or ROCKETMQ binary).
 
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 
@@ -27,8 +27,9 @@ cdef inline int64_t _i16(const uint8_t* p) noexcept nogil:
 
 
 def decode_messages(buf, const uint8_t[::1] tail):
-    """``(bodies, body_sizes, props, props_sizes, flag, bad)`` of an encodeMessages body:
-    the bodies joined and their uint32 sizes, the properties joined and their sizes, each
+    """``(bodies, body_offsets, props, props_offsets, flag, bad)`` of an encodeMessages body:
+    the bodies joined and their int64 offsets (a leading 0, one end a message: PackedBodies'
+    form, so the send path makes no array of its own), the properties joined and theirs, each
     properties string followed by ``tail`` (which starts with the \\x02 separator; an empty
     string gets ``tail`` without it), the last message's flag. ``bad`` is -1, or the byte
     position of the first message whose sizes do not fit (then the rest are empty)."""
@@ -58,15 +59,17 @@ def decode_messages(buf, const uint8_t[::1] tail):
             count += 1
             pos += total
     if bad >= 0 or count == 0:
-        return b"", np.zeros(0, np.uint32), b"", np.zeros(0, np.uint32), 0, (bad if bad >= 0 else 0)
+        return b"", np.zeros(1, np.int64), b"", np.zeros(1, np.int64), 0, (bad if bad >= 0 else 0)
     bodies = np.empty(body_bytes, np.uint8)
     props = np.empty(props_bytes, np.uint8)
-    bsizes = np.empty(count, np.uint32)
-    psizes = np.empty(count, np.uint32)
+    boffs = np.empty(count + 1, np.int64)
+    poffs = np.empty(count + 1, np.int64)
     cdef uint8_t[::1] bo = bodies
     cdef uint8_t[::1] po = props
-    cdef uint32_t[::1] bs = bsizes
-    cdef uint32_t[::1] ps = psizes
+    cdef int64_t[::1] bs = boffs
+    cdef int64_t[::1] ps = poffs
+    bs[0] = 0
+    ps[0] = 0
     cdef Py_ssize_t k = 0, bw = 0, pw = 0, start
     cdef int64_t add
     pos = 0
@@ -79,7 +82,7 @@ def decode_messages(buf, const uint8_t[::1] tail):
             if blen:
                 memcpy(&bo[bw], p + HEAD, blen)
             bw += blen
-            bs[k] = <uint32_t>blen
+            bs[k + 1] = bw
             plen = _i16(p + HEAD + blen)
             if plen:
                 memcpy(&po[pw], p + HEAD + blen + 2, plen)
@@ -91,10 +94,39 @@ def decode_messages(buf, const uint8_t[::1] tail):
                 if add:
                     memcpy(&po[pw], &tail[start], add)
                 pw += add
-            ps[k] = <uint32_t>(plen + add)
+            ps[k + 1] = pw
             pos += total
             k += 1
-    return bodies, bsizes, props, psizes, flag, -1
+    return bodies, boffs, props, poffs, flag, -1
+
+
+cdef const char* _HEX_UPPER = b"0123456789ABCDEF"
+
+
+def offset_msg_ids(bytes host_hex, const int64_t[::1] phys, int64_t add):
+    """MessageDecoder.createMessageId of each ``phys[k] + add``, comma-joined (the msgId of a
+    SEND_BATCH_MESSAGE answer): ``host_hex`` (the store host's upper-case hex) then the offset's
+    16 upper-case hex digits, written in one string (no string a message)."""
+    cdef Py_ssize_t n = phys.shape[0], h = len(host_hex), k
+    cdef int j
+    if n == 0:
+        return ""
+    out = PyBytes_FromStringAndSize(NULL, n * (h + 17) - 1)
+    cdef char* o = PyBytes_AS_STRING(out)
+    cdef const char* hp = host_hex
+    cdef uint64_t v
+    for k in range(n):
+        if k:
+            o[0] = 44  # ','
+            o += 1
+        memcpy(o, hp, h)
+        o += h
+        v = <uint64_t>(phys[k] + add)
+        for j in range(15, -1, -1):
+            o[j] = _HEX_UPPER[v & 15]
+            v >>= 4
+        o += 16
+    return out.decode("ascii")
 
 
 cdef inline str _utf8(const uint8_t* p, Py_ssize_t n):

@@ -58,3 +58,4 @@ def alternate(doc: str, what: str, measure: Callable[[Path, int], float]) -> Non
         r = [t / o for t, o in zip(got["this"], got["other"], strict=True)]
         print(f"this / other per pair: median {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})")
     print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
+    print(f"sends answered SYSTEM_BUSY and sent again: {B.SENT_AGAIN[0]}")

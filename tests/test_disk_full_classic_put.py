@@ -9,25 +9,19 @@ import subprocess
 from pathlib import Path
 
 from dledger.child_process import python_code
-from tests.rocketmq.loop_fs import FILL_DISK, small_fs
+from tests.rocketmq.loop_fs import FILL_DISK, SMALL_STORE_CONFIG, small_fs
 
 CHILD = (
     FILL_DISK
+    + SMALL_STORE_CONFIG
     + r"""
 import collections, os, sys
-from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
 
 root, filler = sys.argv[1], sys.argv[2]
 os.makedirs(root)
-cfg = MessageStoreConfig(
-    mapped_file_size_commit_log=1 << 20,
-    mapped_file_size_consume_queue=3000 * 20,
-    max_hash_slot_num=500,
-    max_index_num=4000,
-    store_host="127.0.0.1:10911",
-)
+cfg = small_store_config()
 acked, statuses = [], collections.Counter()
 
 

@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -39,6 +40,29 @@ def _descriptors_of(path: Path) -> set[int]:
     return out
 
 
+class _SegmentBesideAnother(NamedTuple):
+    f: _segment.MappedFile
+    path: Path  # f's file
+    number: int  # f's write descriptor
+    other: Path
+    mine: bytes  # other's bytes, which must stay
+    other_fd: int  # other, open read-write
+
+
+def _segment_beside_another(tmp_path: Path, size: int, head: bytes, mine: bytes) -> _SegmentBesideAnother:
+    """A segment file of ``size`` holding ``head`` (which opens its write descriptor), and an
+    unrelated file holding ``mine``, open, whose descriptor a test can put on that number."""
+    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
+    f = files.last_file(0, True)
+    path = tmp_path / "log" / f"{0:020d}"
+    before = _descriptors_of(path)
+    f.append(head)
+    (number,) = _descriptors_of(path) - before
+    other = tmp_path / "other"
+    other.write_bytes(mine)
+    return _SegmentBesideAnother(f, path, number, other, mine, os.open(other, os.O_RDWR))
+
+
 def _run_ok(cmd: list[str], on_sigsegv: str) -> None:
     """Runs a child script that prints "ok" when every check in it held: a crash there is a
     SIGSEGV (named ``on_sigsegv``), not this test process's."""
@@ -56,16 +80,7 @@ def test_a_prewrite_never_writes_through_a_descriptor_number_closed_under_it(tmp
     # taken by another file (dup2 does both at once, as a roll-over's release_fd and an open()
     # on another thread can). The other file must keep its bytes.
     size = 128 << 20
-    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
-    f = files.last_file(0, True)
-    path = tmp_path / "log" / f"{0:020d}"
-    before = _descriptors_of(path)
-    f.append(b"x" * 100)  # opens the write descriptor
-    (number,) = _descriptors_of(path) - before
-    other = tmp_path / "other"
-    mine = b"\xab" * (4 << 20)
-    other.write_bytes(mine)
-    other_fd = os.open(other, os.O_RDWR)
+    f, path, number, other, mine, other_fd = _segment_beside_another(tmp_path, size, b"x" * 100, b"\xab" * (4 << 20))
     t = threading.Thread(target=f.prewrite, args=(0, size))
     t.start()
     try:
@@ -148,12 +163,41 @@ def test_closing_a_store_under_appends_neither_crashes_nor_loses_one(tmp_path: P
     _run_ok(python_code(CLOSE_UNDER_APPENDS, str(tmp_path)), "the close unmapped under an append")
 
 
-CLOSE_UNDER_READS = r"""
+# What both reader scripts share: a reader calls ``read_one()`` (whether the read was right,
+# and what it read) until a read goes wrong (noted in ``problems``), ``refusal(exc)`` says
+# "end" or "again" for a refused read (None: the refusal is itself a problem), or ``stop()``.
+READ_LOOP = r"""
 import os, random, sys, threading, time
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.store.file import MmapFileStore
 
+problems = []
+
+
+def read_loop(read_one, refusal, reads, stop=lambda: False):
+    while not stop():
+        try:
+            ok, what = read_one()
+        except DLedgerError as exc:
+            answer = refusal(exc)
+            if answer == "again":
+                continue
+            if answer is None:
+                problems.append(repr(exc))
+            return
+        except BaseException as exc:
+            problems.append(repr(exc))
+            return
+        if not ok:
+            problems.append(f"garbage read of {what}")
+            return
+        reads[0] += 1
+"""
+
+CLOSE_UNDER_READS = (
+    READ_LOOP
+    + r"""
 root = sys.argv[1]
 cfg = DLedgerConfig(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=32 << 10)
 COUNT = 6000  # about 12 data files and 6 index files
@@ -163,37 +207,28 @@ def body(i):
     return i.to_bytes(8, "little") * (1 + i % 40)
 
 
-problems = []
-
-
 def reader(store, seed, reads):
     rnd = random.Random(seed)
-    while True:
+
+    def read_one():
         i = rnd.randrange(COUNT)
-        try:
-            kind = rnd.randrange(4)
-            if kind == 0:
-                got = store.get(i).body
-                ok = got == body(i)
-            elif kind == 1:
-                blob, pos, n = store.get_raw_range(i, i + 50, 1 << 16)
-                ok = n >= 1 and blob[48:48 + len(body(i))] == body(i)
-            elif kind == 2:
-                pos, size, term = store.lookup(list(range(i, min(i + 300, COUNT))))
-                ok = int(size[0]) == 48 + len(body(i)) and bool((term == 1).all())
-            else:
-                ok = store.term_at(i) == 1
-        except DLedgerError as exc:
-            if exc.code.name != "DISK_ERROR" or "closed" not in str(exc):
-                problems.append(repr(exc))
-            return
-        except BaseException as exc:
-            problems.append(repr(exc))
-            return
-        if not ok:
-            problems.append(f"garbage read of entry {i} (kind {kind})")
-            return
-        reads[0] += 1
+        kind = rnd.randrange(4)
+        if kind == 0:
+            ok = store.get(i).body == body(i)
+        elif kind == 1:
+            blob, pos, n = store.get_raw_range(i, i + 50, 1 << 16)
+            ok = n >= 1 and blob[48:48 + len(body(i))] == body(i)
+        elif kind == 2:
+            pos, size, term = store.lookup(list(range(i, min(i + 300, COUNT))))
+            ok = int(size[0]) == 48 + len(body(i)) and bool((term == 1).all())
+        else:
+            ok = store.term_at(i) == 1
+        return ok, f"entry {i} (kind {kind})"
+
+    def refusal(exc):
+        return "end" if exc.code.name == "DISK_ERROR" and "closed" in str(exc) else None
+
+    read_loop(read_one, refusal, reads)
 
 
 for round_ in range(10):
@@ -204,7 +239,7 @@ for round_ in range(10):
     threads = [threading.Thread(target=reader, args=(store, round_ * 10 + k, counts[k])) for k in range(3)]
     for t in threads:
         t.start()
-    while min(c[0] for c in counts) < 50:
+    while min(c[0] for c in counts) < 50 and not problems:  # a reader that stopped on a problem never gets there
         time.sleep(0.001)
     time.sleep(0.003 * round_)
     store.close()
@@ -213,6 +248,7 @@ for round_ in range(10):
     assert not problems, problems[:5]
 print("ok")
 """
+)
 
 
 def test_closing_a_store_under_reads_neither_crashes_nor_returns_garbage(tmp_path: Path) -> None:
@@ -222,12 +258,9 @@ def test_closing_a_store_under_reads_neither_crashes_nor_returns_garbage(tmp_pat
     _run_ok(python_code(CLOSE_UNDER_READS, str(tmp_path)), "a read followed an unmapped pointer")
 
 
-READS_UNDER_RETENTION = r"""
-import os, random, sys, threading, time
-from dledger.config import DLedgerConfig
-from dledger.errors import DLedgerError
-from dledger.store.file import MmapFileStore
-
+READS_UNDER_RETENTION = (
+    READ_LOOP
+    + r"""
 root = sys.argv[1]
 cfg = DLedgerConfig(mapped_file_size_for_entry_data=64 << 10, mapped_file_size_for_entry_index=32 << 10)
 COUNT = 8000
@@ -237,29 +270,21 @@ def body(i):
     return i.to_bytes(8, "little") * (1 + i % 20)
 
 
-problems = []
 stop = False
 
 
 def reader(store, seed, reads):
     rnd = random.Random(seed)
-    while not stop:
+
+    def read_one():
         begin = max(store.ledger_begin_index, 0)
         i = rnd.randrange(begin, min(begin + 400, COUNT))
-        try:
-            ok = store.get(i).body == body(i)
-        except DLedgerError as exc:
-            if exc.code.name not in ("INDEX_LESS_THAN_LOCAL_BEGIN", "DISK_ERROR"):
-                problems.append(repr(exc))
-                return
-            continue
-        except BaseException as exc:
-            problems.append(repr(exc))
-            return
-        if not ok:
-            problems.append(f"garbage read of entry {i}")
-            return
-        reads[0] += 1
+        return store.get(i).body == body(i), f"entry {i}"
+
+    def refusal(exc):
+        return "again" if exc.code.name in ("INDEX_LESS_THAN_LOCAL_BEGIN", "DISK_ERROR") else None
+
+    read_loop(read_one, refusal, reads, lambda: stop)
 
 
 for round_ in range(3):
@@ -280,6 +305,7 @@ for round_ in range(3):
     assert min(c[0] for c in counts) > 0, counts
 print("ok")
 """
+)
 
 
 def test_reads_while_begin_resets_delete_files_neither_crash_nor_return_garbage(tmp_path: Path) -> None:
@@ -295,17 +321,9 @@ def test_release_fd_forgets_the_number_before_closing_it(tmp_path: Path, monkeyp
     # close, when an open() elsewhere has taken the number, must not take the number for the
     # segment's descriptor. Made deterministic by running that thread's part inside os.close
     # (the real close, an unrelated file on the number, then the pre-write).
-    size = 8 << 20
-    files = _segment.MmapFileList(str(tmp_path / "log"), size, False, guarded=True)
-    f = files.last_file(0, True)
-    path = tmp_path / "log" / f"{0:020d}"
-    before = _descriptors_of(path)
-    f.append(b"z" * 100)  # opens the write descriptor
-    (number,) = _descriptors_of(path) - before
-    other = tmp_path / "other"
-    mine = b"\xcd" * (1 << 20)
-    other.write_bytes(mine)
-    other_fd = os.open(other, os.O_RDWR)
+    f, _path, number, other, mine, other_fd = _segment_beside_another(
+        tmp_path, 8 << 20, b"z" * 100, b"\xcd" * (1 << 20)
+    )
     real_close = os.close
     prewrote: list[int] = []
     armed = [True]

@@ -17,12 +17,13 @@ def decode_messages(
     buf: _BytesLike, tail: bytes
 ) -> tuple[
     npt.NDArray[np.uint8] | bytes,
-    npt.NDArray[np.uint32],
+    npt.NDArray[np.int64],
     npt.NDArray[np.uint8] | bytes,
-    npt.NDArray[np.uint32],
+    npt.NDArray[np.int64],
     int,
     int,
 ]: ...
+def offset_msg_ids(host_hex: bytes, phys: npt.NDArray[np.int64], add: int) -> str: ...
 def decode_header(
     buf: _BytesLike,
 ) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None, str | None]: ...

@@ -69,4 +69,20 @@ def fill_disk(path):
         _os.close(fd)
 """
 
-__all__ = ["FILL_DISK", "small_fs"]
+# The child processes' message store config for a file system of ~100 MB (small files, a small
+# index); keyword arguments override or add fields.
+SMALL_STORE_CONFIG = r"""
+from dledger.rocketmq.store.config import MessageStoreConfig as _MessageStoreConfig
+
+def small_store_config(**fields):
+    return _MessageStoreConfig(**{
+        "mapped_file_size_commit_log": 1 << 20,
+        "mapped_file_size_consume_queue": 3000 * 20,
+        "max_hash_slot_num": 500,
+        "max_index_num": 4000,
+        "store_host": "127.0.0.1:10911",
+        **fields,
+    })
+"""
+
+__all__ = ["FILL_DISK", "SMALL_STORE_CONFIG", "small_fs"]

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from dledger.child_process import python_code
-from tests.rocketmq.loop_fs import FILL_DISK, small_fs
+from tests.rocketmq.loop_fs import FILL_DISK, SMALL_STORE_CONFIG, small_fs
 
 CHILD = (
     FILL_DISK
+    + SMALL_STORE_CONFIG
     + r"""
 import collections, os, sys, time
-from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
 
@@ -30,12 +30,7 @@ root, filler, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(root)
 fill_disk(filler)
 os.truncate(filler, os.path.getsize(filler) - (28 << 20))  # 28 MiB left for the store
-cfg = MessageStoreConfig(
-    mapped_file_size_commit_log=1 << 20,
-    mapped_file_size_consume_queue=3000 * 20,
-    max_hash_slot_num=500,
-    max_index_num=4000,
-    store_host="127.0.0.1:10911",
+cfg = small_store_config(
     enable_dledger_commit_log=mode == "dledger",
     clean_resource_interval=300,
     dledger_store_options=dict(mapped_file_size_for_entry_data=1 << 20, mapped_file_size_for_entry_index=1 << 20),

@@ -17,24 +17,21 @@ from pathlib import Path
 import pytest
 
 from dledger.child_process import python_code
-from tests.rocketmq.loop_fs import FILL_DISK, small_fs
+from tests.rocketmq.loop_fs import FILL_DISK, SMALL_STORE_CONFIG, small_fs
 
 CHILD = (
     FILL_DISK
+    + SMALL_STORE_CONFIG
     + r"""
 import errno, os, sys
-from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message import Message
 from dledger.rocketmq.store.message_store import MessageStore
 
 root, filler, index_num = sys.argv[1], sys.argv[2], int(sys.argv[3])
 TOPICS, QUEUES, N = 4, 2, 6000  # N as the test's
-cfg = MessageStoreConfig(
-    mapped_file_size_commit_log=1 << 20,
+cfg = small_store_config(
     mapped_file_size_consume_queue=100000 * 20,
-    max_hash_slot_num=500,
     max_index_num=index_num,
-    store_host="127.0.0.1:10911",
     clean_file_forcibly_enable=False,  # retention must not free the disk by itself here
     disk_max_used_space_ratio=95,
 )

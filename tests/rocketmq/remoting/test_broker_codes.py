@@ -81,24 +81,10 @@ def records(body: bytes | memoryview | None) -> list[Any]:
 
 
 async def send(
-    c: NettyRemotingClient,
-    addr: str,
-    topic: str,
-    body: bytes,
-    qid: int = 0,
-    props: str = "",
-    sys_flag: int = 0,
-    reconsume: int = 0,
-    max_reconsume: int | None = None,
+    c: NettyRemotingClient, addr: str, topic: str, body: bytes, qid: int = 0, **header: Any
 ) -> RemotingCommand:
-    ext = send_message_header_v2(
-        topic,
-        qid,
-        properties=props or "WAIT\x01true",
-        sys_flag=sys_flag,
-        reconsume_times=reconsume,
-        max_reconsume_times=max_reconsume,
-    )
+    """A SEND_MESSAGE_V2 that must succeed; ``header``: send_message_header_v2's keywords."""
+    ext = send_message_header_v2(topic, qid, **header)
     r = await c.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body), timeout=10)
     assert r.code == ResponseCode.SUCCESS, r.remark
     return r
@@ -169,7 +155,9 @@ def test_consumer_send_msg_back_retries_with_a_delay_then_dead_letters(broker: s
         try:
             # Stored messages with reconsume counts 0, 15, 16 and 3 (as retried messages are).
             sent = [
-                await send(c, addr, "SBTopic", f"m{n}".encode(), props=f"TAGS\x01T{n}\x02KEYS\x01k{n}", reconsume=n)
+                await send(
+                    c, addr, "SBTopic", f"m{n}".encode(), properties=f"TAGS\x01T{n}\x02KEYS\x01k{n}", reconsume_times=n
+                )
                 for n in (0, 15, 16, 3)
             ]
             msgs = await pull_n(c, addr, "SBTopic", 0, 4, 10)
@@ -235,9 +223,9 @@ def test_consumer_send_msg_back_retries_with_a_delay_then_dead_letters(broker: s
             assert (await c.invoke(addr, req)).code == ResponseCode.SUCCESS
             # A producer's send to a retry topic past the header's maxReconsumeTimes
             # (handleRetryAndDLQ): the same rule moves it to the DLQ.
-            await send(c, addr, retry, b"direct", reconsume=2, max_reconsume=2)
+            await send(c, addr, retry, b"direct", reconsume_times=2, max_reconsume_times=2)
             assert (await pull_one(c, addr, dlq, 0, 5, 5)).body == b"direct"
-            await send(c, addr, retry, b"kept", reconsume=1, max_reconsume=2)
+            await send(c, addr, retry, b"kept", reconsume_times=1, max_reconsume_times=2)
             assert (await pull_one(c, addr, retry, 0, 1, 5)).body == b"kept"
             assert await max_offset(c, addr, dlq, 0) == 6
 
@@ -282,8 +270,8 @@ def test_half_messages_are_seen_only_once_committed(broker: str) -> None:
     async def scenario() -> None:
         c = NettyRemotingClient()
         try:
-            a = await send(c, addr, "TxTopic", b"to-commit", qid=1, props=TX_PROPS, sys_flag=PREPARED)
-            b = await send(c, addr, "TxTopic", b"to-roll-back", qid=1, props=TX_PROPS, sys_flag=PREPARED)
+            a = await send(c, addr, "TxTopic", b"to-commit", qid=1, properties=TX_PROPS, sys_flag=PREPARED)
+            b = await send(c, addr, "TxTopic", b"to-roll-back", qid=1, properties=TX_PROPS, sys_flag=PREPARED)
             ea, eb = a.ext_fields or {}, b.ext_fields or {}
             assert (ea["queueId"], ea["queueOffset"], eb["queueOffset"]) == ("1", "0", "1")
             # Not visible before the commit.
@@ -483,9 +471,9 @@ def test_unended_half_messages_are_checked_back_with_their_producer(tmp_path: Pa
                 r = await producer.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=json_encode(beat)))
                 assert r.code == ResponseCode.SUCCESS
                 props = TX_PROPS + "\x02UNIQ_KEY\x01U-OPEN"
-                rolled = await send(producer, addr, "CkTopic", b"rolled", qid=2, props=TX_PROPS, sys_flag=PREPARED)
+                rolled = await send(producer, addr, "CkTopic", b"rolled", qid=2, properties=TX_PROPS, sys_flag=PREPARED)
                 assert (await producer.invoke(addr, end_tx(rolled, ROLLBACK))).code == ResponseCode.SUCCESS
-                open_ = await send(producer, addr, "CkTopic", b"open", qid=2, props=props, sys_flag=PREPARED)
+                open_ = await send(producer, addr, "CkTopic", b"open", qid=2, properties=props, sys_flag=PREPARED)
                 check = await asyncio.wait_for(checks.get(), 20)
                 assert check.code == RequestCode.CHECK_TRANSACTION_STATE and check.is_oneway
                 h = check.ext_fields or {}
@@ -519,7 +507,7 @@ def test_unended_half_messages_are_checked_back_with_their_producer(tmp_path: Pa
                     "CkTopic",
                     b"quiet",
                     qid=2,
-                    props=TX_PROPS + "\x02UNIQ_KEY\x01U-Q",
+                    properties=TX_PROPS + "\x02UNIQ_KEY\x01U-Q",
                     sys_flag=PREPARED,
                 )
                 assert quiet.code == ResponseCode.SUCCESS

@@ -25,6 +25,7 @@ from dledger.rocketmq.remoting.netty_remoting_server import (
     RequestPool,
 )
 from dledger.rocketmq.remoting.protocol.request_headers import pull_message, send_message_header_v2
+from dledger.store.properties import parse_properties
 from tests.rocketmq.remoting.processes import cluster, run
 from tests.rocketmq.remoting.test_broker_codes import records
 from tests.rocketmq.remoting.test_group_remoting import _wait_master
@@ -246,7 +247,9 @@ def test_a_member_whose_quorum_is_stopped_answers_its_queued_sends_timeout_clean
             try:
                 reqs = _sends(n, "FFMember")
                 writer.write(b"".join(r.encode() for r in reqs))
-                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n - MAX_IN_FLIGHT_PER_CHANNEL)
+                # Under load a send among the 256 taken may wait 200 ms before it runs too (the
+                # loop held) and be cleaned as it is about to: up to n busy answers.
+                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n)
             finally:
                 for pid in followers:
                     os.kill(pid, signal.SIGCONT)
@@ -319,3 +322,138 @@ def test_while_the_page_cache_is_busy_every_queued_send_is_answered_pcbusy_clean
             await server.close()
 
     run(scenario, timeout=60)
+
+
+def test_broker_fast_failure_enable_is_flipped_at_runtime_by_update_broker_config(tmp_path: Path) -> None:
+    """brokerFastFailureEnable through UPDATE_BROKER_CONFIG (mqadmin updateBrokerConfig) on a real
+    master whose sends are held (its followers stopped, so every send waits for a quorum): set to
+    false, GET_BROKER_CONFIG says so and the sends queued behind the 256 in flight wait as long
+    as they must and all run once the followers resume; set to true again, the queued ones are
+    answered ``[TIMEOUT_CLEAN_QUEUE]`` again and never stored."""
+    n = MAX_IN_FLIGHT_PER_CHANNEL + 44
+    extra = ["--default-topic-queue-nums", "4", "--max-wait-ack-time-ms", "20000", "--max-heart-beat-leak", "20"]
+    with cluster(tmp_path, 3, extra) as (namesrv, brokers):
+        by_addr = {brokers.addr(m): m for m in brokers.ids}
+
+        async def set_fast_failure(c: NettyRemotingClient, master: str, on: bool) -> None:
+            text = f"brokerFastFailureEnable={'true' if on else 'false'}\n".encode()
+            r = await c.invoke(master, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=text))
+            assert (r.code, r.remark) == (ResponseCode.SUCCESS, None)
+            r = await c.invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            props = parse_properties(bytes(r.body).decode("utf-8"))
+            assert props["brokerFastFailureEnable"] == ("true" if on else "false")
+
+        async def held_round(
+            master: str, topic: str
+        ) -> tuple[list[RemotingCommand], list[RemotingCommand], dict[int, bytes]]:
+            """``n`` pipelined sends while the followers are stopped: the answers that came
+            while they were (busy ones only can), then the rest once they resumed."""
+            followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
+            host, port = master.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            reqs = _sends(n, topic)
+            for pid in followers:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                writer.write(b"".join(r.encode() for r in reqs))
+                # Under load a send among the 256 taken may wait 200 ms before it runs too (the
+                # loop held) and be cleaned as it is about to: up to n busy answers.
+                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n)
+            finally:
+                for pid in followers:
+                    os.kill(pid, signal.SIGCONT)
+            try:
+                rest = await _answers(reader, n - len(busy), timeout=30)
+                await asyncio.sleep(0.3)
+                assert _no_more(reader)
+            finally:
+                writer.close()
+            by_opaque = {a.opaque: a for a in busy + rest}
+            assert sorted(by_opaque) == sorted(r.opaque for r in reqs)
+            return busy, rest, {r.opaque: bytes(r.body) for r in reqs}
+
+        async def stored(c: NettyRemotingClient, master: str, topic: str) -> list[bytes]:
+            got_all: list[bytes] = []
+            offset = 0
+            while True:
+                got = await c.invoke(master, pull_message(topic, 0, offset), timeout=10)
+                if got.code != ResponseCode.SUCCESS:
+                    return got_all
+                got_all += [bytes(m.body) for m in records(bytes(got.body))]
+                offset = int((got.ext_fields or {})["nextBeginOffset"])
+
+        async def scenario() -> None:
+            c = NettyRemotingClient()
+            try:
+                deadline = time.monotonic() + 30
+                while True:
+                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
+                    first = RemotingCommand.request(
+                        RequestCode.SEND_MESSAGE_V2, send_message_header_v2("FFOff", 0), b"first"
+                    )
+                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
+                        break
+                    assert time.monotonic() < deadline, "no master took a send"
+                    await asyncio.sleep(0.2)
+
+                await set_fast_failure(c, master, False)
+                busy, rest, _ = await held_round(master, "FFOff")
+                assert not busy, busy[0].remark
+                assert {a.code for a in rest} == {ResponseCode.SUCCESS}
+                # Every send ran, queued ones too, each once.
+                assert sorted(await stored(c, master, "FFOff")) == sorted([b"first"] + [b"%06d" % k for k in range(n)])
+
+                await set_fast_failure(c, master, True)
+                busy, rest, body_of = await held_round(master, "FFOn")
+                assert busy, "no queued send was cleaned with brokerFastFailureEnable back on"
+                for a in busy:
+                    m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
+                    assert a.code == ResponseCode.SYSTEM_BUSY and m and int(m[1]) >= SEND_WAIT_MS, a.remark
+                assert {a.code for a in rest} == {ResponseCode.SUCCESS}
+                # What ran is exactly what was answered SUCCESS: nothing cleaned was stored.
+                assert sorted(await stored(c, master, "FFOn")) == sorted(body_of[a.opaque] for a in rest)
+            finally:
+                await c.close()
+
+        run(scenario, timeout=150)
+
+
+def test_a_send_whose_quorum_wait_runs_out_is_answered_pc_synchronized_broker_busy(tmp_path: Path) -> None:
+    """DLedgerCommitLog gives OS_PAGECACHE_BUSY for a quorum wait that ran out, and 4.9.4's
+    handlePutMessageResult answers that status SYSTEM_ERROR ``[PC_SYNCHRONIZED]broker busy, start
+    flow control for a while`` (the producer retries it on another broker): a real master whose
+    followers are stopped, its quorum wait 1 s."""
+    extra = ["--default-topic-queue-nums", "4", "--max-wait-ack-time-ms", "1000", "--max-heart-beat-leak", "20"]
+    with cluster(tmp_path, 3, extra) as (namesrv, brokers):
+        by_addr = {brokers.addr(m): m for m in brokers.ids}
+
+        async def scenario() -> None:
+            c = NettyRemotingClient()
+            try:
+                deadline = time.monotonic() + 30
+                while True:
+                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
+                    first = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2("PcBusy", 0))
+                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
+                        break
+                    assert time.monotonic() < deadline, "no master took a send"
+                    await asyncio.sleep(0.2)
+                followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
+                for pid in followers:
+                    os.kill(pid, signal.SIGSTOP)
+                try:
+                    (req,) = _sends(1, "PcBusy")
+                    got = await c.invoke(master, req, timeout=10)
+                finally:
+                    for pid in followers:
+                        os.kill(pid, signal.SIGCONT)
+                assert (got.code, got.remark) == (
+                    ResponseCode.SYSTEM_ERROR,
+                    "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+                )
+                assert not got.ext_fields or "msgId" not in got.ext_fields
+            finally:
+                await c.close()
+
+        run(scenario, timeout=90)

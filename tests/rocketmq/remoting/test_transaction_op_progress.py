@@ -62,7 +62,9 @@ def test_op_queue_progress_reads_only_new_op_messages_and_survives_a_restart(tmp
         try:
             assert b.remoting is not None
             tx = b.remoting.tx_check
-            halves = [await send(c, addr, "TxT", f"h{i}".encode(), props=TX_PROPS, sys_flag=PREPARED) for i in range(3)]
+            halves = [
+                await send(c, addr, "TxT", f"h{i}".encode(), properties=TX_PROPS, sys_flag=PREPARED) for i in range(3)
+            ]
             # h1 and h2 ended early; h0 open and young.
             for h in halves[1:]:
                 assert (await c.invoke(addr, end_tx(h, ROLLBACK))).code == ResponseCode.SUCCESS
@@ -83,7 +85,7 @@ def test_op_queue_progress_reads_only_new_op_messages_and_survives_a_restart(tmp
             assert tx.op_reads == 5 and progress(b) == (3, 3)
             assert b.store is not None and b.store.max_offset_in_queue(HALF_TOPIC, 0) == 3
             # One more ended transaction: only its op message is read.
-            h3 = await send(c, addr, "TxT", b"h3", props=TX_PROPS, sys_flag=PREPARED)
+            h3 = await send(c, addr, "TxT", b"h3", properties=TX_PROPS, sys_flag=PREPARED)
             assert (await c.invoke(addr, end_tx(h3, ROLLBACK))).code == ResponseCode.SUCCESS
             await until_max_offset(c, addr, OP_TOPIC, 0, 4)
             assert await tx.check() == 0
@@ -118,8 +120,8 @@ def test_an_unended_half_message_is_still_checked_with_the_progress(tmp_path: Pa
         try:
             assert b.remoting is not None and b.store is not None
             tx = b.remoting.tx_check
-            ended = await send(c, addr, "TxT", b"e", props=TX_PROPS, sys_flag=PREPARED)
-            await send(c, addr, "TxT", b"open", props=TX_PROPS, sys_flag=PREPARED)
+            ended = await send(c, addr, "TxT", b"e", properties=TX_PROPS, sys_flag=PREPARED)
+            await send(c, addr, "TxT", b"open", properties=TX_PROPS, sys_flag=PREPARED)
             assert (await c.invoke(addr, end_tx(ended, ROLLBACK))).code == ResponseCode.SUCCESS
             await until_max_offset(c, addr, OP_TOPIC, 0, 1)
             tx.timeout_ms = AT_ONCE

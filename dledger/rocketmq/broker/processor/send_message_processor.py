@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dledger._ext import load as _load_ext
 from dledger.codes import ResponseCode as DCode
 from dledger.net.transport import Response
 from dledger.packed import PackedBodies
@@ -46,6 +47,7 @@ from dledger.rocketmq.store.status import STORED_PUT_STATUSES, PutMessageStatus
 from dledger.rocketmq.wire import MessageRequestCode, SendRequest, SendResponse
 
 log = logging.getLogger(__name__)
+K = _load_ext("remoting")
 
 # SendMessageRequestHeaderV2's one-letter names.
 _V2_NAMES = {
@@ -78,6 +80,12 @@ _PUT_CODES = {
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
+# handlePutMessageResult's own remark for a status, where the cause stays in the broker's log
+# (DLedgerCommitLog gives OS_PAGECACHE_BUSY for a quorum wait that ran out or a full pending
+# queue; producers retry SYSTEM_ERROR elsewhere).
+_PUT_REMARKS = {
+    PutMessageStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+}
 
 
 def header_v1(req: RemotingCommand) -> dict[str, str]:
@@ -90,13 +98,6 @@ def header_v1(req: RemotingCommand) -> dict[str, str]:
 
 def _strip_wait(props: str) -> str:
     return "\x02".join(p for p in props.split("\x02") if p and not p.startswith(PROPERTY_WAIT_STORE_MSG_OK + "\x01"))
-
-
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    """PackedBodies' offsets (int64, a leading 0) from a kernel's uint32 sizes."""
-    out = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, dtype=np.int64, out=out[1:])
-    return out
 
 
 class SendMessageProcessor:
@@ -114,6 +115,7 @@ class SendMessageProcessor:
         self.config = config
         self.store_host_raw = store_host_raw
         self._host_hex = create_message_id(store_host_raw, 0)[:-16]
+        self._host_hex_raw = self._host_hex.encode("ascii")
         self.on_topic_created = on_topic_created
         # findSubscriptionGroupConfig; None: every group has SubscriptionGroupConfig's defaults.
         self.subscriptions = subscriptions
@@ -190,19 +192,21 @@ class SendMessageProcessor:
         if stored and resp.code == DCode.SUCCESS:
             # handlePutMessageResult's sendOK: a flush or slave wait that ran out still stored
             # the message, so its answer code goes with the ids and offset (and no remark).
-            phys = np.asarray(body.phys_offsets, dtype=np.int64) + body.phys_add
             return req.response(
                 _PUT_CODES.get(PutMessageStatus(body.status), ResponseCode.SUCCESS),
                 ext_fields={
-                    "msgId": offset_msg_ids(self._host_hex, phys),
+                    "msgId": K.offset_msg_ids(
+                        self._host_hex_raw, np.asarray(body.phys_offsets, dtype=np.int64), body.phys_add
+                    ),
                     "queueId": str(body.queue_id),
                     "queueOffset": str(body.queue_offset),
                     "TRACE_ON": "true",
                     "MSG_REGION": "DefaultRegion",
                 },
             )
-        code = _PUT_CODES.get(PutMessageStatus(body.status), ResponseCode.SYSTEM_ERROR)
-        reason = body.reason or resp.message or PutMessageStatus(body.status).name
+        status = PutMessageStatus(body.status)
+        code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        reason = _PUT_REMARKS.get(status) or body.reason or resp.message or status.name
         if code == ResponseCode.MESSAGE_ILLEGAL:
             reason = f"the message is illegal, maybe msg body or properties length not matched. {reason}"
         return req.response(code, reason)
@@ -219,8 +223,8 @@ class SendMessageProcessor:
             batch = decode_messages(req.body, tail)
             send.flag = batch.flag
             return (
-                PackedBodies(batch.bodies, _offsets(batch.body_sizes)),
-                PackedBodies(batch.properties, _offsets(batch.properties_sizes)),
+                PackedBodies(batch.bodies, batch.body_offsets),
+                PackedBodies(batch.properties, batch.properties_offsets),
             )
         text = _strip_wait(props)
         one = ((text + "\x02") if text else "").encode("utf-8") + cluster.encode("utf-8")
@@ -280,8 +284,9 @@ class SendMessageProcessor:
                     "MSG_REGION": "DefaultRegion",
                 }
             )
-        code = _PUT_CODES.get(PutMessageStatus(body.status), ResponseCode.SYSTEM_ERROR)
-        return req.response(code, body.reason or resp.message or PutMessageStatus(body.status).name)
+        status = PutMessageStatus(body.status)
+        code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        return req.response(code, _PUT_REMARKS.get(status) or body.reason or resp.message or status.name)
 
     @staticmethod
     def _unavailable(req: RemotingCommand, resp: Response) -> RemotingCommand | None:
@@ -364,18 +369,10 @@ class SendMessageProcessor:
         return req.response(ResponseCode.SYSTEM_ERROR, PutMessageStatus(body.status).name)
 
 
-def offset_msg_ids(host_hex: str, phys: np.ndarray) -> str:
-    """createMessageId of each offset, comma-joined (SEND_BATCH_MESSAGE's msgId): the store
-    host's upper-case hex then the offset's 16 digits, laid out in one array (no string a
-    message)."""
-    host = np.frombuffer(host_hex.encode("ascii"), dtype=np.uint8)
-    h, n = len(host), len(phys)
-    digits = np.asarray(phys, dtype=">i8").tobytes().hex().upper().encode("ascii")
-    out = np.empty((n, h + 17), dtype=np.uint8)
-    out[:, :h] = host
-    out[:, h:-1] = np.frombuffer(digits, dtype=np.uint8).reshape(n, 16)
-    out[:, -1] = ord(",")
-    return out.tobytes()[:-1].decode("ascii")
+def offset_msg_ids(host_hex: str, phys: np.ndarray, add: int = 0) -> str:
+    """createMessageId of each offset ``phys[k] + add``, comma-joined (SEND_BATCH_MESSAGE's
+    msgId): the store host's upper-case hex then the offset's 16 digits (a kernel, one string)."""
+    return K.offset_msg_ids(host_hex.encode("ascii"), np.ascontiguousarray(phys, dtype=np.int64), add)
 
 
 def _int(h: dict[str, str], name: str, default: int) -> int:

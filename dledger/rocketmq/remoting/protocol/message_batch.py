@@ -8,6 +8,7 @@ lists, what the member's batch send path takes: no object per message.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,33 +40,32 @@ def decode_messages(body: bytes | memoryview, tail: bytes = b"") -> DecodedBatch
     """The messages of an encodeMessages body as packed lists, each properties string followed
     by ``tail`` (``\\x02`` and the pairs the broker adds; an empty string gets the pairs alone);
     RemotingCommandException when a size does not fit."""
-    bodies, bsizes, props, psizes, flag, bad = K.decode_messages(body, tail)
+    bodies, boffs, props, poffs, flag, bad = K.decode_messages(body, tail)
     if bad >= 0:
         raise RemotingCommandException(f"batch message at byte {bad}: its sizes do not fit the body of {len(body)}")
-    if not len(bsizes):
+    if len(boffs) < 2:
         raise RemotingCommandException("empty batch")
-    return DecodedBatch(memoryview(bodies), bsizes, memoryview(props), psizes, flag)
+    return DecodedBatch(memoryview(bodies), boffs, memoryview(props), poffs, flag)
 
 
 @dataclass(frozen=True, slots=True)
 class DecodedBatch:
     bodies: memoryview  # joined
-    body_sizes: np.ndarray  # uint32
+    body_offsets: np.ndarray  # int64, a leading 0 and each message's end (PackedBodies' offsets)
     properties: memoryview  # joined
-    properties_sizes: np.ndarray  # uint32
+    properties_offsets: np.ndarray  # int64, as body_offsets
     flag: int  # the last message's (a batch's messages share it)
 
     def __len__(self) -> int:
-        return len(self.body_sizes)
+        return len(self.body_offsets) - 1
 
     def split(self) -> tuple[list[bytes], list[bytes]]:
         """Bodies and properties one by one (for tests and tools, not the send path)."""
 
-        def cut(raw: memoryview, sizes: np.ndarray) -> list[bytes]:
-            ends = np.cumsum(sizes, dtype=np.int64)
-            return [bytes(raw[int(e - s) : int(e)]) for s, e in zip(sizes, ends, strict=True)]
+        def cut(raw: memoryview, offsets: np.ndarray) -> list[bytes]:
+            return [bytes(raw[s:e]) for s, e in itertools.pairwise(offsets.tolist())]
 
-        return cut(self.bodies, self.body_sizes), cut(self.properties, self.properties_sizes)
+        return cut(self.bodies, self.body_offsets), cut(self.properties, self.properties_offsets)
 
 
 __all__ = ["DecodedBatch", "decode_messages", "encode_messages"]
