@@ -19,8 +19,8 @@ the table has only these columns, and only these are computed; Python data sourc
 pruning from Spark, so this, or a schema given with ``.schema(...)``, is how a read skips the
 columns it does not need) and, for ``spark.readStream``, ``maxOffsetsPerTrigger``;
 ``maxPartitionBytes`` and ``minPartitions`` (Kafka's name: a walk of fewer commit-log files cut
-into at least this many pieces of about equal bytes; default: this machine's cores, so that a
-log of one file is not read by one core) for a walk. The streaming offset is ``{topic: {queue id: next offset}}``;
+into this many pieces of about equal bytes, so that a log of one file is not read by one core;
+default 1) for a walk. The streaming offset is ``{topic: {queue id: next offset}}``;
 new queues (and, without ``topics``, new topics) are read from their earliest offset.
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -103,10 +102,9 @@ SPARK_BATCH_ROWS = 8192
 # A walk's partitions: 0 keeps one per commit-log file. Cutting 10 M messages into 128 MB pieces
 # (19 tasks) ran slower on 2 cores than 3 whole files (docs/spark.md); the option is for more cores.
 MAX_PARTITION_BYTES = 0
-# A walk of fewer files than this is cut into this many pieces: one 1 GiB file read as one task
-# kept one of two cores idle (docs/spark.md). The planner runs on the driver: in local mode its
-# cores are the executors'.
-MIN_PARTITIONS = os.cpu_count() or 1
+# A walk of fewer files than this is cut into this many pieces. Not the cores by default: on the
+# shared 2-core machine 2 pieces of a one-file log were not measurably faster (docs/spark.md).
+MIN_PARTITIONS = 1
 
 SPARK_TYPES: dict[str, DataType] = {
     "topic": StringType(),
