@@ -15,7 +15,10 @@ Default N is 1 million. Groups:
   ``topic``, ``queue_id``, ``store_timestamp`` and ``length(body)``, through the ``rocketmq``
   format (all 19 columns: Python data sources get no column pruning from Spark; and with the
   ``columns`` option naming the query's columns: ``queue_id`` for the count, the four for the
-  aggregate) and through Spark's Parquet reader on the same rows.
+  aggregate; and the same with ``minPartitions=2``: fewer commit-log files than 2 cut into 2
+  pieces) and through Spark's Parquet reader on the same rows. The count group also
+  has ``python source floor`` (``bench/spark_floor.py``: a Python data source yielding one
+  prebuilt batch over and over in two partitions), what the Python data source path costs alone.
 
 The module prints rows/s, median of ``DLEDGER_BENCH_ROUNDS`` rounds (3) with the slowest and
 fastest round, and the ratios at the end (targets: read_messages >= 10 M rows/s, Spark >= 0.7x
@@ -34,6 +37,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from bench.spark_floor import ConstantBatchSource
 from bench.spark_session import local_spark
 from dledger.rocketmq import iter_message_batches, read_messages
 from dledger.rocketmq.store.config import MessageStoreConfig
@@ -102,6 +106,7 @@ def parquet_dir(store: Path) -> Path:
 def spark() -> Iterator[SparkSession]:
     with local_spark("dledger-bench-mq", spark_driver_memory="2g", spark_sql_shuffle_partitions="2") as session:
         register(session)
+        session.dataSource.register(ConstantBatchSource)
         yield session
 
 
@@ -138,16 +143,20 @@ def test_parquet_read_table(benchmark: BenchmarkFixture, parquet_dir: Path) -> N
 def _frame(spark: SparkSession, store: Path, parquet_dir: Path, source: str, columns: str) -> DataFrame:
     if source == "parquet":
         return spark.read.parquet(str(parquet_dir))
+    if source == "python source floor":
+        return spark.read.format("constant-batches").options(rows=str(ROWS), partitions="2").load()
     reader = spark.read.format("rocketmq")
-    if source == "rocketmq columns":
+    if source.startswith("rocketmq columns"):
         reader = reader.option("columns", columns)
+    if source.endswith("minPartitions 2"):
+        reader = reader.option("minPartitions", "2")  # a one-file log cut in two, for the two cores
     return reader.load(str(store))
 
 
-SOURCES = ["rocketmq", "rocketmq columns", "parquet"]
+SOURCES = ["rocketmq", "rocketmq columns", "rocketmq columns minPartitions 2", "parquet"]
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", [*SOURCES[:-1], "python source floor", SOURCES[-1]])
 def test_spark_count(
     benchmark: BenchmarkFixture, spark: SparkSession, store: Path, parquet_dir: Path, source: str
 ) -> None:
@@ -178,7 +187,7 @@ def summary() -> Iterator[None]:
     ]
     for q in ("count", "agg"):
         base = RESULTS.get(f"spark {q}, parquet")
-        for src in ("rocketmq", "rocketmq columns"):
+        for src in [*SOURCES[:-1], "python source floor"]:
             ours = RESULTS.get(f"spark {q}, {src}")
             if base and ours:
                 lines.append(f"  spark {q}: {src} / parquet = {ours[0] / base[0]:.2f}x (target >= 0.7x)")

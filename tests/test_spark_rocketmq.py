@@ -72,13 +72,16 @@ def test_fixture_walk_and_queues_read_as_java_listed(rmq: SparkSession, name: st
     )
 
 
+@pytest.mark.parametrize("cut", ["maxPartitionBytes", "minPartitions"])
 @pytest.mark.parametrize("name", NAMES)
-def test_walk_in_pieces_reads_every_record_once(rmq: SparkSession, name: str) -> None:
-    """``maxPartitionBytes`` cuts a classic commit-log file into partitions at record starts:
-    the rows are still the Java listing, each record once. A DLedger log keeps one per file."""
+def test_walk_in_pieces_reads_every_record_once(rmq: SparkSession, name: str, cut: str) -> None:
+    """``maxPartitionBytes``, or ``minPartitions`` above the number of files, cuts a classic
+    commit-log file into partitions at record starts: the rows are still the Java listing, each
+    record once. A DLedger log keeps one per file."""
     root = str(FIXTURES_MQ / name)
-    df = rmq.read.format("rocketmq").option("maxPartitionBytes", "1000").load(root)
     files = list((FIXTURES_MQ / name).glob("commitlog/*")) or list((FIXTURES_MQ / name).glob("dledger-n0/data/*"))
+    value = "1000" if cut == "maxPartitionBytes" else str(4 * len(files))
+    df = rmq.read.format("rocketmq").option(cut, value).load(root)
     if name.startswith("classic"):
         assert df.rdd.getNumPartitions() > 2 * len(files)
     else:

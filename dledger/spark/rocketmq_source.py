@@ -18,7 +18,9 @@ each queue starts at its first message stored at or after it), ``committedOnly``
 the table has only these columns, and only these are computed; Python data sources get no column
 pruning from Spark, so this, or a schema given with ``.schema(...)``, is how a read skips the
 columns it does not need) and, for ``spark.readStream``, ``maxOffsetsPerTrigger``;
-``maxPartitionBytes`` for a walk. The streaming offset is ``{topic: {queue id: next offset}}``;
+``maxPartitionBytes`` and ``minPartitions`` (Kafka's name: a walk of fewer commit-log files cut
+into this many pieces of about equal bytes, so that a log of one file is not read by one core;
+default 1) for a walk. The streaming offset is ``{topic: {queue id: next offset}}``;
 new queues (and, without ``topics``, new topics) are read from their earliest offset.
 """
 
@@ -100,6 +102,9 @@ SPARK_BATCH_ROWS = 8192
 # A walk's partitions: 0 keeps one per commit-log file. Cutting 10 M messages into 128 MB pieces
 # (19 tasks) ran slower on 2 cores than 3 whole files (docs/spark.md); the option is for more cores.
 MAX_PARTITION_BYTES = 0
+# A walk of fewer files than this is cut into this many pieces. Not the cores by default: on the
+# shared 2-core machine 2 pieces of a one-file log were not measurably faster (docs/spark.md).
+MIN_PARTITIONS = 1
 
 SPARK_TYPES: dict[str, DataType] = {
     "topic": StringType(),
@@ -140,6 +145,7 @@ _OPTIONS = {
         "maxOffsetsPerTrigger",
         "columns",
         "maxPartitionBytes",
+        "minPartitions",
     )
 }
 
@@ -198,6 +204,7 @@ class MessageOptions:
     max_offsets_per_trigger: int | None = None
     columns: tuple[str, ...] = COLUMNS
     max_partition_bytes: int = MAX_PARTITION_BYTES
+    min_partitions: int = MIN_PARTITIONS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> MessageOptions:
@@ -225,6 +232,7 @@ class MessageOptions:
             columns=_columns_option(given.get("columns")),
             max_partition_bytes=int_option("maxPartitionBytes", given.get("maxpartitionbytes"), 0)
             or MAX_PARTITION_BYTES,
+            min_partitions=int_option("minPartitions", given.get("minpartitions"), 1) or MIN_PARTITIONS,
         )
 
     @property
@@ -395,11 +403,22 @@ class MessageReader(_ReadMixin, DataSourceReader):
         end = self.opts.ending if isinstance(self.opts.ending, int) and self.opts.ending >= 0 else None
         rows = RowFilter(offset_min=self.offset_min, offset_max=self.offset_max, ts_min=self.ts_min, ts_max=self.ts_max)
         with open_store(self.opts.path) as store:
+            ranges = log_ranges(store, start, end, self.opts.committed_only)
+            piece = self.opts.max_partition_bytes or _piece_bytes(ranges, self.opts.min_partitions)
             return [
-                MessagePartition(piece, rows, log_file_of(store, piece))
-                for r in log_ranges(store, start, end, self.opts.committed_only)
-                for piece in split_log_range(store, r, self.opts.max_partition_bytes)
+                MessagePartition(part, rows, log_file_of(store, part))
+                for r in ranges
+                for part in split_log_range(store, r, piece)
             ]
+
+
+def _piece_bytes(ranges: list[LogRange], min_partitions: int) -> int:
+    """The piece size that cuts ``ranges`` (one per file) into about ``min_partitions`` pieces,
+    or 0 (one per file) when there are that many files already."""
+    if len(ranges) >= min_partitions:
+        return 0
+    total = sum(r.end - r.start for r in ranges)
+    return max(1, -(-total // min_partitions))
 
 
 class MessagePushdownReader(MessageReader):

@@ -16,7 +16,6 @@ import pytest
 from dledger.rocketmq import read_messages
 from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
-    LogRange,
     ReadArgs,
     RowFilter,
     iter_message_batches,
@@ -122,11 +121,21 @@ def test_a_walk_cut_into_pieces_reads_every_record_once(max_bytes: int) -> None:
     assert got == want
 
 
-def test_a_dledger_walk_is_not_cut() -> None:
-    with open_store(FIXTURES_MQ / "dledger-1node") as store:
-        for rng in log_ranges(store, None, None, True):
+def test_a_dledger_walk_is_not_cut_and_reads_each_file_alone() -> None:
+    """A DLedger log keeps one range per data file, each read by mapping that file alone (no
+    store opened per Spark partition): together the Java listing, each record once."""
+    name = "dledger-1node"
+    batches = []
+    with open_store(FIXTURES_MQ / name) as store:
+        ranges = log_ranges(store, None, None, True)
+        assert len(ranges) > 1
+        for rng in ranges:
             assert split_log_range(store, rng, 700) == [rng]
-            assert log_file_of(store, LogRange(rng.start, rng.end)) is None
+            file = log_file_of(store, rng)
+            assert file is not None and file.dledger
+            batches += list(read_log_file(file, rng, ReadArgs()))
+    got = [line_of(r) for r in pa.Table.from_batches(batches).to_pylist()]
+    assert got == [split_expected(line) for line in expected(name, "messages.tsv")]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -710,23 +710,28 @@ def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Sch
 
 @dataclass(frozen=True, slots=True)
 class LogFile:
-    """The classic commit-log file a walk's range lies in, read by mapping that file alone
-    (opening the store costs tens of ms per Spark partition; the range was bounded by the
-    readable end when it was planned)."""
+    """The commit-log file a walk's range lies in, read by mapping that file alone (opening
+    the store costs tens of ms per Spark partition; the range was bounded by the readable, or
+    for a DLedger log the committed, end when it was planned)."""
 
     path: str
     base: int
     size: int
+    dledger: bool = False
 
 
 def log_file_of(store: MessageStore, rng: LogRange) -> LogFile | None:
-    """The file ``rng`` lies in, when it can be read alone (a classic commit log)."""
-    if store.mode == "dledger":
-        return None
+    """The file ``rng`` lies in, when it can be read alone (None: a DLedger store that still
+    holds classic files from its upgrade). DLedger data files are named by their start position
+    like a classic log's, and hold entries the walk reads in DLedger mode."""
     cl = store.commitlog
+    dledger = store.mode == "dledger"
+    if dledger and cl.old_files:  # positions below ``divided`` are in other files, with no entry header
+        return None
+    log_dir = cl.files.store_path if dledger else cl.path
     size = int(cl.file_size)
     base = rng.start - rng.start % size
-    return LogFile(str(Path(cl.path) / f"{base:020d}"), base, size)
+    return LogFile(str(Path(log_dir) / f"{base:020d}"), base, size, dledger)
 
 
 def read_log_file(
@@ -743,7 +748,7 @@ def read_log_file(
             view = memoryview(mm)
             was = pos
             try:
-                pos = yield from _walk_view(view, file.base, size, file.size, pos, rng.end, args, schema, False)
+                pos = yield from _walk_view(view, file.base, size, file.size, pos, rng.end, args, schema, file.dledger)
             finally:
                 _drop_pages(view, was - file.base, (rng.end if pos is None else pos) - file.base)
                 view.release()
