@@ -97,6 +97,78 @@ def test_the_kernel_put_writes_the_general_paths_bytes(tmp_path: Path, mode: str
         assert [m.keys for m in s.query_by_key("BenchTopic", "key-0-150", 4)] == ["key-0-150"]
 
 
+def record_as_encoded(s: MessageStore, m: Message, phys: int) -> tuple[bytes, bytes]:
+    """The record at ``phys`` and what the general path's encoder makes of ``m`` with the
+    record's own UNIQ_KEY, offsets and times (the template from ``put_template``)."""
+    data, rec = read_record(s, phys)
+    value = UNIQ.search(rec["properties"])
+    assert value is not None
+    want = K.encode_put(
+        s.preparer.put_template(m),
+        m.body,
+        value.group(1)[:-4],
+        int(value.group(1)[-4:], 16),
+        m.flag,
+        rec["born_timestamp"],
+        m.reconsume_times,
+        m.prepared_offset,
+        rec["queue_offset"],
+        rec["stored_phys_offset"],
+        rec["store_timestamp"],
+    )
+    return data, bytes(want)
+
+
+@pytest.mark.parametrize("mode", ["classic", "dledger"])
+def test_puts_to_one_queue_that_differ_in_one_field_each_write_their_own_template(tmp_path: Path, mode: str) -> None:
+    """The kernel remembers each queue's last template: puts to one queue (and to queue 16,
+    which shares its place) that differ from the one before in one field only (topic, tags,
+    a property's value, the properties' order, keyed or not, born host; each put after the
+    base message and the base after each) write the record of their own fields, three turns."""
+    two = {"CLUSTER": "DefaultCluster", "A": "1"}
+
+    def msg(
+        topic: str = "BenchTopic",
+        queue_id: int = 0,
+        tags: str | None = "TagA",
+        props: dict | None = None,
+        keys: str | None = "k",
+        born: tuple[str, int] = BORN,
+    ) -> Message:
+        return Message(
+            topic,
+            b"b" * 20,
+            queue_id=queue_id,
+            tags=tags,
+            keys=keys,
+            properties=dict(two if props is None else props),
+            born_host=born,
+        )
+
+    variants = [
+        msg(),
+        msg(topic="OtherTopic"),
+        msg(tags="TagB"),
+        msg(tags=None),
+        msg(props={"A": "1", "CLUSTER": "DefaultCluster"}),
+        msg(props={"CLUSTER": "DefaultCluster", "A": "2"}),
+        msg(props={"CLUSTER": "DefaultCluster"}),
+        msg(keys=None),
+        msg(born=("10.0.0.2", 50000)),
+        msg(queue_id=16),
+    ]
+    with MessageStore(tmp_path / "s", config(mode, 1 << 20)) as s:
+        put = []
+        for turn in range(3):
+            for m in [x for v in variants[1:] for x in (variants[0], v)]:  # each after the base
+                r = s.put_message(m) if turn == 0 else s._single_put.put(m)
+                assert r is not None and r.status == PutMessageStatus.PUT_OK  # after the first turn, the kernel's
+                put.append((m, r.phys_offset))
+        for m, phys in put:
+            got, want = record_as_encoded(s, m, phys)
+            assert got == want, (m, phys)
+
+
 @pytest.mark.parametrize("mode", ["classic", "dledger"])
 def test_kernel_puts_and_batches_share_the_queue_offsets(tmp_path: Path, mode: str) -> None:
     """Kernel single puts, batches and ``put_messages`` of one queue, interleaved: the queue's
@@ -222,3 +294,31 @@ def test_a_message_missing_a_field_is_refused_with_nothing_written(tmp_path: Pat
             delattr(m, name)
             assert s.put_message(m).status == PutMessageStatus.UNKNOWN_ERROR, name
         assert s.max_phys_offset == end
+
+
+def test_a_dledger_kernel_put_moves_the_committed_end_and_wakes_dispatch(tmp_path: Path) -> None:
+    """On the single member a kernel put is committed as appended: the log's committed end
+    moves to its record's end and dispatch is woken with it (an idle dispatch waits for that),
+    once per put."""
+    with MessageStore(tmp_path / "s", config("dledger", 1 << 20)) as s:
+        for seq in range(3):
+            s.put_message(workload_message(seq))
+        log = s.commitlog
+        woken: list[int] = []
+        dispatch_wakeup = log.wakeup
+        assert dispatch_wakeup is not None
+
+        def wakeup() -> None:
+            woken.append(log._committed_pos)
+            dispatch_wakeup()
+
+        log.wakeup = wakeup
+        ends = []
+        for seq in range(3, 8):
+            r = s._single_put.put(workload_message(seq))
+            assert r is not None and r.status == PutMessageStatus.PUT_OK  # the kernel's
+            ends.append(r.phys_offset + r.append_result.wrote_bytes)
+            assert log._committed_pos == ends[-1]
+        assert woken == ends
+        assert s.wait_dispatched(30)
+        assert s.get_messages("BenchTopic", 7 % 3, 0, 100).messages[-1].keys == "key-0-7"

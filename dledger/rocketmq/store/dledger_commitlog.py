@@ -624,17 +624,12 @@ class DLedgerCommitLog(LogFiles):
             lock.release()
         return AppendMessageResult(_PUT_OK, pos + BODY_OFFSET, len(rec), now, queue_offset, 1, tpl.store_host)
 
-    def _append_single(self, rec: bytes) -> int:
-        """``K.SinglePut``'s append of one record (under the put lock, the embedded single
-        member): its entry position, committed as appended."""
-        embedded = self._embedded
-        assert embedded is not None
-        try:
-            pos: int = embedded.append_one_committed(rec, self.term)
-        except DLedgerError as exc:
+    def _append_refused(self, exc: BaseException) -> None:
+        """``K.SinglePut``'s append (the embedded single member's, under the put lock; the
+        committed position is moved in C, as ``_put_framed`` moves it) raised ``exc``: a
+        DLedgerError is raised as the PutRefused of its code, anything else the kernel raises."""
+        if isinstance(exc, DLedgerError):
             raise PutRefused(status_of_dledger_code(exc.code), str(exc)) from exc
-        self.on_committed(pos + BODY_OFFSET + len(rec))
-        return pos
 
     def _refuse(self) -> None:
         if self.readonly or self.appender is None:
