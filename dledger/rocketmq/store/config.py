@@ -129,10 +129,6 @@ class MessageStoreConfig:
     ha_housekeeping_interval: int = 20_000
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
-    # ours (no RocketMQ key): niceness of the store's background threads (dispatch, the commit
-    # log's pre-writer and flush, housekeeping), so that the HA and put threads get a core first;
-    # 0: leave them at the process's (store/ha/background_nice.py, docs/ha.md).
-    background_thread_nice: int = 10
 
     # DLedger
     enable_dledger_commit_log: bool = False
@@ -161,8 +157,6 @@ class MessageStoreConfig:
         check_types(self)
         at_least(self, 1, _POSITIVE)
         at_least(self, 0, ("file_reserved_time",))
-        if not 0 <= self.background_thread_nice <= 19:
-            raise ConfigError(f"background_thread_nice = {self.background_thread_nice}: want a niceness, 0-19")
         one_of(self, "flush_disk_type", (ASYNC_FLUSH, SYNC_FLUSH))
         one_of(self, "broker_role", (ASYNC_MASTER, SYNC_MASTER, SLAVE))
         if not 0 < self.disk_max_used_space_ratio <= 100:

@@ -43,7 +43,6 @@ from dledger.rocketmq.store.consume_queue_table import ConsumeQueueTable
 from dledger.rocketmq.store.consumer_offset import ConsumerOffsetManager, OffsetFileError
 from dledger.rocketmq.store.dispatch import ReputMessageService
 from dledger.rocketmq.store.encode import IllegalMessage, PreparedBatch, check_message_ints
-from dledger.rocketmq.store.ha.background_nice import nice_background_threads
 from dledger.rocketmq.store.index_file import IndexService
 from dledger.rocketmq.store.message import (
     IDS_PER_HEAD,
@@ -300,7 +299,6 @@ class MessageStore:
                 self.reput.start()
             self._service_thread = threading.Thread(target=self._services, name="rocketmq-store-services", daemon=True)
             self._service_thread.start()
-            nice_background_threads(cfg.background_thread_nice)
         else:
             self.recover_topic_queue_table()
 
