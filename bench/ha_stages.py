@@ -311,6 +311,9 @@ def run(count: int, broker_python: str | None, sample: bool = False) -> dict[str
     got.update(outq=m["outq"], inq=s["inq"], dledger=[s.get("dledger", "?")])
     # How long each append call of the slave took (a stall there holds every frame after it).
     got["append call"] = [b - a for a, b, _end in s["append"]]
+    # The master's put rate: a change that slows the producer shortens the lag for that alone.
+    puts = m["put"]
+    got["put rate"] = [count / (puts[-1][0] - puts[0][0]) if len(puts) > 1 else float("nan")]
     samples = root / "s.json.samples"
     if samples.exists():
         rows = json.loads(samples.read_text())
@@ -365,6 +368,7 @@ def main() -> None:
             got = run(args.count, exe, args.sample)
             rounds[name].append(got)
             print(f"round {r + 1} {name} ({got['dledger'][0]}, load {os.getloadavg()[0]:.1f}):")
+            print(f"  master's put rate: {got['put rate'][0]:,.0f} msg/s")
             calls = got["append call"]
             print(
                 f"  slave's append calls: {len(calls)}, p50 {statistics.median(calls) * 1e3:.3f} ms, "
