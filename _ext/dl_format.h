@@ -66,4 +66,13 @@ static inline void dl_write_blank(unsigned char *p, int32_t len) {
     dl_put32(p + 4, (uint32_t)len);
 }
 
+/* Fetch the cache line at ``p`` for a read soon; an address past the mapping is harmless. */
+static inline void dl_prefetch_r(const void *p) {
+#if defined(__GNUC__)
+    __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+
 #endif

@@ -14,6 +14,7 @@ cdef extern from "dl_format.h" nogil:
     int DL_MIN_BLANK_LEN
     uint32_t dl_get32(const unsigned char *p)
     uint64_t dl_get64(const unsigned char *p)
+    void dl_prefetch_r(const void *p)
     void dl_write_header(unsigned char *p, int32_t magic, int32_t size, int64_t index,
                          int64_t term, int64_t pos, int32_t channel, int32_t chain_crc,
                          int32_t body_crc, int32_t body_size)

@@ -9,7 +9,6 @@ from libc.stdlib cimport realloc
 cdef extern from "mq_format.h" nogil:
     int mq_same(const unsigned char *a, const unsigned char *b, size_t n)
     void mq_dispatch_props(const unsigned char *q, size_t n, int64_t *vo, int64_t *vl)
-    void mq_prefetch_r(const void *p)
 
 # errno is declared once for the module, in message_service.pxi (included before this file).
 
@@ -668,7 +667,7 @@ def dispatch_round(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, bint dle
                         break
                     q = p + off
                     while pf_at < off + _RECORDS_AHEAD and pf_at < end:
-                        mq_prefetch_r(p + pf_at)
+                        dl_prefetch_r(p + pf_at)
                         pf_at += 64
                     if dledger:
                         code = _parse_entry(q, off, end - off, base, False, &r)

@@ -207,15 +207,6 @@ static inline uint32_t mq_java_hash_utf8(const unsigned char *s, size_t n) {
     return mq_java_hash_utf8_from(0, s, n);
 }
 
-/* Fetch the cache line at ``p`` for a read soon; an address past the mapping is harmless. */
-static inline void mq_prefetch_r(const void *p) {
-#if defined(__GNUC__)
-    __builtin_prefetch(p, 0, 3);
-#else
-    (void)p;
-#endif
-}
-
 /* The bytes ``a[0:n]`` and ``b[0:n]`` are equal: memcmp for the short strings dispatch compares
  * (topics), without a libc call a record. */
 static inline int mq_same(const unsigned char *a, const unsigned char *b, size_t n) {

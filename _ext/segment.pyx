@@ -159,6 +159,9 @@ NOGIL_COPY_BYTES = NOGIL_COPY  # for Python callers that keep a copy under it (c
 # thread wants the GIL the hand-over only costs (a lone writer: append_batch/append_framed
 # benches ~8-20% slower with it), so it is not the default.
 cdef int64_t PAGE = 4096
+# How many lookups ahead `EntryLog.lookup` prefetches an index unit (about the misses a core
+# keeps in flight).
+cdef Py_ssize_t LOOKUP_AHEAD = 16
 
 
 def offset_to_file_name(int64_t offset):
@@ -1872,12 +1875,18 @@ cdef class EntryLog:
         cdef int64_t[::1] ps = pos_a, tm = term_a
         cdef int32_t[::1] sz = size_a
         cdef const unsigned char *u
-        cdef int64_t cur_from = -1, cur_end = -1, off
+        cdef int64_t cur_from = -1, cur_end = -1, off, ahead
         cdef const unsigned char *base = NULL
         cdef MappedFile f
         self._enter()
         try:
             for k in range(count):
+                # Random indices miss the cache on every unit: ask for the unit LOOKUP_AHEAD
+                # lookups on now, so several misses are in flight at once (in the current file).
+                if k + LOOKUP_AHEAD < count:
+                    ahead = ix[k + LOOKUP_AHEAD] * DL_INDEX_UNIT
+                    if cur_from <= ahead < cur_end:
+                        dl_prefetch_r(base + (ahead - cur_from))
                 if ix[k] < self.begin or ix[k] > self.end or ix[k] < 0:
                     raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
                                        f"index {ix[k]} outside [{self.begin}, {self.end}]")
