@@ -32,11 +32,9 @@ from dledger.rocketmq.store.ha.ha_connection import HEADER, REPORT, configure_so
 log = logging.getLogger(__name__)
 _HA = _load_ext("ha")
 
-# HAClient.READ_MAX_BUFFER_SIZE is 4 MiB. A slave behind a bursting master found up to 15 MB
-# queued in its socket (tcp_rmem lets autotuning grow it to 32 MiB, about half of it data): a
-# 4 MiB buffer took that in several reads, each a GIL hand-over and a wait for a core on a
-# busy broker; 16 MiB takes it in one (lag p50 down 31-59 % against main: docs/ha.md). The wire
-# protocol does not see it (frames stay at most haTransferBatchSize).
+# HAClient.READ_MAX_BUFFER_SIZE is 4 MiB. A busy slave can find more than that queued in its
+# socket (TCP autotuning grows it); one read takes it all instead of several, each a GIL
+# hand-over and a wait for a core (docs/ha.md). Frames on the wire do not change.
 READ_MAX_BUFFER_SIZE = 16 * 1024 * 1024
 SELECT_S = 1.0
 CONNECT_TIMEOUT_S = 3.0
