@@ -117,6 +117,59 @@ def _no_more(reader: asyncio.StreamReader) -> bool:
     return not reader._buffer  # type: ignore[attr-defined]
 
 
+async def _master_taking_sends(c: NettyRemotingClient, namesrv: str, topic: str, body: bytes = b"first") -> str:
+    """The master, once it took a send of ``body`` (the group may still change terms after its
+    start)."""
+    deadline = time.monotonic() + 30
+    while True:
+        master = (await _wait_master(c, namesrv, 3, None, 30))[0]
+        first = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2(topic, 0), body)
+        if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
+            return master
+        assert time.monotonic() < deadline, "no master took a send"
+        await asyncio.sleep(0.2)
+
+
+async def _held_round(
+    master: str, followers: list[int], reqs: list[RemotingCommand]
+) -> tuple[list[RemotingCommand], list[RemotingCommand]]:
+    """``reqs`` pipelined to ``master`` while its ``followers`` are stopped: the answers that came
+    while they were (busy ones only can), then the rest once they resumed; each request answered
+    once."""
+    host, port = master.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    for pid in followers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        writer.write(b"".join(r.encode() for r in reqs))
+        # Under load a send among the 256 taken may wait 200 ms before it runs too (the loop
+        # held) and be cleaned as it is about to: up to len(reqs) busy answers.
+        busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=len(reqs))
+    finally:
+        for pid in followers:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        rest = await _answers(reader, len(reqs) - len(busy), timeout=30)
+        await asyncio.sleep(0.3)
+        assert _no_more(reader)
+    finally:
+        writer.close()
+    assert sorted(a.opaque for a in busy + rest) == sorted(r.opaque for r in reqs)
+    return busy, rest
+
+
+async def _stored(c: NettyRemotingClient, master: str, topic: str) -> list[bytes]:
+    """The bodies queue 0 of ``topic`` holds on ``master``."""
+    got_all: list[bytes] = []
+    offset = 0
+    while True:
+        got = await c.invoke(master, pull_message(topic, 0, offset), timeout=10)
+        if got.code != ResponseCode.SUCCESS:
+            return got_all
+        got_all += [bytes(m.body) for m in records(bytes(got.body))]
+        offset = int((got.ext_fields or {})["nextBeginOffset"])
+
+
 @pytest.mark.parametrize("enable", [True, False])
 def test_sends_waiting_in_a_paused_connections_queue_are_answered_timeout_clean_queue(enable: bool) -> None:
     """300 pipelined sends against a store that holds them: 256 are taken (the connection's
@@ -226,58 +279,19 @@ def test_a_member_whose_quorum_is_stopped_answers_its_queued_sends_timeout_clean
         async def scenario() -> None:
             c = NettyRemotingClient()
             try:
-                # Until a master takes a send (the group may still change terms after its start).
-                deadline = time.monotonic() + 30
-                while True:
-                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
-                    first = RemotingCommand.request(
-                        RequestCode.SEND_MESSAGE_V2, send_message_header_v2("FFMember", 0), b"first"
-                    )
-                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
-                        break
-                    assert time.monotonic() < deadline, "no master took a send"
-                    await asyncio.sleep(0.2)
-            finally:
-                await c.close()
-            followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
-            host, port = master.rsplit(":", 1)
-            reader, writer = await asyncio.open_connection(host, int(port))
-            for pid in followers:
-                os.kill(pid, signal.SIGSTOP)
-            try:
+                master = await _master_taking_sends(c, namesrv, "FFMember")
+                followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
                 reqs = _sends(n, "FFMember")
-                writer.write(b"".join(r.encode() for r in reqs))
-                # Under load a send among the 256 taken may wait 200 ms before it runs too (the
-                # loop held) and be cleaned as it is about to: up to n busy answers.
-                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n)
-            finally:
-                for pid in followers:
-                    os.kill(pid, signal.SIGCONT)
-            try:
-                rest = await _answers(reader, n - len(busy), timeout=30)
-                await asyncio.sleep(0.3)
-                assert _no_more(reader)
-            finally:
-                writer.close()
-            assert busy, "no send was cleaned"
-            by_opaque = {a.opaque: a for a in busy + rest}
-            assert sorted(by_opaque) == sorted(r.opaque for r in reqs)
-            for a in busy:
-                m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
-                assert a.code == ResponseCode.SYSTEM_BUSY and m and int(m[1]) >= SEND_WAIT_MS, a.remark
-            ok = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SUCCESS}
-            cleaned = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SYSTEM_BUSY}
-            assert len(ok) >= MAX_IN_FLIGHT_PER_CHANNEL - 1, len(ok)
-            c = NettyRemotingClient()
-            try:
-                stored: set[bytes] = set()
-                offset = 0
-                while True:
-                    got = await c.invoke(master, pull_message("FFMember", 0, offset), timeout=10)
-                    if got.code != ResponseCode.SUCCESS:
-                        break
-                    stored |= {bytes(m.body) for m in records(bytes(got.body))}
-                    offset = int((got.ext_fields or {})["nextBeginOffset"])
+                busy, rest = await _held_round(master, followers, reqs)
+                assert busy, "no send was cleaned"
+                by_opaque = {a.opaque: a for a in busy + rest}
+                for a in busy:
+                    m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
+                    assert a.code == ResponseCode.SYSTEM_BUSY and m and int(m[1]) >= SEND_WAIT_MS, a.remark
+                ok = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SUCCESS}
+                cleaned = {bytes(r.body) for r in reqs if by_opaque[r.opaque].code == ResponseCode.SYSTEM_BUSY}
+                assert len(ok) >= MAX_IN_FLIGHT_PER_CHANNEL - 1, len(ok)
+                stored = set(await _stored(c, master, "FFMember"))
             finally:
                 await c.close()
             assert ok <= stored, len(ok - stored)
@@ -344,75 +358,30 @@ def test_broker_fast_failure_enable_is_flipped_at_runtime_by_update_broker_confi
             props = parse_properties(bytes(r.body).decode("utf-8"))
             assert props["brokerFastFailureEnable"] == ("true" if on else "false")
 
-        async def held_round(
-            master: str, topic: str
-        ) -> tuple[list[RemotingCommand], list[RemotingCommand], dict[int, bytes]]:
-            """``n`` pipelined sends while the followers are stopped: the answers that came
-            while they were (busy ones only can), then the rest once they resumed."""
-            followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
-            host, port = master.rsplit(":", 1)
-            reader, writer = await asyncio.open_connection(host, int(port))
-            reqs = _sends(n, topic)
-            for pid in followers:
-                os.kill(pid, signal.SIGSTOP)
-            try:
-                writer.write(b"".join(r.encode() for r in reqs))
-                # Under load a send among the 256 taken may wait 200 ms before it runs too (the
-                # loop held) and be cleaned as it is about to: up to n busy answers.
-                busy, _ = await _answers_until_quiet(reader, quiet_s=1.0, most=n)
-            finally:
-                for pid in followers:
-                    os.kill(pid, signal.SIGCONT)
-            try:
-                rest = await _answers(reader, n - len(busy), timeout=30)
-                await asyncio.sleep(0.3)
-                assert _no_more(reader)
-            finally:
-                writer.close()
-            by_opaque = {a.opaque: a for a in busy + rest}
-            assert sorted(by_opaque) == sorted(r.opaque for r in reqs)
-            return busy, rest, {r.opaque: bytes(r.body) for r in reqs}
-
-        async def stored(c: NettyRemotingClient, master: str, topic: str) -> list[bytes]:
-            got_all: list[bytes] = []
-            offset = 0
-            while True:
-                got = await c.invoke(master, pull_message(topic, 0, offset), timeout=10)
-                if got.code != ResponseCode.SUCCESS:
-                    return got_all
-                got_all += [bytes(m.body) for m in records(bytes(got.body))]
-                offset = int((got.ext_fields or {})["nextBeginOffset"])
-
         async def scenario() -> None:
             c = NettyRemotingClient()
             try:
-                deadline = time.monotonic() + 30
-                while True:
-                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
-                    first = RemotingCommand.request(
-                        RequestCode.SEND_MESSAGE_V2, send_message_header_v2("FFOff", 0), b"first"
-                    )
-                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
-                        break
-                    assert time.monotonic() < deadline, "no master took a send"
-                    await asyncio.sleep(0.2)
+                master = await _master_taking_sends(c, namesrv, "FFOff")
+                followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
 
                 await set_fast_failure(c, master, False)
-                busy, rest, _ = await held_round(master, "FFOff")
+                busy, rest = await _held_round(master, followers, _sends(n, "FFOff"))
                 assert not busy, busy[0].remark
                 assert {a.code for a in rest} == {ResponseCode.SUCCESS}
                 # Every send ran, queued ones too, each once.
-                assert sorted(await stored(c, master, "FFOff")) == sorted([b"first"] + [b"%06d" % k for k in range(n)])
+                assert sorted(await _stored(c, master, "FFOff")) == sorted([b"first"] + [b"%06d" % k for k in range(n)])
 
                 await set_fast_failure(c, master, True)
-                busy, rest, body_of = await held_round(master, "FFOn")
+                reqs = _sends(n, "FFOn")
+                busy, rest = await _held_round(master, followers, reqs)
+                body_of = {r.opaque: bytes(r.body) for r in reqs}
                 assert busy, "no queued send was cleaned with brokerFastFailureEnable back on"
                 for a in busy:
                     m = TIMEOUT_CLEAN.fullmatch(a.remark or "")
                     assert a.code == ResponseCode.SYSTEM_BUSY and m and int(m[1]) >= SEND_WAIT_MS, a.remark
                 assert {a.code for a in rest} == {ResponseCode.SUCCESS}
                 # What ran is exactly what was answered SUCCESS: nothing cleaned was stored.
-                assert sorted(await stored(c, master, "FFOn")) == sorted(body_of[a.opaque] for a in rest)
+                assert sorted(await _stored(c, master, "FFOn")) == sorted(body_of[a.opaque] for a in rest)
             finally:
                 await c.close()
 
@@ -431,14 +400,7 @@ def test_a_send_whose_quorum_wait_runs_out_is_answered_pc_synchronized_broker_bu
         async def scenario() -> None:
             c = NettyRemotingClient()
             try:
-                deadline = time.monotonic() + 30
-                while True:
-                    master = (await _wait_master(c, namesrv, 3, None, 30))[0]
-                    first = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2("PcBusy", 0))
-                    if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
-                        break
-                    assert time.monotonic() < deadline, "no master took a send"
-                    await asyncio.sleep(0.2)
+                master = await _master_taking_sends(c, namesrv, "PcBusy")
                 followers = [brokers.procs[m].pid for a, m in by_addr.items() if a != master]
                 for pid in followers:
                     os.kill(pid, signal.SIGSTOP)
