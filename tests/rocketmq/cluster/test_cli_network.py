@@ -16,7 +16,9 @@ import pytest
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError
 from dledger.rocketmq.broker.message_service import message_store_config
+from dledger.rocketmq.client.producer import Producer
 from dledger.rocketmq.store.dledger_commitlog import dledger_config_for
+from dledger.rocketmq.store.message import Message
 from dledger.testing import FAST, TestCluster, consecutive_free_ports
 
 pytestmark = pytest.mark.timeout(240)
@@ -332,6 +334,19 @@ def test_a_send_whose_quorum_wait_runs_out_is_sent_again_and_said(tmp_path: Path
     # while its followers are stopped (else it steps down and the first copy may be dropped).
     extra = [*FAST, "--message-store", "--max-wait-ack-time-ms", "200", "--max-heart-beat-leak", "100"]
     with TestCluster(tmp_path, member_dirs=True, proxied=False, extra=extra).running() as c:
+        # Followers are stopped only under a settled leader that takes puts: stopped while an
+        # election is still under way (a member's campaign at a higher term that the status poll
+        # did not show), the leader steps down to a candidate that can never win, and no send ever
+        # reaches a quorum wait (CI, stop 51); a leader just elected may also still be committing
+        # its tail (LEADER_NOT_READY).
+        with Producer(c.peers, timeout=20) as p:
+            assert p.send(Message("Warm", b"w"), queue_id=0).status == "SEND_OK"
+
+        def settled() -> bool:
+            st = list(c.status().values())
+            return len({(s["term"], s["leader"]) for s in st}) == 1 and st[0]["leader"] is not None
+
+        c.wait_for(settled, what="every member under one leader in one term")
         leader = c.wait_leader()
         followers = [c.procs[m].pid for m in c.ids if m != leader]
         for pid in followers:
