@@ -102,6 +102,34 @@ def test_truncate_replaces_divergent_suffix(any_store):
     assert any_store.ledger_end_index == 30
 
 
+@pytest.mark.parametrize("offset", [-5, 7, 10_000], ids=["inside-our-entry", "past-our-entry", "past-our-end"])
+def test_truncate_refuses_an_entry_that_does_not_start_where_ours_before_it_ends(any_store, offset):
+    # The leader's entry k at its own position: when our k - 1 ends elsewhere (our log is not
+    # the leader's up to k - 1: a wrong COMPARE), cutting there would cut an entry of ours in
+    # two (recovery then refuses the file) or, past our end, drop every data file. Refused,
+    # nothing changed (DLedgerMmapFileStore.truncate checks dataPos == entry.getPos() only
+    # after cutting).
+    entries = [any_store.append_as_leader(f"entry {i}".encode() * (1 + i % 3), 1) for i in range(20)]
+    any_store.update_committed_index(1, 9)
+    held: list[bytes] = [any_store.get_raw(i) for i in range(20)] if isinstance(any_store, MmapFileStore) else []
+    ours = entries[12].pos
+    with pytest.raises(DLedgerError) as exc:
+        any_store.truncate(Entry(index=12, term=2, pos=ours + offset, body=b"the leader's twelve"))
+    assert exc.value.code == ResponseCode.INCONSISTENT_STATE
+    assert (any_store.ledger_end_index, any_store.ledger_end_term) == (19, 1)
+    assert [any_store.get(i).body for i in range(20)] == [e.body for e in entries]
+    # At our own position it is taken.
+    assert any_store.truncate(Entry(index=12, term=2, pos=ours, body=b"the leader's twelve")) == 12
+    if isinstance(any_store, MmapFileStore):
+        # And the file is one our own recovery opens, every kept entry as it was.
+        path, cfg = any_store.path, any_store.config
+        any_store.close()
+        with MmapFileStore(path, cfg, start_services=False) as again:
+            assert again.ledger_end_index == 12
+            assert [again.get_raw(i) for i in range(12)] == held[:12]
+            assert again.get(12).body == b"the leader's twelve"
+
+
 def test_committed_index_moves_forward_only(any_store):
     for _i in range(10):
         any_store.append_as_leader(b"x", 1)

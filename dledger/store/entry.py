@@ -41,6 +41,18 @@ class Entry:
         )
 
 
+def check_starts_after(entry: Entry, kept_end: int) -> None:
+    """A follower truncate keeping the entry before ``entry`` (which ends at ``kept_end``)
+    cuts its data at ``entry.pos``: anywhere else would cut a kept entry in two (recovery then
+    refuses the file) or, past our end, drop every data file. Where they disagree our log is
+    not the leader's up to there (a wrong COMPARE): refuse, before anything changes."""
+    if entry.pos != kept_end:
+        raise DLedgerError(
+            ResponseCode.INCONSISTENT_STATE,
+            f"the leader's entry {entry.index} is at {entry.pos}, our entry {entry.index - 1} ends at {kept_end}",
+        )
+
+
 def entries_from_raw(blob: bytes | memoryview, first_index: int, first_pos: int, prev_term: int = -1) -> list[Entry]:
     """Decode a blob of encoded entries (the leader's on-disk bytes of ``first_index`` on,
     ``blob[0]`` at ``first_pos``), checked as ``codec.scan`` checks: contiguous indices from

@@ -29,7 +29,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError, check
 from dledger.packed import FramedBodies
-from dledger.store.entry import Entry
+from dledger.store.entry import Entry, check_starts_after
 from dledger.store.layout import (
     BODY_OFFSET,
     DATA_DIR,
@@ -432,6 +432,8 @@ class MmapFileStore:
             else:
                 data_cut = entry.pos
                 last_kept = entry.index - 1
+                if lg.begin >= 0 and lg.begin <= last_kept <= lg.end:
+                    check_starts_after(entry, self._end_pos(last_kept))
             if lg.begin < 0 or not (lg.begin <= entry.index <= lg.end + 1):
                 # Nothing of ours precedes it: restart both lists at the entry.
                 lg.data.rebuild_with_pos(entry.pos)

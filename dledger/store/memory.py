@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from dledger.codes import ResponseCode
 from dledger.errors import DLedgerError, check
-from dledger.store.entry import Entry, entries_from_raw, entries_to_raw
+from dledger.store.entry import Entry, check_starts_after, entries_from_raw, entries_to_raw
 from dledger.store.layout import BODY_OFFSET
 
 
@@ -141,6 +141,9 @@ class MemoryStore:
     def truncate(self, entry: Entry) -> int:
         keep = entry.same_as(self._entries.get(entry.index))
         last_kept = entry.index if keep else entry.index - 1
+        kept = self._entries.get(last_kept) if last_kept <= self._end else None
+        if not keep and kept is not None:
+            check_starts_after(entry, kept.pos + kept.size)
         for i in range(last_kept + 1, self._end + 1):
             self._entries.pop(i, None)
         if keep:

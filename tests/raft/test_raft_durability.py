@@ -142,3 +142,18 @@ def test_only_the_core_writes_to_the_store() -> None:
     package = Path(dledger.raft.__file__).parent
     found = [hit for p in sorted(package.glob("*.py")) if p.name != "core.py" for hit in _store_writes_outside_core(p)]
     assert not found, f"write through Core's methods (they mark the store dirty): {found}"
+
+
+def test_a_truncate_whose_entry_starts_elsewhere_than_our_log_is_refused_and_changes_nothing() -> None:
+    # A leader whose compare was wrong sends TRUNCATE at its entry 2, whose position is not
+    # where our entry 1 ends (its bodies are longer): cutting there would cut our log
+    # mid-entry (a file store's recovery then refuses it). The follower answers
+    # INCONSISTENT_STATE, so the leader compares again, and keeps its log as it was.
+    held = entries(3)
+    node = follower(held)
+    theirs = entries(3, body=b"L" * 30, term=0)
+    assert theirs[2].pos != held[1].pos + held[1].size
+    out = push(node, PushEntryRequest(type=PushType.TRUNCATE, entries=theirs[2:], req_id=10))
+    assert one(out, PushEntryResponse).code == ResponseCode.INCONSISTENT_STATE
+    assert node.store.ledger_end_index == 2
+    assert all(node.store.get(i).same_as(e) for i, e in enumerate(held))
