@@ -552,40 +552,59 @@ _FUSED_FIXED = ("phys_offset", "size", "body_crc", "queue_id", "flag", "queue_of
 cdef Py_ssize_t _PROPS_ITEMS_MAX = 32767 // 3 + 2
 
 
-cdef dict _fused_alloc(_Fused *f, Py_ssize_t rows, int64_t budget, object wanted):
-    """Buffers for ``rows`` records of at most ``budget`` bytes in all, bound into ``f``."""
+_U8 = np.dtype(np.uint8)
+_I32 = np.dtype(np.int32)
+
+
+cdef object _buf(dict pool, str key, Py_ssize_t n, object dtype, bint zero):
+    """A buffer of at least ``n`` items: a new one, or with a ``pool`` the pool's buffer of that
+    name when large enough (its pages are already faulted in), else a new one kept there."""
+    if pool is None:
+        return np.zeros(n, dtype) if zero else np.empty(n, dtype)
+    arr = pool.get(key)
+    if arr is None or arr.shape[0] < n or arr.dtype != dtype:
+        arr = np.empty(n, dtype)
+        pool[key] = arr
+    if zero:
+        memset(cnp.PyArray_DATA(<cnp.ndarray>arr), 0, <size_t>(n * arr.itemsize))
+    return arr
+
+
+cdef dict _fused_alloc(_Fused *f, Py_ssize_t rows, int64_t budget, object wanted, dict pool=None):
+    """Buffers for ``rows`` records of at most ``budget`` bytes in all, bound into ``f`` (from
+    ``pool`` when given: see ``fused_walk``)."""
     memset(f, 0, sizeof(_Fused))
     cdef dict out = {}
-    fixed = {name: dt for name, dt in COLUMN_TYPES}
+    fixed = {name: np.dtype(dt) for name, dt in COLUMN_TYPES}
     for name in _FUSED_FIXED:
-        out[name] = np.empty(rows, fixed[name])
+        out[name] = _buf(pool, name, rows, fixed[name], False)
     _bind_some(out, &f.c)
     if "topic" in wanted:
-        out["topic"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32)]
+        out["topic"] = [_buf(pool, "topic.data", budget, _U8, False), _buf(pool, "topic.offsets", rows + 1, _I32, False)]
         f.topic_d = <unsigned char *>_ptr(out["topic"][0])
         f.topic_o = <int32_t *>_ptr(out["topic"][1])
     if "body" in wanted:
-        out["body"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32)]
+        out["body"] = [_buf(pool, "body.data", budget, _U8, False), _buf(pool, "body.offsets", rows + 1, _I32, False)]
         f.body_d = <unsigned char *>_ptr(out["body"][0])
         f.body_o = <int32_t *>_ptr(out["body"][1])
     if "msg_id" in wanted:
-        out["msg_id"] = [np.empty(_MSG_ID_MAX * rows, np.uint8), np.empty(rows + 1, np.int32)]
+        out["msg_id"] = [_buf(pool, "msg_id.data", _MSG_ID_MAX * rows, _U8, False), _buf(pool, "msg_id.offsets", rows + 1, _I32, False)]
         f.mid_d = <unsigned char *>_ptr(out["msg_id"][0])
         f.mid_o = <int32_t *>_ptr(out["msg_id"][1])
     if "born_host" in wanted:
-        out["born_host"] = [np.empty(_HOST_TEXT_MAX * rows, np.uint8), np.empty(rows + 1, np.int32)]
+        out["born_host"] = [_buf(pool, "born_host.data", _HOST_TEXT_MAX * rows, _U8, False), _buf(pool, "born_host.offsets", rows + 1, _I32, False)]
         f.born = True
         f.born_host.data = <unsigned char *>_ptr(out["born_host"][0])
         f.born_host.offs = <int32_t *>_ptr(out["born_host"][1])
     if "store_host" in wanted:
-        out["store_host"] = [np.empty(_HOST_TEXT_MAX * rows, np.uint8), np.empty(rows + 1, np.int32)]
+        out["store_host"] = [_buf(pool, "store_host.data", _HOST_TEXT_MAX * rows, _U8, False), _buf(pool, "store_host.offsets", rows + 1, _I32, False)]
         f.store = True
         f.store_host.data = <unsigned char *>_ptr(out["store_host"][0])
         f.store_host.offs = <int32_t *>_ptr(out["store_host"][1])
     cdef Py_ssize_t entries = budget // 3 + 1
     if "properties" in wanted:
-        out["properties"] = [np.empty(rows + 1, np.int32), np.empty(budget, np.uint8), np.empty(entries + 1, np.int32),
-                             np.empty(budget, np.uint8), np.empty(entries + 1, np.int32)]
+        out["properties"] = [_buf(pool, "properties.entries", rows + 1, _I32, False), _buf(pool, "properties.keys", budget, _U8, False), _buf(pool, "properties.key_offsets", entries + 1, _I32, False),
+                             _buf(pool, "properties.values", budget, _U8, False), _buf(pool, "properties.value_offsets", entries + 1, _I32, False)]
         f.want_map = True
         f.eo = <int32_t *>_ptr(out["properties"][0])
         f.kd = <unsigned char *>_ptr(out["properties"][1])
@@ -593,13 +612,13 @@ cdef dict _fused_alloc(_Fused *f, Py_ssize_t rows, int64_t budget, object wanted
         f.vd = <unsigned char *>_ptr(out["properties"][3])
         f.vo = <int32_t *>_ptr(out["properties"][4])
     if "tags" in wanted:
-        out["tags"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32), np.zeros((rows + 7) // 8, np.uint8)]
+        out["tags"] = [_buf(pool, "tags.data", budget, _U8, False), _buf(pool, "tags.offsets", rows + 1, _I32, False), _buf(pool, "tags.validity", (rows + 7) // 8, _U8, True)]
         f.want_tags = True
         f.td = <unsigned char *>_ptr(out["tags"][0])
         f.to = <int32_t *>_ptr(out["tags"][1])
         f.tb = <unsigned char *>_ptr(out["tags"][2])
     if "keys" in wanted:
-        out["keys"] = [np.empty(budget, np.uint8), np.empty(rows + 1, np.int32), np.zeros((rows + 7) // 8, np.uint8)]
+        out["keys"] = [_buf(pool, "keys.data", budget, _U8, False), _buf(pool, "keys.offsets", rows + 1, _I32, False), _buf(pool, "keys.validity", (rows + 7) // 8, _U8, True)]
         f.want_keys = True
         f.yd = <unsigned char *>_ptr(out["keys"][0])
         f.yo = <int32_t *>_ptr(out["keys"][1])
@@ -615,43 +634,49 @@ cdef object _shrunk(object arr, Py_ssize_t used):
     return arr
 
 
-cdef dict _fused_finish(dict out, _Fused *f, Py_ssize_t count):
+cdef object _cut(object arr, Py_ssize_t used, bint pooled):
+    """``arr``'s first ``used`` items: a view of a pooled buffer (the pool reuses it once the
+    view is gone), else the buffer itself shrunk (``_shrunk``)."""
+    return arr[:used] if pooled else _shrunk(arr, used)
+
+
+cdef dict _fused_finish(dict out, _Fused *f, Py_ssize_t count, bint pooled=False):
     """The outputs of ``count`` rows at their sizes, offsets closed: fixed columns as numpy
     arrays; ``topic``, ``body``, ``msg_id``, hosts ``(data, offsets)``; ``properties`` as
     ``property_columns`` gives its map, ``tags``/``keys`` ``(data, offsets, bitmap, nulls)``."""
     for name in _FUSED_FIXED:
-        out[name] = _shrunk(out[name], count)
+        out[name] = _cut(out[name], count, pooled)
     cdef list t
     if f.topic_d != NULL:
         f.topic_o[count] = <int32_t>f.topic_at
-        out["topic"] = (_shrunk(out["topic"][0], f.topic_at), _shrunk(out["topic"][1], count + 1))
+        out["topic"] = (_cut(out["topic"][0], f.topic_at, pooled), _cut(out["topic"][1], count + 1, pooled))
     if f.body_d != NULL:
         f.body_o[count] = <int32_t>f.body_at
-        out["body"] = (_shrunk(out["body"][0], f.body_at), _shrunk(out["body"][1], count + 1))
+        out["body"] = (_cut(out["body"][0], f.body_at, pooled), _cut(out["body"][1], count + 1, pooled))
     if f.mid_d != NULL:
         f.mid_o[count] = <int32_t>f.mid_at
-        out["msg_id"] = (_shrunk(out["msg_id"][0], f.mid_at), _shrunk(out["msg_id"][1], count + 1))
+        out["msg_id"] = (_cut(out["msg_id"][0], f.mid_at, pooled), _cut(out["msg_id"][1], count + 1, pooled))
     if f.born:
         f.born_host.offs[count] = <int32_t>f.born_host.at
-        out["born_host"] = (_shrunk(out["born_host"][0], f.born_host.at), _shrunk(out["born_host"][1], count + 1))
+        out["born_host"] = (_cut(out["born_host"][0], f.born_host.at, pooled), _cut(out["born_host"][1], count + 1, pooled))
     if f.store:
         f.store_host.offs[count] = <int32_t>f.store_host.at
-        out["store_host"] = (_shrunk(out["store_host"][0], f.store_host.at), _shrunk(out["store_host"][1], count + 1))
+        out["store_host"] = (_cut(out["store_host"][0], f.store_host.at, pooled), _cut(out["store_host"][1], count + 1, pooled))
     if f.want_map:
         f.eo[count] = <int32_t>f.m
         f.ko[f.m] = <int32_t>f.kat
         f.vo[f.m] = <int32_t>f.vat
         t = out["properties"]
-        out["properties"] = (_shrunk(t[0], count + 1), _shrunk(t[1], f.kat), _shrunk(t[2], f.m + 1),
-                             _shrunk(t[3], f.vat), _shrunk(t[4], f.m + 1))
+        out["properties"] = (_cut(t[0], count + 1, pooled), _cut(t[1], f.kat, pooled), _cut(t[2], f.m + 1, pooled),
+                             _cut(t[3], f.vat, pooled), _cut(t[4], f.m + 1, pooled))
     if f.want_tags:
         f.to[count] = <int32_t>f.tat
         t = out["tags"]
-        out["tags"] = (_shrunk(t[0], f.tat), _shrunk(t[1], count + 1), _shrunk(t[2], (count + 7) // 8), f.tag_nulls)
+        out["tags"] = (_cut(t[0], f.tat, pooled), _cut(t[1], count + 1, pooled), _cut(t[2], (count + 7) // 8, pooled), f.tag_nulls)
     if f.want_keys:
         f.yo[count] = <int32_t>f.yat
         t = out["keys"]
-        out["keys"] = (_shrunk(t[0], f.yat), _shrunk(t[1], count + 1), _shrunk(t[2], (count + 7) // 8), f.key_nulls)
+        out["keys"] = (_cut(t[0], f.yat, pooled), _cut(t[1], count + 1, pooled), _cut(t[2], (count + 7) // 8, pooled), f.key_nulls)
     return out
 
 
@@ -744,13 +769,15 @@ def property_columns(buf, props_off, props_len, bint want_map, bint want_tags, b
 
 
 def fused_walk(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_records, bint dledger,
-               int64_t budget, wanted):
+               int64_t budget, wanted, dict pool=None):
     """The output columns ``wanted`` (of arrow_reader's, besides the fixed-width scan columns,
     always made) of the records from ``buf[start:]``, as ``scan_some`` walks them (DLedger
     entries when ``dledger``), in one pass: at most ``max_records`` and as many whole records
     as fit in ``budget`` bytes (then the stop code is STOP_LIMIT; none fitting: a record larger
     than the budget, also STOP_LIMIT with no row). Returns ``(outputs, stop_offset, stop_code)``
-    (outputs: see ``_fused_finish``)."""
+    (outputs: see ``_fused_finish``). With ``pool`` (a dict this kernel fills with buffers), the
+    outputs are views of the pool's buffers, which later calls with the same pool overwrite: pass
+    it only once the views of the last call are gone (arrow_reader's ``_BufferPool``)."""
     cdef const unsigned char[::1] b = _ro(buf)
     cdef Py_ssize_t n = b.shape[0]
     if end < 0 or end > n:
@@ -764,7 +791,7 @@ def fused_walk(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t m
     cdef int64_t head = DL_BODY_OFFSET if dledger else 0
     cdef Py_ssize_t rows = min(max_records, (end - start) // (head + MQ_MIN_RECORD) + 1)
     cdef _Fused f
-    cdef dict out = _fused_alloc(&f, rows, budget, wanted)
+    cdef dict out = _fused_alloc(&f, rows, budget, wanted, pool)
     _props_scratch(&f)
     cdef const unsigned char *p = &b[0] if n else NULL
     cdef const unsigned char *q
@@ -804,7 +831,7 @@ def fused_walk(buf, int64_t base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t m
                 count += 1
     finally:
         free(f.pk)
-    return _fused_finish(out, &f, count), off, code
+    return _fused_finish(out, &f, count, pool is not None), off, code
 
 
 def fused_at(buf, int64_t base_offset, const int64_t[::1] offsets, const int32_t[::1] sizes, wanted):

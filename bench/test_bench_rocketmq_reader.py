@@ -9,8 +9,9 @@ Run (N messages of 100-byte bodies over 8 queues of one topic; the issue's full 
 Default N is 1 million. Groups:
 
 - ``mq-arrow-<N>``: ``read_messages`` walking the commit log, through the 8 consume queues, and
-  with 4 columns; baseline: ``pyarrow.parquet.read_table`` of the same rows (every column) from
-  a Parquet copy in the page cache;
+  with 4 columns, and ``message_batch_reader``'s batches taken one by one (every column);
+  baseline: ``pyarrow.parquet.read_table`` of the same rows (every column) from a Parquet copy
+  in the page cache;
 - ``mq-spark-count-<N>`` and ``mq-spark-agg-<N>``: ``count()`` and a filter + aggregate over
   ``topic``, ``queue_id``, ``store_timestamp`` and ``length(body)``, through the ``rocketmq``
   format (all 19 columns: Python data sources get no column pruning from Spark; and with the
@@ -40,6 +41,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from bench.spark_floor import ConstantBatchSource
 from bench.spark_session import local_spark
 from dledger.rocketmq import iter_message_batches, read_messages
+from dledger.rocketmq.store.arrow_reader import message_batch_reader
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message_store import MessageStore
 from dledger.spark import register
@@ -119,15 +121,18 @@ def _run(benchmark: BenchmarkFixture, name: str, group: str, fn: Any) -> None:
     benchmark.extra_info["rows_per_s_median"] = round(RESULTS[name][0])
 
 
-@pytest.mark.parametrize("how", ["walk", "queues", "4-columns"])
+@pytest.mark.parametrize("how", ["walk", "queues", "4-columns", "batch reader"])
 def test_read_messages(benchmark: BenchmarkFixture, store: Path, how: str) -> None:
     kwargs: dict[str, Any] = {
         "walk": {},
         "queues": {"topics": [TOPIC]},
         "4-columns": {"columns": ["topic", "queue_id", "store_timestamp", "body"]},
+        "batch reader": {},
     }[how]
 
     def read() -> int:
+        if how == "batch reader":  # every column, batches taken and dropped one by one
+            return sum(b.num_rows for b in message_batch_reader(store))
         # The table is dropped inside the round: pytest-benchmark keeps a round's return value
         # until the next round has made its own, so returning it held two tables at once.
         return read_messages(store, **kwargs).num_rows

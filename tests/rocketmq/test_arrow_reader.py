@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from dledger.rocketmq import read_messages
+from dledger.rocketmq.store import arrow_reader
 from dledger.rocketmq.store.arrow_reader import (
     COLUMNS,
     ReadArgs,
@@ -21,6 +22,7 @@ from dledger.rocketmq.store.arrow_reader import (
     iter_message_batches,
     log_file_of,
     log_ranges,
+    message_batch_reader,
     offset_for_timestamp,
     open_store,
     queue_files_of,
@@ -29,6 +31,7 @@ from dledger.rocketmq.store.arrow_reader import (
     read_queue_files,
     read_range,
     split_log_range,
+    thread_pieces,
 )
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.listing import escape, message_line, unescape
@@ -119,6 +122,74 @@ def test_a_walk_cut_into_pieces_reads_every_record_once(max_bytes: int) -> None:
             batches += list(read_log_file(file, p, ReadArgs()))
     got = [line_of(r) for r in pa.Table.from_batches(batches).to_pylist()]
     assert got == want
+
+
+def test_a_walk_read_on_threads_is_cut_at_record_starts_and_reads_as_java_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``read_messages`` on threads cuts a walk at record starts (16 threads: pieces of a 32nd
+    of the fixture's 18 files of 64 KiB, the minimum lowered) and gives the Java listing, each
+    record once, in log order."""
+    name = "classic-3topics"
+    monkeypatch.setattr(arrow_reader, "MIN_PIECE_BYTES", 512)
+    with open_store(FIXTURES_MQ / name) as store:
+        files = log_ranges(store, None, None, True)
+        pieces = thread_pieces(store, files, 16)
+    assert len(pieces) > len(files)
+    assert pieces[0].start == files[0].start and pieces[-1].end == files[-1].end
+    assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
+    table = read_messages(FIXTURES_MQ / name, threads=16)
+    got = [line_of(r) for r in table.to_pylist()]
+    assert got == [split_expected(line) for line in expected(name, "messages.tsv")]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_walk_of_several_files_on_threads_reads_as_on_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """A store written here, its log in several files each cut for the threads (batches of 64
+    rows, so pieces end inside batches and files): every column as a one-thread read gives it."""
+    store = _bench_like_store(tmp_path / "s", 30_000, file_size=2 << 20)
+    with open_store(store) as s:
+        files = log_ranges(s, None, None, True)
+        assert len(files) >= 3
+        assert len(thread_pieces(s, files, threads, min_bytes=300_000)) > len(files)
+    one = read_messages(store, threads=1, batch_rows=64)
+    monkeypatch.setattr(arrow_reader, "MIN_PIECE_BYTES", 300_000)
+    many = read_messages(store, threads=threads, batch_rows=64)
+    assert many.num_rows == one.num_rows == 30_000
+    assert many.equals(one)
+    assert many.column("commit_log_offset").to_pylist() == sorted(set(one.column("commit_log_offset").to_pylist()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batches_held_from_a_reusing_reader_read_as_java_listed(name: str) -> None:
+    """A ``message_batch_reader`` reuses a batch's buffers only once the batch is gone: batches
+    of 3 rows all kept (each next one is made while the others are held) are the Java listing,
+    and so are the batches taken one by one."""
+    want = [split_expected(line) for line in expected(name, "messages.tsv")]
+    batches = list(message_batch_reader(FIXTURES_MQ / name, batch_rows=3))
+    assert len(batches) > 10
+    assert [line_of(r) for r in pa.Table.from_batches(batches).to_pylist()] == want
+    # And taken one by one, each batch in reused buffers (nulls of tags and keys vary by row).
+    assert [line_of(r) for b in message_batch_reader(FIXTURES_MQ / name, batch_rows=3) for r in b.to_pylist()] == want
+
+
+def test_batches_taken_one_by_one_reuse_their_buffers_and_read_as_a_table(tmp_path: Path) -> None:
+    """Batches consumed one at a time by a ``for`` loop (which holds the batch before while it
+    asks for the next) are built in two sets of buffers per commit-log file, not new ones per
+    batch, and each reads as the same rows of ``read_messages``."""
+    store = _bench_like_store(tmp_path / "s", 20_000, file_size=2 << 20)
+    table = read_messages(store, threads=1)
+    files = len(list((store / "commitlog").iterdir()))
+    at, batches, addresses = 0, 0, set()
+    for batch in message_batch_reader(store, batch_rows=500):
+        assert batch.equals(table.slice(at, batch.num_rows).combine_chunks().to_batches()[0])
+        addresses.add(batch.column("body").buffers()[2].address)
+        at += batch.num_rows
+        batches += 1
+    assert at == table.num_rows == 20_000
+    assert len(addresses) <= 2 * files < batches
 
 
 def test_a_dledger_walk_is_not_cut_and_reads_each_file_alone() -> None:

@@ -28,6 +28,7 @@ import itertools
 import logging
 import mmap
 import os
+import weakref
 import zlib
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -534,6 +535,9 @@ class ReadArgs:
     decompress: bool = False
     committed_only: bool = True
     rows: RowFilter = RowFilter()
+    # Build walked batches in buffers reused once the caller has let go of the batch before
+    # (``_BufferPool``): for callers that consume batches one by one.
+    reuse_buffers: bool = False
 
     @property
     def scan_names(self) -> tuple[str, ...]:
@@ -646,8 +650,51 @@ def _drop_pages(view: Any, start: int, end: int) -> None:
         _madvise(ctypes.c_void_p(addr + start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
+class _BufferPool:
+    """The fused walk's buffers, lent to one batch at a time: a set of buffers is reused for a
+    later batch once nothing holds the batch made in it (its arrays gone), so a caller consuming
+    batches one by one does not fault in fresh pages for each (docs/spark.md). Two sets: a
+    ``for`` loop still holds the batch before while asking for the next. A batch made while
+    both are held gets new buffers of its own."""
+
+    SETS = 2
+
+    def __init__(self) -> None:
+        self._sets: list[tuple[dict[str, np.ndarray], list[weakref.ref[Any]]]] = []
+        self._lent = -1
+
+    def lend(self) -> dict[str, np.ndarray] | None:
+        for k, (buffers, held) in enumerate(self._sets):
+            if all(ref() is None for ref in held):
+                self._lent = k
+                return buffers
+        if len(self._sets) < self.SETS:
+            self._sets.append(({}, []))
+            self._lent = len(self._sets) - 1
+            return self._sets[-1][0]
+        return None
+
+    def lent(self, out: Mapping[str, Any]) -> None:
+        """The kernel's outputs ``out`` (numpy views of the lent buffers, which the batch's
+        Arrow buffers hold) are the batch: the set is free again once every view is gone."""
+        views = [v for value in out.values() for v in (value if isinstance(value, tuple) else (value,))]
+        self._sets[self._lent] = (
+            self._sets[self._lent][0],
+            [weakref.ref(v) for v in views if isinstance(v, np.ndarray)],
+        )
+
+
 def _walk_view(
-    view: Any, base: int, wrote: int, fsize: int, pos: int, end: int, args: ReadArgs, schema: pa.Schema, dledger: bool
+    view: Any,
+    base: int,
+    wrote: int,
+    fsize: int,
+    pos: int,
+    end: int,
+    args: ReadArgs,
+    schema: pa.Schema,
+    dledger: bool,
+    pool: _BufferPool | None = None,
 ) -> Generator[pa.RecordBatch, None, int | None]:
     """Batches of the records from ``pos`` in one mapped file (at most one window of it);
     returns where the walk goes on, or None when it is over."""
@@ -659,9 +706,15 @@ def _walk_view(
     budget = _FUSED_BUDGET
     while cur < stop_at:
         if fused is not None:
-            out, stop, code = K.fused_walk(view, base, cur, stop_at, args.batch_rows, dledger, budget, fused)
+            lend = pool.lend() if pool is not None else None
+            out, stop, code = K.fused_walk(view, base, cur, stop_at, args.batch_rows, dledger, budget, fused, lend)
             if len(out["size"]):
-                yield batch_from_fused(out, args.columns, schema)
+                if lend is not None and pool is not None:
+                    pool.lent(out)
+                batch = batch_from_fused(out, args.columns, schema)
+                del out  # the batch alone holds the views now
+                yield batch
+                del batch
             elif code == K.STOP_LIMIT:
                 budget *= 2  # a record larger than the budget
             cur = stop
@@ -691,6 +744,7 @@ def _walk_view(
 def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     cl = store.commitlog
     dledger = store.mode == "dledger"
+    pool = _BufferPool() if args.reuse_buffers else None
     pos: int | None = rng.start
     while pos is not None and pos < rng.end:
         with cl.reading():
@@ -701,7 +755,7 @@ def _read_log(store: MessageStore, rng: LogRange, args: ReadArgs, schema: pa.Sch
             base, was = int(f.file_from_offset), pos
             try:
                 pos = yield from _walk_view(
-                    view, base, int(f.wrote_position), int(f.file_size), pos, rng.end, args, schema, dledger
+                    view, base, int(f.wrote_position), int(f.file_size), pos, rng.end, args, schema, dledger, pool
                 )
             finally:
                 _drop_pages(view, was - base, (rng.end if pos is None else pos) - base)
@@ -741,6 +795,7 @@ def read_log_file(
     schema = schema or message_schema(args.columns)
     with open(file.path, "rb") as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    pool = _BufferPool() if args.reuse_buffers else None
     try:
         size = min(file.size, len(mm))
         pos: int | None = rng.start
@@ -748,7 +803,9 @@ def read_log_file(
             view = memoryview(mm)
             was = pos
             try:
-                pos = yield from _walk_view(view, file.base, size, file.size, pos, rng.end, args, schema, file.dledger)
+                pos = yield from _walk_view(
+                    view, file.base, size, file.size, pos, rng.end, args, schema, file.dledger, pool
+                )
             finally:
                 _drop_pages(view, was - file.base, (rng.end if pos is None else pos) - file.base)
                 view.release()
@@ -932,6 +989,7 @@ class ReadRequest:
     _: KW_ONLY
     batch_rows: int = DEFAULT_BATCH_ROWS
     decompress: bool = False
+    reuse_buffers: bool = False
 
     def __post_init__(self) -> None:
         if self.batch_rows <= 0:
@@ -943,7 +1001,9 @@ class ReadRequest:
     @property
     def args(self) -> ReadArgs:
         assert isinstance(self.columns, tuple)
-        return ReadArgs(self.columns, self.batch_rows, self.decompress, self.committed_only)
+        return ReadArgs(
+            self.columns, self.batch_rows, self.decompress, self.committed_only, reuse_buffers=self.reuse_buffers
+        )
 
     def ranges(self, store: MessageStore) -> Sequence[QueueRange | LogRange]:
         topics = self.topics
@@ -955,8 +1015,24 @@ def iter_message_batches(path: str | os.PathLike[str], *fields: Any, **request: 
     """The messages of the store at ``path`` as record batches: queue by queue (topics in
     order, then queue ids) when reading by topic or queue, else in commit-log order.
     ``fields``, ``request``: the fields of :class:`ReadRequest` (``topics``, ``queues``, ``start``,
-    ``end``, ``columns``, ``committed_only``; ``batch_rows``, ``decompress`` by name)."""
+    ``end``, ``columns``, ``committed_only``; ``batch_rows``, ``decompress``, ``reuse_buffers`` by
+    name; see :func:`message_batch_reader` for the last)."""
+    return _batches(path, ReadRequest(*fields, **request))
+
+
+def message_batch_reader(path: str | os.PathLike[str], *fields: Any, **request: Any) -> pa.RecordBatchReader:
+    """:func:`iter_message_batches` as a ``pyarrow.RecordBatchReader``, for callers that take
+    batches one by one: a walk builds each batch in the buffers of the batch before once that
+    one is gone (``reuse_buffers``, faulting fresh pages in once instead of per batch); a batch
+    still held when the next is made keeps its buffers and the next gets new ones, so holding
+    batches is safe, only not faster."""
+    request.setdefault("reuse_buffers", True)
     req = ReadRequest(*fields, **request)
+    assert isinstance(req.columns, tuple)
+    return pa.RecordBatchReader.from_batches(message_schema(req.columns), _batches(path, req))
+
+
+def _batches(path: str | os.PathLike[str], req: ReadRequest) -> Iterator[pa.RecordBatch]:
     args = req.args
     schema = message_schema(args.columns)
     with open_store(path) as store:
@@ -968,20 +1044,61 @@ def read_messages(path: str | os.PathLike[str], *fields: Any, threads: int | Non
     """The messages of the store at ``path`` as one ``pyarrow.Table`` (see
     :func:`iter_message_batches`; the same :class:`ReadRequest` fields). Ranges are
     read on ``threads`` threads (default: the CPU count, at most 8); the kernels release the
-    GIL. Rows stay in the order of the ranges."""
+    GIL, and a walk of fewer commit-log files than threads is cut at record starts so that
+    each thread has its share. Rows stay in the order of the ranges."""
     req = ReadRequest(*fields, **request)
     args = req.args
     schema = message_schema(args.columns)
     with open_store(path) as store:
         ranges = req.ranges(store)
+        workers = threads if threads is not None else min(os.cpu_count() or 1, 8)
+        if workers > 1:
+            ranges = thread_pieces(store, ranges, workers)
+        workers = min(workers, len(ranges))
 
         def one(rng: QueueRange | LogRange) -> list[pa.RecordBatch]:
-            return list(read_range(store, rng, args, schema))
+            return list(read_alone(store, rng, args, schema))
 
-        workers = min(threads if threads is not None else min(os.cpu_count() or 1, 8), len(ranges))
         if workers > 1:
             with ThreadPoolExecutor(workers, thread_name_prefix="rocketmq-read") as pool:
                 parts = list(pool.map(one, ranges))
         else:
             parts = [one(r) for r in ranges]
     return pa.Table.from_batches([b for p in parts for b in p], schema=schema)
+
+
+# A walk is cut for threads into pieces of at least this many bytes (smaller logs are read
+# whole: a piece costs a look in every consume queue and a thread hand-off).
+MIN_PIECE_BYTES = 32 << 20
+
+
+def thread_pieces(
+    store: MessageStore, ranges: Sequence[QueueRange | LogRange], workers: int, min_bytes: int | None = None
+) -> Sequence[QueueRange | LogRange]:
+    """``ranges`` with each commit-log range cut at record starts (``split_log_range``) into
+    pieces of about a ``2 * workers``-th of the walk, so that ``workers`` threads end together
+    (a 10 M-message log is two 1 GiB files and a part of a third). Queue ranges and DLedger
+    logs are left as they are."""
+    logs = [r for r in ranges if isinstance(r, LogRange)]
+    if not logs or len(logs) != len(ranges):
+        return ranges
+    total = sum(r.end - r.start for r in logs)
+    piece = max(-(-total // (2 * workers)), MIN_PIECE_BYTES if min_bytes is None else min_bytes)
+    return [p for r in logs for p in split_log_range(store, r, piece)]
+
+
+def read_alone(
+    store: MessageStore, rng: QueueRange | LogRange, args: ReadArgs = ReadArgs(), schema: pa.Schema | None = None
+) -> Iterator[pa.RecordBatch]:
+    """:func:`read_range`, mapping the range's own files (as a Spark partition does) when it
+    can: reads of the opened store's files hold its read lock for a window at a time, so
+    threads reading through it take turns."""
+    if isinstance(rng, LogRange):
+        file = log_file_of(store, rng)
+        if file is not None:
+            return read_log_file(file, rng, args, schema)
+    else:
+        files = queue_files_of(store, rng)
+        if files is not None:
+            return read_queue_files(files, rng, args, schema)
+    return read_range(store, rng, args, schema)
