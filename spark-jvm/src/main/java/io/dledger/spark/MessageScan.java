@@ -58,7 +58,16 @@ final class MessageScan implements Scan, Batch {
     @Override
     public InputPartition[] planInputPartitions() {
         List<InputPartition> out = new ArrayList<>();
-        for (File f : commitLogFiles(root)) {
+        List<File> files = commitLogFiles(root);
+        // MappedFileQueue.load refuses a log whose files are not all of one size (one cut short).
+        java.util.TreeSet<Long> sizes = new java.util.TreeSet<>();
+        for (File f : files) {
+            sizes.add(f.length());
+        }
+        if (sizes.size() > 1) {
+            throw new IllegalStateException(new File(root, "commitlog") + ": commit-log files of mixed sizes " + sizes);
+        }
+        for (File f : files) {
             long base = Long.parseLong(f.getName());
             out.add(new CommitLogPartition(f.getPath(), base, base, base + f.length()));
         }

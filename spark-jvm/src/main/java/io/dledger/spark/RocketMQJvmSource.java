@@ -2,6 +2,7 @@ package io.dledger.spark;
 
 import java.io.File;
 import java.util.EnumSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
@@ -25,8 +26,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public final class RocketMQJvmSource implements TableProvider, DataSourceRegister {
     static final int DEFAULT_BATCH_ROWS = 8192;
-    private static final Set<String> PYTHON_ONLY = Set.of("topics", "queues", "startingoffsets", "endingoffsets",
-            "startingtimestamp", "maxoffsetspertrigger", "maxpartitionbytes", "minpartitions");
+    private static final List<String> PYTHON_ONLY = List.of("topics", "queues", "startingOffsets", "endingOffsets",
+            "startingTimestamp", "maxOffsetsPerTrigger", "maxPartitionBytes", "minPartitions");
 
     @Override
     public String shortName() {
@@ -63,8 +64,10 @@ public final class RocketMQJvmSource implements TableProvider, DataSourceRegiste
             this.schema = schema;
             for (String key : options.keySet()) {
                 String k = key.toLowerCase(Locale.ROOT);
-                if (PYTHON_ONLY.contains(k)) {
-                    throw new IllegalArgumentException(refusal("option " + key));
+                for (String name : PYTHON_ONLY) {
+                    if (name.toLowerCase(Locale.ROOT).equals(k)) {
+                        throw new IllegalArgumentException(refusal("option " + name));
+                    }
                 }
                 if (k.equals("decompress") && Boolean.parseBoolean(options.get(key))) {
                     throw new IllegalArgumentException(refusal("decompress=true"));
