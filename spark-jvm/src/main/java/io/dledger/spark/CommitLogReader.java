@@ -1,7 +1,7 @@
 package io.dledger.spark;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
@@ -17,7 +17,7 @@ import org.slf4j.LoggerFactory;
  * Walks one commit-log file as ReputMessageService does, from its start to a BLANK_MAGIC_CODE
  * record or unwritten (zero) bytes, in batches of at most {@code batchRows} records. A record that
  * is not whole and valid ends the walk of this file with an error in the log, where the Python
- * format stops too. The file is read in windows of {@link #WINDOW} bytes (more when one record is
+ * format stops too. The file is copied in windows of {@link #WINDOW} bytes (more when one record is
  * larger); a batch's vectors are views of its window.
  */
 final class CommitLogReader implements PartitionReader<ColumnarBatch> {
@@ -33,6 +33,8 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
     private final ColumnarBatch batch;
     private final RecordFormat.Parts parts = new RecordFormat.Parts();
     private byte[] window = new byte[0];
+    private MappedByteBuffer map;
+    private long mapPos;
     /** File position of window[0], bytes valid in the window, and the walk's place in it. */
     private long windowPos;
     private int windowLen;
@@ -55,23 +57,25 @@ final class CommitLogReader implements PartitionReader<ColumnarBatch> {
         this.windowPos = part.start - part.base;
     }
 
-    /** Reads the window from {@code pos}, at least {@code need} bytes when the file has them. */
+    /**
+     * Copies the window from {@code pos}, at least {@code need} bytes when the file has them, out
+     * of a read-only mapping of the file: one copy (FileChannel.read into a heap buffer copies
+     * twice, through a direct buffer).
+     */
     private void fill(long pos, int need) throws IOException {
         int len = (int) Math.min(Math.max(WINDOW, need), fileEnd - pos);
         if (window.length < len) {
-            window = new byte[Math.max(len, Math.min(WINDOW, (int) (fileEnd - pos)))];
+            window = new byte[Math.max(len, (int) Math.min(WINDOW, fileEnd - pos))];
         }
-        ByteBuffer buf = ByteBuffer.wrap(window, 0, len);
-        long at = pos;
-        while (buf.hasRemaining()) {
-            int got = channel.read(buf, at);
-            if (got < 0) {
-                break;
-            }
-            at += got;
+        if (map == null || pos < mapPos || pos + len > mapPos + map.capacity()) {
+            // The whole file where it fits one mapping (commit-log files are 1 GiB by default).
+            mapPos = fileEnd <= Integer.MAX_VALUE ? 0 : pos;
+            long mapLen = fileEnd <= Integer.MAX_VALUE ? fileEnd : Math.min(fileEnd - pos, Integer.MAX_VALUE);
+            map = channel.map(FileChannel.MapMode.READ_ONLY, mapPos, mapLen);
         }
+        map.get((int) (pos - mapPos), window, 0, len);
         windowPos = pos;
-        windowLen = buf.position();
+        windowLen = len;
         cursor = 0;
     }
 

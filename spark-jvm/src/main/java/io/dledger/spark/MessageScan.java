@@ -2,6 +2,9 @@ package io.dledger.spark;
 
 import java.io.File;
 import java.io.IOException;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
@@ -16,15 +19,22 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
-/** The scan of a classic commit log: one partition per file (named by its start offset). */
+/**
+ * The scan of a classic commit log: each file (named by its start offset) one partition, or
+ * pieces of about {@code maxPartitionBytes} cut at record starts, so that the cores share a log
+ * of few large files (1 GiB by default).
+ */
 final class MessageScan implements Scan, Batch {
     private final String root;
     private final StructType schema;
     private final RowFilter filter;
     private final int batchRows;
     private final String description;
+    private final long maxPartitionBytes;
 
-    MessageScan(String root, StructType schema, RowFilter filter, int batchRows, String description) {
+    MessageScan(String root, StructType schema, RowFilter filter, int batchRows, long maxPartitionBytes,
+            String description) {
+        this.maxPartitionBytes = maxPartitionBytes;
         this.root = root;
         this.schema = schema;
         this.filter = filter;
@@ -69,9 +79,46 @@ final class MessageScan implements Scan, Batch {
         }
         for (File f : files) {
             long base = Long.parseLong(f.getName());
-            out.add(new CommitLogPartition(f.getPath(), base, base, base + f.length()));
+            long prev = 0;
+            for (long cut : cuts(f, maxPartitionBytes)) {
+                out.add(new CommitLogPartition(f.getPath(), base, base + prev, base + cut));
+                prev = cut;
+            }
         }
         return out.toArray(new InputPartition[0]);
+    }
+
+    /**
+     * Where {@code file} is cut into pieces of about {@code piece} bytes: at record starts, found
+     * by hopping from record to record by their sizes (a record never crosses a file, and only a
+     * walk from the file's start knows where records start). The last cut is the file's length;
+     * the hop stops at the first thing that is not a record (the reader of that piece finds it).
+     */
+    static List<Long> cuts(File file, long piece) {
+        long length = file.length();
+        List<Long> out = new ArrayList<>();
+        if (piece > 0 && length > piece) {
+            try (FileChannel ch = FileChannel.open(file.toPath(), StandardOpenOption.READ)) {
+                MappedByteBuffer map = ch.map(FileChannel.MapMode.READ_ONLY, 0, length);
+                long pos = 0;
+                long next = piece;
+                while (next < length && pos + 8 <= length) {
+                    int size = map.getInt((int) pos);
+                    if (size < RecordFormat.MIN_RECORD || map.getInt((int) pos + 4) != RecordFormat.MESSAGE_MAGIC_CODE) {
+                        break;
+                    }
+                    pos += size;
+                    if (pos >= next && pos < length) {
+                        out.add(pos);
+                        next = pos + piece;
+                    }
+                }
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+        out.add(length);
+        return out;
     }
 
     @Override

@@ -28,12 +28,14 @@ import org.apache.spark.sql.types.StructType;
 final class MessageScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
     private final String root;
     private final int batchRows;
+    private final long maxPartitionBytes;
     private StructType schema;
     private final RowFilter filter = new RowFilter();
     private Filter[] pushed = new Filter[0];
 
-    MessageScanBuilder(String root, StructType schema, int batchRows) {
+    MessageScanBuilder(String root, StructType schema, int batchRows, long maxPartitionBytes) {
         this.root = root;
+        this.maxPartitionBytes = maxPartitionBytes;
         this.schema = schema;
         this.batchRows = batchRows;
     }
@@ -68,7 +70,7 @@ final class MessageScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
                 sb.append(f).append(' ');
             }
         }
-        return new MessageScan(root, schema, filter, batchRows, sb.toString());
+        return new MessageScan(root, schema, filter, batchRows, maxPartitionBytes, sb.toString());
     }
 
     private boolean absorb(Filter f) {
