@@ -40,7 +40,6 @@ if not extensions:
     raise SystemExit(f"no Cython sources in {HERE / EXT_DIR}: the source tree is incomplete")
 
 
-
 class BuildExtAndSparkJar(build_ext):
     """The kernels, then the ``rocketmq-jvm`` Spark format's jar from ``spark-jvm/`` when
     pyspark and javac are here (an isolated build has no pyspark: the jar is then built on

@@ -17,9 +17,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dledger.config import DLedgerConfig
-from dledger.reader import plan_read, read_table
 from dledger.errors import DLedgerError
-from dledger.spark import DLedgerDataSource, jvm_config, register
+from dledger.reader import plan_read, read_table
+from dledger.spark import DLedgerDataSource, jvm_jar, register
 from dledger.store.file import MmapFileStore
 from tests.conftest import REPO, java_fixtures
 from tests.test_reader import body_of, corrupt, expected_rows, make_store, node_dir_of
@@ -40,7 +40,7 @@ def spark() -> Iterator[SparkSession]:
     try:
         # The rocketmq-jvm format's jar (tests/test_spark_rocketmq_jvm.py): on the first
         # session of the process, whose JVM it joins; without javac those tests fail, not these.
-        builder = builder.config(map=jvm_config())
+        builder = builder.config("spark.jars", jvm_jar())
     except DLedgerError:
         pass
     session = (

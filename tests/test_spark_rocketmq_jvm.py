@@ -138,7 +138,7 @@ def test_options_of_the_python_format_are_refused_by_name(jvm: SparkSession, opt
 
 
 def test_a_dledger_store_or_no_store_is_refused(jvm: SparkSession) -> None:
-    with pytest.raises(Exception, match="DLedger-mode store.*use format 'rocketmq'"):
+    with pytest.raises(Exception, match=r"DLedger-mode store.*use format 'rocketmq'"):
         jvm.read.format(FORMAT).load(str(FIXTURES_MQ / "dledger-1node")).collect()
     with pytest.raises(Exception, match="not a RocketMQ message store"):
         jvm.read.format(FORMAT).load(str(FIXTURES_MQ)).collect()

@@ -33,7 +33,9 @@ def pyspark_jars() -> Path:
     try:
         import pyspark
     except ImportError as exc:
-        raise JarBuildError("the rocketmq-jvm jar is compiled against pyspark's jars: pip install 'pyspark>=4.0'") from exc
+        raise JarBuildError(
+            "the rocketmq-jvm jar is compiled against pyspark's jars: pip install 'pyspark>=4.0'"
+        ) from exc
     return Path(pyspark.__file__).parent / "jars"
 
 
