@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 EXT_DIR = "_ext"
@@ -37,7 +39,32 @@ if not extensions:
     # Never build a package without its kernels: it would fail at import, far from the cause.
     raise SystemExit(f"no Cython sources in {HERE / EXT_DIR}: the source tree is incomplete")
 
+
+class BuildExtAndSparkJar(build_ext):
+    """The kernels, then the ``rocketmq-jvm`` Spark format's jar from ``spark-jvm/`` when
+    pyspark and javac are here (an isolated build has no pyspark: the jar is then built on
+    first use, ``dledger.spark.jvm_jar``)."""
+
+    def run(self) -> None:
+        super().run()
+        sources = HERE / "spark-jvm"
+        if not sources.is_dir():
+            return
+        spec = importlib.util.spec_from_file_location("_dledger_jvm_build", HERE / "dledger" / "spark" / "jvm_build.py")
+        assert spec is not None and spec.loader is not None
+        jvm_build = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(jvm_build)
+        out = (HERE if self.inplace else Path(self.build_lib)) / "dledger" / "spark" / "jars"
+        try:
+            jar = jvm_build.build_jar(sources, out)
+        except jvm_build.JarBuildError as exc:
+            print(f"rocketmq-jvm jar not built now ({exc}); it is built on first use", file=sys.stderr)
+            return
+        print(f"rocketmq-jvm jar: {jar}")
+
+
 setup(
+    cmdclass={"build_ext": BuildExtAndSparkJar},
     ext_modules=cythonize(
         extensions,
         language_level=3,

@@ -17,7 +17,8 @@ Default N is 1 million. Groups:
   format (all 19 columns: Python data sources get no column pruning from Spark; and with the
   ``columns`` option naming the query's columns: ``queue_id`` for the count, the four for the
   aggregate; and the same with ``minPartitions=2``: fewer commit-log files than 2 cut into 2
-  pieces) and through Spark's Parquet reader on the same rows. The count group also
+  pieces), through the ``rocketmq-jvm`` format (a DataSource V2 in the JVM: Spark prunes its
+  columns itself) and through Spark's Parquet reader on the same rows. The count group also
   has ``python source floor`` (``bench/spark_floor.py``: a Python data source yielding one
   prebuilt batch over and over in two partitions), what the Python data source path costs alone.
 
@@ -44,7 +45,7 @@ from dledger.rocketmq import iter_message_batches, read_messages
 from dledger.rocketmq.store.arrow_reader import message_batch_reader
 from dledger.rocketmq.store.config import MessageStoreConfig
 from dledger.rocketmq.store.message_store import MessageStore
-from dledger.spark import register
+from dledger.spark import jvm_jar, register
 
 ROWS = int(os.environ.get("DLEDGER_BENCH_ROWS", "1000000"))
 ROUNDS = int(os.environ.get("DLEDGER_BENCH_ROUNDS", "3"))
@@ -106,7 +107,9 @@ def parquet_dir(store: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    with local_spark("dledger-bench-mq", spark_driver_memory="2g", spark_sql_shuffle_partitions="2") as session:
+    with local_spark(
+        "dledger-bench-mq", spark_driver_memory="2g", spark_sql_shuffle_partitions="2", spark_jars=jvm_jar()
+    ) as session:
         register(session)
         session.dataSource.register(ConstantBatchSource)
         yield session
@@ -150,6 +153,8 @@ def _frame(spark: SparkSession, store: Path, parquet_dir: Path, source: str, col
         return spark.read.parquet(str(parquet_dir))
     if source == "python source floor":
         return spark.read.format("constant-batches").options(rows=str(ROWS), partitions="2").load()
+    if source == "rocketmq-jvm":
+        return spark.read.format("rocketmq-jvm").load(str(store))
     reader = spark.read.format("rocketmq")
     if source.startswith("rocketmq columns"):
         reader = reader.option("columns", columns)
@@ -158,7 +163,7 @@ def _frame(spark: SparkSession, store: Path, parquet_dir: Path, source: str, col
     return reader.load(str(store))
 
 
-SOURCES = ["rocketmq", "rocketmq columns", "rocketmq columns minPartitions 2", "parquet"]
+SOURCES = ["rocketmq", "rocketmq columns", "rocketmq columns minPartitions 2", "rocketmq-jvm", "parquet"]
 
 
 @pytest.mark.parametrize("source", [*SOURCES[:-1], "python source floor", SOURCES[-1]])

@@ -17,8 +17,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError
 from dledger.reader import plan_read, read_table
-from dledger.spark import DLedgerDataSource, register
+from dledger.spark import DLedgerDataSource, jvm_jar, register
 from dledger.store.file import MmapFileStore
 from tests.conftest import REPO, java_fixtures
 from tests.test_reader import body_of, corrupt, expected_rows, make_store, node_dir_of
@@ -35,8 +36,15 @@ def spark() -> Iterator[SparkSession]:
     # Spark's Python workers must import dledger from this checkout.
     paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    builder = SparkSession.builder
+    try:
+        # The rocketmq-jvm format's jar (tests/test_spark_rocketmq_jvm.py): on the first
+        # session of the process, whose JVM it joins; without javac those tests fail, not these.
+        builder = builder.config("spark.jars", jvm_jar())
+    except DLedgerError:
+        pass
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("dledger-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

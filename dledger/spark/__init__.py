@@ -7,8 +7,12 @@
 ``register(spark)`` does the same and also enables Spark's filter pushdown for Python data
 sources, so that filters on ``index`` and ``term`` prune partitions. Needs pyspark >= 4.0
 (``pip install dledger[spark]``); filter pushdown needs Spark >= 4.1.
+
+``spark.read.format("rocketmq-jvm")`` reads a classic RocketMQ commit log in the JVM (the
+session started with ``SparkSession.builder.config(map=jvm_config())``); see ``dledger.spark.jvm``.
 """
 
+from dledger.spark.jvm import jvm_available, jvm_config, jvm_jar
 from dledger.spark.source import (
     DLedgerDataSource,
     DLedgerPartition,
@@ -26,5 +30,8 @@ __all__ = [
     "DLedgerReader",
     "DLedgerStreamReader",
     "Options",
+    "jvm_available",
+    "jvm_config",
+    "jvm_jar",
     "register",
 ]
