@@ -493,7 +493,8 @@ def test_sends_while_the_put_lock_is_held_past_os_page_cache_busy_time_out_are_a
     osPageCacheBusyTimeOutMills 3000 (UPDATE_BROKER_CONFIG). A send made 1.3 s into the hold is
     under the time out: it waits for the lock and is stored. Sends made 3.6 s into the hold,
     the page cache busy, are answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]`` at once (before the
-    release) and never stored. With brokerFastFailureEnable=false they wait and are stored."""
+    release) and never stored. With brokerFastFailureEnable=false they wait and are stored.
+    Once the lock is let go a send is taken again, even with a time out of 100 ms."""
     mark = tmp_path / "put-lock-held"
 
     def launch(args: list[str]) -> list[str]:
@@ -534,10 +535,16 @@ def test_sends_while_the_put_lock_is_held_past_os_page_cache_busy_time_out_are_a
                 assert sorted(a.opaque for a in answers) == sorted(r.opaque for r in reqs)
                 while mark.exists():
                     await asyncio.sleep(0.05)
+                # Let go, the lock is no longer busy however short the time out.
+                await _update_broker_config(c, master, "osPageCacheBusyTimeOutMills", "100")
+                await asyncio.sleep(0.3)
+                (after,) = _sends(1, "PcHold")
+                got = await c.invoke(master, after, timeout=20)
+                assert got.code == ResponseCode.SUCCESS, got.remark
                 stored = set(await _stored(c, master, "PcHold"))
             finally:
                 await c.close()
-            assert bytes(early.body) in stored
+            assert bytes(early.body) in stored and bytes(after.body) in stored
             bodies = {bytes(r.body) for r in reqs}
             if enable:
                 assert answered_while_held, "the sends waited for the lock"
