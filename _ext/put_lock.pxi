@@ -10,6 +10,29 @@ cdef extern from "pythread.h":
     PyLockStatus PyThread_acquire_lock_timed(PyThread_type_lock lock, long long microseconds,
                                              int intr_flag) nogil
 
+cdef extern from *:
+    """
+    #include <time.h>
+    #ifndef CLOCK_MONOTONIC_COARSE
+    #define CLOCK_MONOTONIC_COARSE CLOCK_MONOTONIC
+    #endif
+    """
+    int CLOCK_MONOTONIC_COARSE
+
+
+cdef inline long long _lock_clock_ms() noexcept nogil:
+    # The begin time in lock's clock: the coarse one (a few ns, a tick of 1-10 ms), since it is
+    # read at every take and only compared with osPageCacheBusyTimeOutMills (1000 ms).
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
+    return ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+def put_lock_clock_ms() -> int:
+    """Now on the clock of ``PutLock.begin_time_in_lock``, in ms."""
+    return _lock_clock_ms()
+
+
 # A waiter looks at signals (KeyboardInterrupt) at least this often.
 cdef long long PUT_LOCK_WAIT_SLICE_US = 50000
 
@@ -39,6 +62,8 @@ cdef class PutLock:
     cdef PyThread_type_lock _lock
     # Set and read with the GIL held (the lock is only held by a GIL holder, see above).
     cdef bint _held
+    # CommitLog.beginTimeInLock: when the holder took the lock (put_lock_clock_ms), 0 when free.
+    cdef long long _begin_ms
 
     def __cinit__(self) -> None:
         self._lock = PyThread_allocate_lock()
@@ -55,6 +80,7 @@ cdef class PutLock:
     cdef inline bint _try(self) noexcept:
         if PyThread_acquire_lock(self._lock, NOWAIT_LOCK):
             self._held = True
+            self._begin_ms = _lock_clock_ms()
             return True
         return False
 
@@ -66,6 +92,7 @@ cdef class PutLock:
 
     cdef inline void give(self) noexcept:
         self._held = False
+        self._begin_ms = 0
         PyThread_release_lock(self._lock)
 
     cdef int _wait(self, double timeout) except -1:
@@ -100,6 +127,7 @@ cdef class PutLock:
                     PyThread_release_lock(self._lock)
             if r == PY_LOCK_ACQUIRED and handed:
                 self._held = True
+                self._begin_ms = _lock_clock_ms()
                 return 1
             PyErr_CheckSignals()
             if not handed and self._try():
@@ -129,6 +157,11 @@ cdef class PutLock:
 
     def locked(self) -> bool:
         return self._held
+
+    @property
+    def begin_time_in_lock(self) -> int:
+        """When the lock was taken (``put_lock_clock_ms``), 0 while it is free."""
+        return self._begin_ms
 
     def __enter__(self) -> bool:
         if not self._try():

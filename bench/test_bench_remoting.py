@@ -50,7 +50,7 @@ ROUNDS = 11
 pytestmark = pytest.mark.timeout(1800)
 
 
-# Remoting sends answered SYSTEM_BUSY and sent again, all told (reported by the bench).
+# Remoting sends answered SYSTEM_BUSY (or [PC_SYNCHRONIZED]) and sent again, all told.
 SENT_AGAIN = [0]
 
 
@@ -71,7 +71,12 @@ async def remoting_send(addr: str, topic: str) -> float:
                 # BrokerFastFailure cleans a send that waited 200 ms (the loop held under load):
                 # sent again (a cleaned send never ran, so nothing is stored twice). 4.9.4's
                 # producer does not retry SYSTEM_BUSY by default; the bench measures throughput.
-                if r.code != ResponseCode.SYSTEM_BUSY:
+                # A quorum wait that ran out (SYSTEM_ERROR [PC_SYNCHRONIZED], a member starved
+                # of CPU) is sent again too, as the producer's retryResponseCodes do (the first
+                # may still commit: a run counts what it sent, not what was stored).
+                if r.code != ResponseCode.SYSTEM_BUSY and not (
+                    r.code == ResponseCode.SYSTEM_ERROR and (r.remark or "").startswith("[PC_SYNCHRONIZED]")
+                ):
                     break
                 SENT_AGAIN[0] += 1
         assert r.code == ResponseCode.SUCCESS, r.remark
@@ -217,7 +222,7 @@ def test_remoting_send_and_pull_beside_the_own_protocol(benchmark: Any) -> None:
         f"ratio of medians {send_ratio:.2f}x, per round {_fmt_ratio(per_round['send'])}"
         f"\n  pull (32 a pull): remoting {_fmt(got['remoting_pull'])}, own protocol {_fmt(got['own_pull'])}, "
         f"ratio of medians {pull_ratio:.2f}x, per round {_fmt_ratio(per_round['pull'])}"
-        f"\n  remoting sends answered SYSTEM_BUSY and sent again: {SENT_AGAIN[0]}"
+        f"\n  remoting sends answered SYSTEM_BUSY or [PC_SYNCHRONIZED] and sent again: {SENT_AGAIN[0]}"
     )
     if all(cpu.values()):
         print(

@@ -9,6 +9,13 @@ slow put), and in a connection's backlog while the connection is paused (its 256
 flight, or its answers unread). The first is checked as the request is about to run
 (``NettyRemotingServer.expire_queued``); the second by ``clean_expired_request`` every 10 ms
 (after 1 s), as Java's scheduled task.
+
+The page cache is busy (``is_os_page_cache_busy``) while the commit log's put lock has been
+held longer than ``osPageCacheBusyTimeOutMills``; then every send waiting is answered
+``[PCBUSY_CLEAN_QUEUE]`` by the task, and a send about to run is answered so instead of
+waiting for the lock on the loop. Our puts take the lock on the loop, so a put of the loop's
+own can never be seen busy (docs/remoting.md says what that would need); a holder on another
+thread can.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dledger._ext import message as K
 from dledger.rocketmq.remoting.netty_remoting_server import NettyRemotingServer, RequestPool
 
 log = logging.getLogger(__name__)
@@ -36,10 +44,27 @@ class FastFailureConfig:
     wait_time_mills_in_pull_queue: int = 5 * 1000
     wait_time_mills_in_heartbeat_queue: int = 31 * 1000
     wait_time_mills_in_transaction_queue: int = 3 * 1000
+    # MessageStoreConfig.osPageCacheBusyTimeOutMills (a broker.conf key in Java too).
+    os_page_cache_busy_time_out_mills: int = 1000
 
 
 def never_busy() -> bool:
     return False
+
+
+# DefaultMessageStore.isOSPageCacheBusy's bound: a begin time further back than this is none.
+BUSY_DIFF_BOUND_MS = 10_000_000
+
+
+def is_os_page_cache_busy(put_lock: K.PutLock, time_out_mills: int) -> bool:
+    """DefaultMessageStore.isOSPageCacheBusy: the commit log's put lock held for more than
+    ``time_out_mills``. Java reads a begin time of 0 (free) as far past; ours is on a clock from
+    boot, so 0 is looked at first."""
+    begin = put_lock.begin_time_in_lock
+    if not begin:
+        return False
+    diff = K.put_lock_clock_ms() - begin
+    return time_out_mills < diff < BUSY_DIFF_BOUND_MS
 
 
 class BrokerFastFailure:
@@ -69,6 +94,7 @@ class BrokerFastFailure:
         # DefaultMessageStore.isOSPageCacheBusy: the commit log's put lock held longer than
         # osPageCacheBusyTimeOutMills.
         self.is_os_page_cache_busy = is_os_page_cache_busy
+        self.os_page_cache_busy_time_out_mills = config.os_page_cache_busy_time_out_mills
         self._task: asyncio.Task[None] | None = None
         self.enable = config.broker_fast_failure_enable
 
@@ -85,6 +111,8 @@ class BrokerFastFailure:
             pool.max_wait_s = wait_ms / 1000.0 if on else None
         for s in self.servers:
             s.queue_timeouts_changed()
+            s.page_cache_busy = self.is_os_page_cache_busy if on else None
+            s.busy_pool = self.send if on else None
 
     def clean_expired_request(self) -> None:
         """cleanExpiredRequest: while the page cache is busy every waiting send is answered

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dledger.rocketmq.broker.broker_config import BrokerConfig, MessageServiceView
-from dledger.rocketmq.broker.broker_fast_failure import BrokerFastFailure
+from dledger.rocketmq.broker.broker_fast_failure import BrokerFastFailure, is_os_page_cache_busy
 from dledger.rocketmq.broker.broker_outer_api import BrokerOuterAPI
 from dledger.rocketmq.broker.configuration import (
     DEFAULT_BROKER_PERMISSION,
@@ -160,6 +160,9 @@ class BrokerRemoting:
             "autoCreateTopicEnable": lambda v: setattr(self.topics, "auto_create", bool(v)),
             "autoCreateSubscriptionGroup": lambda v: setattr(self.subscriptions, "auto_create", bool(v)),
             "brokerFastFailureEnable": lambda v: setattr(self.fast_failure, "enable", bool(v)),
+            "osPageCacheBusyTimeOutMills": lambda v: setattr(
+                self.fast_failure, "os_page_cache_busy_time_out_mills", int(v)
+            ),
         }
         self._permission_holders: list[SendMessageProcessor | PullMessageProcessor] = [send, pull]
         meta = MetadataProcessor(self.subscriptions, delay_table)
@@ -248,6 +251,7 @@ class BrokerRemoting:
             pull=pull_pool,
             heartbeat=heartbeat_pool,
             end_transaction=end_tx_pool,
+            is_os_page_cache_busy=self._os_page_cache_busy,
         )
         apply_runtime(
             {k: self.configuration.all_configs[k] for k in RUNTIME_KEYS if k in self.configuration.all_configs},
@@ -286,7 +290,15 @@ class BrokerRemoting:
             "waitTimeMillsInPullQueue": str(c.fast_failure.wait_time_mills_in_pull_queue),
             "waitTimeMillsInHeartbeatQueue": str(c.fast_failure.wait_time_mills_in_heartbeat_queue),
             "waitTimeMillsInTransactionQueue": str(c.fast_failure.wait_time_mills_in_transaction_queue),
+            "osPageCacheBusyTimeOutMills": str(c.fast_failure.os_page_cache_busy_time_out_mills),
         }
+
+    def _os_page_cache_busy(self) -> bool:
+        """The store's isOSPageCacheBusy (classic and DLedger commit logs keep the begin time in
+        their put lock), against the broker's osPageCacheBusyTimeOutMills of the moment."""
+        return is_os_page_cache_busy(
+            self.service.store.commitlog.put_lock, self.fast_failure.os_page_cache_busy_time_out_mills
+        )
 
     def _set_broker_permission(self, perm: bool | int) -> None:
         self.broker_permission = int(perm)

@@ -37,6 +37,7 @@ RUNTIME_KEYS: dict[str, type] = {
     "autoCreateTopicEnable": bool,
     "autoCreateSubscriptionGroup": bool,
     "brokerFastFailureEnable": bool,
+    "osPageCacheBusyTimeOutMills": int,
 }
 # BrokerConfig.brokerPermission's default: PermName.PERM_READ | PermName.PERM_WRITE.
 DEFAULT_BROKER_PERMISSION = PERM_READ | PERM_WRITE

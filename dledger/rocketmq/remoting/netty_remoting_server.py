@@ -232,6 +232,10 @@ class Channel(asyncio.BufferedProtocol):
             if cmd.flag & 1:
                 self.response_arrived(cmd)  # an answer to a request this server sent
             elif (
+                # A send about to run while the page cache is busy: answered as the task
+                # answers the queued ones, not left to wait for the put lock on the loop.
+                server.page_cache_busy is None or not server.clean_if_busy(cmd, self, read_at, cmds, i + 1)
+            ) and (
                 # A request behind one that held the loop (a slow put) waited in this read as
                 # in Java's executor queue: the fast-failure check, at the moment it would run.
                 time.monotonic() - read_at < server.min_queue_wait_s
@@ -426,6 +430,9 @@ class NettyRemotingServer:
         self.backlogged: set[Channel] = set()
         self.min_queue_wait_s = float("inf")
         self.queue_timeouts_changed()
+        # BrokerFastFailure's page-cache check and the pool it empties (None: not checked).
+        self.page_cache_busy: Callable[[], bool] | None = None
+        self.busy_pool: RequestPool | None = None
 
     def queue_timeouts_changed(self) -> None:
         """A pool's ``max_wait_s`` was set or cleared."""
@@ -455,6 +462,21 @@ class NettyRemotingServer:
             return False
         size = self.count_in_pool(pool, rest, start) + self.queue_size(pool)
         self.write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE_REMARK % (int(behind * 1000), size))
+        return True
+
+    def clean_if_busy(
+        self, cmd: RemotingCommand, ch: Channel, read_at: float, rest: list[RemotingCommand], start: int
+    ) -> bool:
+        """cleanExpiredRequest's page-cache-busy branch for a request about to run: whether it
+        is one of ``busy_pool``'s and the page cache is busy, and so was answered SYSTEM_BUSY
+        ``[PCBUSY_CLEAN_QUEUE]`` instead of run."""
+        pool = self.pools.get(cmd.code)
+        busy = self.page_cache_busy
+        if pool is None or pool is not self.busy_pool or busy is None or not busy():
+            return False
+        size = self.count_in_pool(pool, rest, start) + self.queue_size(pool)
+        behind = int((time.monotonic() - read_at) * 1000)
+        self.write_at_once(cmd, ch, ResponseCode.SYSTEM_BUSY, PCBUSY_CLEAN_QUEUE_REMARK % (behind, size))
         return True
 
     def clean_expired(self) -> None:

@@ -79,8 +79,18 @@ class Brokers:
     """A DLedger group with the message store whose members speak remoting, each on its own
     ``listen_port``, registering with ``namesrv`` as broker ``broker-a``."""
 
-    def __init__(self, workdir: Path, namesrv_addr: str, size: int = 1, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        namesrv_addr: str,
+        size: int = 1,
+        extra: list[str] | None = None,
+        launch: Callable[[list[str]], list[str]] | None = None,
+    ) -> None:
+        """``launch``: the command line of a member given ``dledger.cli``'s arguments (default
+        ``python -m dledger.cli``)."""
         self.workdir = workdir
+        self.launch = launch
         self.namesrv_addr = namesrv_addr
         self.ids = [f"n{k}" for k in range(size)]
         ports = free_ports(size)
@@ -105,8 +115,7 @@ class Brokers:
 
     def start(self, member: str) -> None:
         log = self.workdir / f"{member}.log"
-        cmd = python_module(
-            "dledger.cli",
+        args = [
             "server",
             "--group",
             "broker-a",
@@ -123,8 +132,8 @@ class Brokers:
             self.namesrv_addr,
             *FAST,
             *self.extra,
-            die_with_parent=True,
-        )
+        ]
+        cmd = self.launch(args) if self.launch else python_module("dledger.cli", *args, die_with_parent=True)
         with open(log, "ab") as f:
             proc = subprocess.Popen(cmd, stdout=f, stderr=f, cwd=self.workdir, start_new_session=True)
         self.procs[member] = proc
@@ -143,10 +152,15 @@ class Brokers:
 
 
 @contextmanager
-def cluster(workdir: Path, size: int = 1, extra: list[str] | None = None) -> Iterator[tuple[str, Brokers]]:
+def cluster(
+    workdir: Path,
+    size: int = 1,
+    extra: list[str] | None = None,
+    launch: Callable[[list[str]], list[str]] | None = None,
+) -> Iterator[tuple[str, Brokers]]:
     """A name server and a group of ``size`` members registered with it."""
     ns_proc, port, _ = start_namesrv(workdir)
-    brokers = Brokers(workdir, f"127.0.0.1:{port}", size, extra)
+    brokers = Brokers(workdir, f"127.0.0.1:{port}", size, extra, launch)
     try:
         brokers.start_all()
         yield f"127.0.0.1:{port}", brokers

@@ -10,12 +10,21 @@ import asyncio
 import os
 import re
 import signal
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from dledger.rocketmq.broker.broker_fast_failure import INITIAL_DELAY_S, BrokerFastFailure, FastFailureConfig
+from dledger._ext import message as K
+from dledger.child_process import python_code
+from dledger.rocketmq.broker.broker_fast_failure import (
+    INITIAL_DELAY_S,
+    BrokerFastFailure,
+    FastFailureConfig,
+    is_os_page_cache_busy,
+)
 from dledger.rocketmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from dledger.rocketmq.remoting.netty_remoting_client import NettyRemotingClient
 from dledger.rocketmq.remoting.netty_remoting_server import (
@@ -61,7 +70,7 @@ class HeldStore:
 
 
 async def _server(
-    store: HeldStore, enable: bool, page_cache_busy: bool = False
+    store: HeldStore, enable: bool, page_cache_busy: Callable[[], bool] = lambda: False
 ) -> tuple[NettyRemotingServer, BrokerFastFailure]:
     send = RequestPool("send", 10000)
     server = NettyRemotingServer(
@@ -76,7 +85,7 @@ async def _server(
         pull=others[0],
         heartbeat=others[1],
         end_transaction=others[2],
-        is_os_page_cache_busy=lambda: page_cache_busy,
+        is_os_page_cache_busy=page_cache_busy,
     )
     ff.start()
     return server, ff
@@ -117,12 +126,14 @@ def _no_more(reader: asyncio.StreamReader) -> bool:
     return not reader._buffer  # type: ignore[attr-defined]
 
 
-async def _master_taking_sends(c: NettyRemotingClient, namesrv: str, topic: str, body: bytes = b"first") -> str:
-    """The master, once it took a send of ``body`` (the group may still change terms after its
-    start)."""
+async def _master_taking_sends(
+    c: NettyRemotingClient, namesrv: str, topic: str, body: bytes = b"first", want: int = 3
+) -> str:
+    """The master of ``want`` brokers, once it took a send of ``body`` (the group may still
+    change terms after its start)."""
     deadline = time.monotonic() + 30
     while True:
-        master = (await _wait_master(c, namesrv, 3, None, 30))[0]
+        master = (await _wait_master(c, namesrv, want, None, 30))[0]
         first = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_message_header_v2(topic, 0), body)
         if (await c.invoke(master, first, timeout=10)).code == ResponseCode.SUCCESS:
             return master
@@ -307,28 +318,32 @@ def test_while_the_page_cache_is_busy_every_queued_send_is_answered_pcbusy_clean
     """cleanExpiredRequest's first branch: while the store says its page cache is busy, every
     send waiting in the queue is answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]`` at the task's
     next round, whatever its wait (well before the 200 ms of TIMEOUT_CLEAN_QUEUE), and never
-    run; the sends already taken are not touched."""
+    run; the sends already taken (before the page cache became busy) are not touched."""
     n = MAX_IN_FLIGHT_PER_CHANNEL + 20
 
     async def scenario() -> None:
         store = HeldStore()
-        server, ff = await _server(store, True, page_cache_busy=True)
+        busy = False
+        server, ff = await _server(store, True, page_cache_busy=lambda: busy)
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         try:
             await asyncio.sleep(INITIAL_DELAY_S + 0.1)
             reqs = _sends(n)
             writer.write(b"".join(r.encode() for r in reqs))
             await writer.drain()
-            busy = await _answers(reader, n - MAX_IN_FLIGHT_PER_CHANNEL, timeout=5)
+            while len(store.stored) < MAX_IN_FLIGHT_PER_CHANNEL:
+                await asyncio.sleep(0.01)
+            busy = True
+            cleaned = await _answers(reader, n - MAX_IN_FLIGHT_PER_CHANNEL, timeout=5)
             queued = {r.opaque for r in reqs[MAX_IN_FLIGHT_PER_CHANNEL:]}
             sizes = []
-            for a in busy:
+            for a in cleaned:
                 m = PCBUSY_CLEAN.fullmatch(a.remark or "")
                 assert a.code == ResponseCode.SYSTEM_BUSY and m, (a.code, a.remark)
                 assert a.opaque in queued and int(m[1]) < SEND_WAIT_MS
                 sizes.append(int(m[2]))
-            assert sorted(a.opaque for a in busy) == sorted(queued)
-            assert sizes == list(range(len(busy) - 1, -1, -1))
+            assert sorted(a.opaque for a in cleaned) == sorted(queued)
+            assert sizes == list(range(len(cleaned) - 1, -1, -1))
             store.gate.set()
             taken = await _answers(reader, MAX_IN_FLIGHT_PER_CHANNEL, timeout=10)
             assert all(a.code == ResponseCode.SUCCESS for a in taken)
@@ -353,13 +368,7 @@ def test_broker_fast_failure_enable_is_flipped_at_runtime_by_update_broker_confi
         by_addr = {brokers.addr(m): m for m in brokers.ids}
 
         async def set_fast_failure(c: NettyRemotingClient, master: str, on: bool) -> None:
-            text = f"brokerFastFailureEnable={'true' if on else 'false'}\n".encode()
-            r = await c.invoke(master, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=text))
-            assert (r.code, r.remark) == (ResponseCode.SUCCESS, None)
-            r = await c.invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
-            assert r.code == ResponseCode.SUCCESS, r.remark
-            props = parse_properties(bytes(r.body).decode("utf-8"))
-            assert props["brokerFastFailureEnable"] == ("true" if on else "false")
+            await _update_broker_config(c, master, "brokerFastFailureEnable", "true" if on else "false")
 
         async def scenario() -> None:
             c = NettyRemotingClient()
@@ -422,3 +431,162 @@ def test_a_send_whose_quorum_wait_runs_out_is_answered_pc_synchronized_broker_bu
                 await c.close()
 
         run(scenario, timeout=90)
+
+
+# A member whose commit log's put lock a thread of its own takes and holds HOLD seconds on each
+# SIGUSR1 (every PutLock the process made: the DLedger commit log's among them), MARK existing
+# while it is held. No path of the broker holds the lock off its loop for long today (its puts
+# run on the loop, so nothing else runs while one holds it); the thread stands in for a put
+# made elsewhere, as Java's send thread makes it (docs/remoting.md, "BrokerFastFailure").
+PUT_LOCK_HOLDER = """
+import os, signal, threading, time
+from dledger._ext import message as K
+hold_s, mark = float(sys.argv.pop(1)), sys.argv.pop(1)
+locks = []
+_make = K.PutLock
+def _recorded():
+    lock = _make()
+    locks.append(lock)
+    return lock
+K.PutLock = _recorded
+def _hold():
+    for lock in locks:
+        lock.acquire()
+    open(mark, "w").close()
+    time.sleep(hold_s)
+    os.unlink(mark)
+    for lock in reversed(locks):
+        lock.release()
+signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=_hold, daemon=True).start())
+import runpy
+runpy.run_module("dledger.cli", run_name="__main__", alter_sys=True)
+"""
+HOLD_S = 6.0
+# The broker's osPageCacheBusyTimeOutMills in the test (set through UPDATE_BROKER_CONFIG): 3 s,
+# so that a send made 1.3 s into a hold (past the default 1000 ms) is surely under it on a
+# loaded machine.
+BUSY_TIME_OUT_MS = 3000
+EARLY_S = 1.3
+
+
+async def _update_broker_config(c: NettyRemotingClient, broker: str, key: str, value: str) -> None:
+    body = f"{key}={value}\n".encode()
+    r = await c.invoke(broker, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+    assert (r.code, r.remark) == (ResponseCode.SUCCESS, None)
+    r = await c.invoke(broker, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert parse_properties(bytes(r.body).decode("utf-8"))[key] == value
+
+
+async def _hold_put_lock(pid: int, mark: Path) -> float:
+    """Has the member ``pid`` hold its put lock HOLD_S; when the hold began."""
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not mark.exists():
+        assert time.monotonic() < deadline, "the put lock was not taken"
+        await asyncio.sleep(0.01)
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_sends_while_the_put_lock_is_held_past_os_page_cache_busy_time_out_are_answered_pcbusy(
+    tmp_path: Path, enable: bool
+) -> None:
+    """A real one-member group whose commit log's put lock a thread holds 6 s, its
+    osPageCacheBusyTimeOutMills 3000 (UPDATE_BROKER_CONFIG). A send made 1.3 s into the hold is
+    under the time out: it waits for the lock and is stored. Sends made 3.6 s into the hold,
+    the page cache busy, are answered SYSTEM_BUSY ``[PCBUSY_CLEAN_QUEUE]`` at once (before the
+    release) and never stored. With brokerFastFailureEnable=false they wait and are stored.
+    Once the lock is let go a send is taken again, even with a time out of 100 ms."""
+    mark = tmp_path / "put-lock-held"
+
+    def launch(args: list[str]) -> list[str]:
+        return python_code(PUT_LOCK_HOLDER, str(HOLD_S), str(mark), *args, die_with_parent=True)
+
+    with cluster(tmp_path, 1, ["--default-topic-queue-nums", "4"], launch) as (namesrv, brokers):
+
+        async def scenario() -> None:
+            c = NettyRemotingClient()
+            try:
+                master = await _master_taking_sends(c, namesrv, "PcHold", want=1)
+                await _update_broker_config(c, master, "osPageCacheBusyTimeOutMills", str(BUSY_TIME_OUT_MS))
+                if not enable:
+                    await _update_broker_config(c, master, "brokerFastFailureEnable", "false")
+                pid = brokers.procs["n0"].pid
+
+                held_at = await _hold_put_lock(pid, mark)
+                await asyncio.sleep(EARLY_S - (time.monotonic() - held_at))
+                (early,) = _sends(1, "PcHold")
+                got = await c.invoke(master, early, timeout=HOLD_S + 20)
+                assert time.monotonic() - held_at < HOLD_S + 20
+                assert got.code == ResponseCode.SUCCESS, got.remark
+                assert not mark.exists(), "answered before the lock was let go"
+
+                held_at = await _hold_put_lock(pid, mark)
+                await asyncio.sleep(BUSY_TIME_OUT_MS / 1000 + 0.6 - (time.monotonic() - held_at))
+                header = send_message_header_v2("PcHold", 0)
+                reqs = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, b"b%03d" % k) for k in range(20)]
+                reader, writer = await asyncio.open_connection(*master.rsplit(":", 1))
+                try:
+                    writer.write(b"".join(r.encode() for r in reqs))
+                    answers = await _answers(reader, len(reqs), timeout=HOLD_S + 20)
+                    answered_while_held = mark.exists()
+                    await asyncio.sleep(0.3)
+                    assert _no_more(reader)
+                finally:
+                    writer.close()
+                assert sorted(a.opaque for a in answers) == sorted(r.opaque for r in reqs)
+                while mark.exists():
+                    await asyncio.sleep(0.05)
+                # Let go, the lock is no longer busy however short the time out.
+                await _update_broker_config(c, master, "osPageCacheBusyTimeOutMills", "100")
+                await asyncio.sleep(0.3)
+                (after,) = _sends(1, "PcHold")
+                got = await c.invoke(master, after, timeout=20)
+                assert got.code == ResponseCode.SUCCESS, got.remark
+                stored = set(await _stored(c, master, "PcHold"))
+            finally:
+                await c.close()
+            assert bytes(early.body) in stored and bytes(after.body) in stored
+            bodies = {bytes(r.body) for r in reqs}
+            if enable:
+                assert answered_while_held, "the sends waited for the lock"
+                for a in answers:
+                    m = PCBUSY_CLEAN.fullmatch(a.remark or "")
+                    assert a.code == ResponseCode.SYSTEM_BUSY and m, (a.code, a.remark)
+                assert not bodies & stored, sorted(bodies & stored)[:3]
+            else:
+                assert not answered_while_held
+                assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+                assert bodies <= stored
+
+        run(scenario, timeout=120)
+
+
+def test_os_page_cache_busy_is_the_put_lock_held_past_the_time_out() -> None:
+    """isOSPageCacheBusy on a real put lock held by another thread: not busy while free, nor
+    before the time out; busy after it; free again once let go (the begin time back to 0)."""
+    lock = K.PutLock()
+    assert lock.begin_time_in_lock == 0 and not is_os_page_cache_busy(lock, 0)
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        assert lock.acquire_when_free(5.0)  # the single put's way of taking it
+        held.set()
+        release.wait(10)
+        lock.release()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(10)
+        taken = K.put_lock_clock_ms()
+        assert abs(lock.begin_time_in_lock - taken) <= 50
+        assert not is_os_page_cache_busy(lock, 60_000)
+        while K.put_lock_clock_ms() - lock.begin_time_in_lock <= 150:
+            time.sleep(0.01)
+        assert is_os_page_cache_busy(lock, 100)
+    finally:
+        release.set()
+        t.join(10)
+    assert lock.begin_time_in_lock == 0 and not is_os_page_cache_busy(lock, 0)
