@@ -569,6 +569,11 @@ class Message(_MessageData):
         return MessageSysFlag.get_transaction_value(self.sys_flag)
 
 
+if not TYPE_CHECKING:
+    # Message(...) without the tuple and dict a subclass of a C type is otherwise called with.
+    _fields_ext.install_vectorcall(Message)
+
+
 @dataclass(slots=True)
 class MessageExt(Message):
     """A stored message: what the store assigned, decoded from its commit-log record.
