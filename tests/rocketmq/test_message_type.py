@@ -63,6 +63,20 @@ def test_the_constructor_takes_every_field_by_keyword_and_position_with_its_defa
         Message("T", colour="red")  # type: ignore[call-arg]
 
 
+def test_the_constructor_refuses_what_a_python_init_refuses() -> None:
+    with pytest.raises(TypeError):
+        Message("T", b"", queue_id=1, topic="U")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Message(*range(14))
+    # A keyword name made at run time (not the interned constant) is matched by its value.
+    name = "".join(["queue", "_id"])
+    assert Message("T", **{name: 4}).queue_id == 4  # type: ignore[arg-type]
+    # A subclass gets the same constructor.
+    sub = type("Sub", (Message,), {"__slots__": ()})
+    m = sub("T", b"b", tags="x")
+    assert (type(m), m.topic, m.body, m.tags, m.properties) == (sub, "T", b"b", "x", {})
+
+
 def test_each_message_gets_a_properties_dict_of_its_own() -> None:
     a, b = Message("T"), Message("T")
     a.properties["x"] = "1"
