@@ -300,13 +300,43 @@ cdef enum:
 
 # A slot never set (getattr would raise AttributeError).
 cdef object _UNSET = object()
+# A field of Message's C type that was deleted (its getattr raises AttributeError too).
+from dledger._ext.message_fields import DELETED as _FIELD_DELETED_OBJ
+cdef object _FIELD_DELETED = _FIELD_DELETED_OBJ
 
 
-cdef bint _slot_offsets(object cls, Py_ssize_t *out):
-    """The instance offsets of ``cls``'s slots named in _PUT_FIELDS (a slots dataclass: each a
-    member descriptor holding an object), or False when one is anything else (a property, a
-    plain attribute): the put then reads them by getattr."""
+cdef int _c_field_offsets(Py_ssize_t *out) except -1:
+    """The offsets of MessageFields' (Message's C type's) fields in its instances, in
+    _PUT_FIELDS' order: each field set to an object of its own, then looked for in the
+    instance's memory (Cython lays the struct out; its field names are not C-visible here)."""
+    from dledger._ext.message_fields import MESSAGE_FIELDS, MessageFields
+
+    if tuple(MESSAGE_FIELDS) != _PUT_FIELDS:
+        return False
+    probes = [object() for _ in range(_N_PUT_FIELDS)]
+    m = MessageFields(*probes)
+    cdef PyObject **words = <PyObject **><PyObject *>m
+    cdef Py_ssize_t k, j, n = MessageFields.__basicsize__ // sizeof(PyObject *)
+    for k in range(_N_PUT_FIELDS):
+        out[k] = -1
+        for j in range(n):
+            if words[j] == <PyObject *>probes[k]:
+                out[k] = j * <Py_ssize_t>sizeof(PyObject *)
+                break
+        if out[k] < 0:
+            return False
+    return True
+
+
+cdef int _slot_offsets(object cls, Py_ssize_t *out) except -1:
+    """The instance offsets of ``cls``'s fields named in _PUT_FIELDS (each a slot of a slots
+    dataclass, or a field of Message's C type not shadowed by a subclass), or False when one
+    is anything else (a property, a plain attribute): the put then reads them by getattr."""
+    from dledger._ext.message_fields import MessageFields
+
     cdef Py_ssize_t k
+    cdef Py_ssize_t c_offs[_N_PUT_FIELDS]
+    cdef bint c_ok = _c_field_offsets(c_offs)
     cdef PyMemberDescrObject *d
     for k, name in enumerate(_PUT_FIELDS):
         descr = None
@@ -314,7 +344,12 @@ cdef bint _slot_offsets(object cls, Py_ssize_t *out):
             if name in base.__dict__:
                 descr = base.__dict__[name]
                 break
-        if descr is None or type(descr).__name__ != "member_descriptor":
+        if descr is None:
+            return False
+        if c_ok and descr is MessageFields.__dict__.get(name):
+            out[k] = c_offs[k]
+            continue
+        if type(descr).__name__ != "member_descriptor":
             return False
         d = <PyMemberDescrObject *>descr
         if d.d_member.type != _T_OBJECT_EX:
@@ -326,7 +361,7 @@ cdef bint _slot_offsets(object cls, Py_ssize_t *out):
 cdef inline object _slot(object m, Py_ssize_t off):
     """The object in ``m``'s slot at ``off`` (a new reference), ``_UNSET`` when never set."""
     cdef PyObject *v = (<PyObject **>((<char *><PyObject *>m) + off))[0]
-    if v == NULL:
+    if v == NULL or v == <PyObject *>_FIELD_DELETED:
         return _UNSET
     return <object>v
 

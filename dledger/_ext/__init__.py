@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-KERNELS = ("codec", "segment", "crc", "gather", "message", "remoting", "ha")
+KERNELS = ("codec", "segment", "crc", "gather", "message", "message_fields", "remoting", "ha")
 
 BUILD_HINT = (
     "the dledger C extension is not built. Install the package with `pip install .` "
