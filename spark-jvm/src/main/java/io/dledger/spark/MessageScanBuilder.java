@@ -98,16 +98,22 @@ final class MessageScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
         }
     }
 
+    /** The values an equality or IN filter keeps; null for any other filter. */
+    private static Object[] equalityValues(Filter f) {
+        if (f instanceof EqualTo) {
+            return new Object[] {((EqualTo) f).value()};
+        } else if (f instanceof EqualNullSafe) {
+            return new Object[] {((EqualNullSafe) f).value()};
+        } else if (f instanceof In) {
+            return ((In) f).values();
+        }
+        return null;
+    }
+
     private boolean absorbTopic(Filter f) {
         List<String> values = new ArrayList<>();
-        Object[] given;
-        if (f instanceof EqualTo) {
-            given = new Object[] {((EqualTo) f).value()};
-        } else if (f instanceof EqualNullSafe) {
-            given = new Object[] {((EqualNullSafe) f).value()};
-        } else if (f instanceof In) {
-            given = ((In) f).values();
-        } else {
+        Object[] given = equalityValues(f);
+        if (given == null) {
             return false;
         }
         for (Object v : given) {
@@ -122,14 +128,7 @@ final class MessageScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
     }
 
     private boolean absorbQueueId(Filter f) {
-        Object[] given = null;
-        if (f instanceof EqualTo) {
-            given = new Object[] {((EqualTo) f).value()};
-        } else if (f instanceof EqualNullSafe) {
-            given = new Object[] {((EqualNullSafe) f).value()};
-        } else if (f instanceof In) {
-            given = ((In) f).values();
-        }
+        Object[] given = equalityValues(f);
         if (given != null) {
             List<Integer> ids = new ArrayList<>();
             for (Object v : given) {
